@@ -1,0 +1,82 @@
+"""llog: a leaderless log on object storage.
+
+Writers pack records for many partitions into one shared WAL blob in S3, then commit
+each partition's offsets with compare-and-swap transactions in etcd. Readers resolve an
+offset through a ceiling lookup on the partition's index and an S3 range GET.
+
+    >>> import llog                                               # doctest: +SKIP
+    >>> with llog.connect() as conn:
+    ...     llog.Topics(conn).create("orders", partitions=4)
+    ...     with llog.Writer(conn) as w:
+    ...         w.append("orders", 0, [b"hello", b"world"])
+    ...     with llog.Reader(conn) as r:
+    ...         [rec.value for rec in r.scan("orders", 0)]
+"""
+
+from llog.config import LlogConfig
+from llog.connection import Connection, connect
+from llog.errors import (
+    AmbiguousCommit,
+    BackPressure,
+    CasConflict,
+    ConfigError,
+    CoordinationError,
+    CorruptBlob,
+    CorruptMetadata,
+    Fenced,
+    InvalidInput,
+    InvalidPartition,
+    InvalidRecord,
+    InvalidTopicName,
+    LlogError,
+    ObjectNotFound,
+    OffsetOutOfRange,
+    RecordTooLarge,
+    StoreError,
+    TopicConflict,
+    UnknownPartition,
+    UnknownTopic,
+)
+from llog.reader import Reader
+from llog.records import AppendGroup, ConsumedRecord, Record
+from llog.topics import PartitionInfo, TopicDescription, Topics
+from llog.writer import AppendFailure, AppendResult, Writer
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AmbiguousCommit",
+    "AppendFailure",
+    "AppendGroup",
+    "AppendResult",
+    "BackPressure",
+    "CasConflict",
+    "ConfigError",
+    "Connection",
+    "ConsumedRecord",
+    "CoordinationError",
+    "CorruptBlob",
+    "CorruptMetadata",
+    "Fenced",
+    "InvalidInput",
+    "InvalidPartition",
+    "InvalidRecord",
+    "InvalidTopicName",
+    "LlogConfig",
+    "LlogError",
+    "ObjectNotFound",
+    "OffsetOutOfRange",
+    "PartitionInfo",
+    "Reader",
+    "Record",
+    "RecordTooLarge",
+    "StoreError",
+    "TopicConflict",
+    "TopicDescription",
+    "Topics",
+    "UnknownPartition",
+    "UnknownTopic",
+    "Writer",
+    "__version__",
+    "connect",
+]

@@ -1,0 +1,134 @@
+"""Shared WAL blob: many partitions' bodies in one object (protocol/README.md, "Shared WAL blob").
+
+    0   magic   b"LLS1"
+    4   u32     big-endian length H of the msgpack header
+    8   header  msgpack map {"v": 1, "created_at_ms": int, "parts": [part, ...]}
+                part = {"topic", "partition", "msg_count", "encoding",
+                        "body_offset", "body_length", "crc"}
+    8+H bodies, concatenated in ``parts`` order; ``body_offset`` is absolute in the blob
+
+Each body checksums itself (see :mod:`llog.codec.batch`), so a reader that fetched one
+body by range GET can verify it without the header; ``crc`` in the header repeats it
+for tools that check a whole blob.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import msgpack
+
+from llog.codec.batch import ENCODING
+
+MAGIC = b"LLS1"
+VERSION = 1
+_PREFIX = struct.Struct(">4sI")
+
+
+class BlobFormatError(ValueError):
+    """The bytes are not a valid shared WAL blob."""
+
+
+@dataclass(frozen=True)
+class BlobPart:
+    topic: str
+    partition: int
+    msg_count: int
+    body_offset: int
+    body_length: int
+    crc: int
+    encoding: str = ENCODING
+
+
+@dataclass(frozen=True)
+class BlobBody:
+    """One partition's encoded body, ready to pack."""
+
+    topic: str
+    partition: int
+    msg_count: int
+    body: bytes
+
+
+@dataclass(frozen=True)
+class PackedBlob:
+    data: bytes
+    parts: tuple[BlobPart, ...]
+    created_at_ms: int
+
+
+def _header(created_at_ms: int, parts: Sequence[BlobPart]) -> bytes:
+    return msgpack.packb(
+        {
+            "v": VERSION,
+            "created_at_ms": created_at_ms,
+            "parts": [
+                {
+                    "topic": p.topic,
+                    "partition": p.partition,
+                    "msg_count": p.msg_count,
+                    "encoding": p.encoding,
+                    "body_offset": p.body_offset,
+                    "body_length": p.body_length,
+                    "crc": p.crc,
+                }
+                for p in parts
+            ],
+        }
+    )
+
+
+def pack(bodies: Sequence[BlobBody], created_at_ms: int) -> PackedBlob:
+    """Pack bodies into one blob. Body offsets depend on the header's length, which
+    depends on the offsets' encoded widths, so the header is sized until it is stable."""
+    if not bodies:
+        raise BlobFormatError("a blob holds at least one body")
+    header_len = 0
+    while True:
+        pos = _PREFIX.size + header_len
+        parts = []
+        for b in bodies:
+            crc = struct.unpack_from("<I", b.body, 4)[0]
+            parts.append(BlobPart(b.topic, b.partition, b.msg_count, pos, len(b.body), crc))
+            pos += len(b.body)
+        header = _header(created_at_ms, parts)
+        if len(header) == header_len:
+            break
+        header_len = len(header)
+    data = b"".join([_PREFIX.pack(MAGIC, header_len), header, *(b.body for b in bodies)])
+    return PackedBlob(data, tuple(parts), created_at_ms)
+
+
+def parse_header(data: bytes | memoryview) -> tuple[int, tuple[BlobPart, ...]]:
+    """Return ``(created_at_ms, parts)`` from the start of a blob."""
+    if len(data) < _PREFIX.size:
+        raise BlobFormatError("blob shorter than its prefix")
+    magic, hlen = _PREFIX.unpack_from(data, 0)
+    if magic != MAGIC:
+        raise BlobFormatError(f"bad magic {bytes(magic)!r}")
+    end = _PREFIX.size + hlen
+    if len(data) < end:
+        raise BlobFormatError("blob shorter than its header")
+    try:
+        head = msgpack.unpackb(bytes(data[_PREFIX.size : end]))
+        if head["v"] != VERSION:
+            raise BlobFormatError(f"unsupported blob version {head['v']!r}")
+        parts = tuple(
+            BlobPart(
+                topic=p["topic"],
+                partition=p["partition"],
+                msg_count=p["msg_count"],
+                body_offset=p["body_offset"],
+                body_length=p["body_length"],
+                crc=p["crc"],
+                encoding=p["encoding"],
+            )
+            for p in head["parts"]
+        )
+        return int(head["created_at_ms"]), parts
+    except (KeyError, TypeError, ValueError, msgpack.UnpackException) as exc:
+        if isinstance(exc, BlobFormatError):
+            raise
+        raise BlobFormatError(f"bad header: {exc}") from exc

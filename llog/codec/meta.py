@@ -1,0 +1,308 @@
+"""msgpack values stored in etcd (protocol/README.md, "etcd values").
+
+Each value is a msgpack map with the fields below, written in this order so the bytes
+are deterministic (the golden vectors pin them). Unknown fields are ignored on read,
+so later versions can add fields.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Literal
+
+import msgpack
+
+OPEN = "OPEN"
+FENCED = "FENCED"
+WAL = "WAL"
+COMPACTED = "COMPACTED"
+
+
+class MetaFormatError(ValueError):
+    """An etcd value does not decode to the expected schema."""
+
+
+def _unpack(raw: bytes) -> dict[str, Any]:
+    try:
+        obj = msgpack.unpackb(raw)
+    except (ValueError, msgpack.UnpackException) as exc:
+        raise MetaFormatError(f"not msgpack: {exc}") from exc
+    if not isinstance(obj, dict):
+        raise MetaFormatError(f"expected a map, got {type(obj).__name__}")
+    return obj
+
+
+def _field(obj: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    try:
+        v = obj[name]
+    except KeyError:
+        raise MetaFormatError(f"missing field {name!r}") from None
+    if not isinstance(v, kind) or (kind is int and isinstance(v, bool)):
+        raise MetaFormatError(f"field {name!r} has type {type(v).__name__}")
+    return v
+
+
+@dataclass(frozen=True)
+class Pending:
+    """A committed append whose index key is not written yet."""
+
+    append_id: str
+    start_offset: int
+    end_offset: int
+    msg_count: int
+    data_key: str
+    byte_offset: int
+    byte_length: int
+    created_at_ms: int
+    max_timestamp: int
+
+    def to_map(self) -> dict[str, Any]:
+        return {
+            "append_id": self.append_id,
+            "start_offset": self.start_offset,
+            "end_offset": self.end_offset,
+            "msg_count": self.msg_count,
+            "data_key": self.data_key,
+            "byte_offset": self.byte_offset,
+            "byte_length": self.byte_length,
+            "created_at_ms": self.created_at_ms,
+            "max_timestamp": self.max_timestamp,
+        }
+
+    @classmethod
+    def from_map(cls, m: dict[str, Any]) -> Pending:
+        p = cls(
+            append_id=_field(m, "append_id", str),
+            start_offset=_field(m, "start_offset", int),
+            end_offset=_field(m, "end_offset", int),
+            msg_count=_field(m, "msg_count", int),
+            data_key=_field(m, "data_key", str),
+            byte_offset=_field(m, "byte_offset", int),
+            byte_length=_field(m, "byte_length", int),
+            created_at_ms=_field(m, "created_at_ms", int),
+            max_timestamp=_field(m, "max_timestamp", int),
+        )
+        if p.end_offset - p.start_offset + 1 != p.msg_count or p.msg_count <= 0:
+            raise MetaFormatError("pending offsets do not match msg_count")
+        return p
+
+    def index_entry(self) -> IndexEntry:
+        """The index entry that materializes this pending append."""
+        return IndexEntry(
+            kind=WAL,
+            msg_count=self.msg_count,
+            data_key=self.data_key,
+            byte_offset=self.byte_offset,
+            byte_length=self.byte_length,
+            created_at_ms=self.created_at_ms,
+            max_timestamp=self.max_timestamp,
+            append_id=self.append_id,
+        )
+
+
+@dataclass(frozen=True)
+class Control:
+    """``meta/control``: the partition's commit point."""
+
+    log_state: Literal["OPEN", "FENCED"] = OPEN
+    next_offset: int = 0
+    log_start_offset: int = 0
+    pending: Pending | None = None
+
+    def encode(self) -> bytes:
+        return msgpack.packb(
+            {
+                "log_state": self.log_state,
+                "next_offset": self.next_offset,
+                "log_start_offset": self.log_start_offset,
+                "pending": None if self.pending is None else self.pending.to_map(),
+            }
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> Control:
+        m = _unpack(raw)
+        state = _field(m, "log_state", str)
+        if state not in (OPEN, FENCED):
+            raise MetaFormatError(f"unknown log_state {state!r}")
+        pm = m.get("pending")
+        if pm is not None and not isinstance(pm, dict):
+            raise MetaFormatError("pending is neither null nor a map")
+        c = cls(
+            log_state=state,
+            next_offset=_field(m, "next_offset", int),
+            log_start_offset=_field(m, "log_start_offset", int),
+            pending=None if pm is None else Pending.from_map(pm),
+        )
+        if c.pending is not None and c.pending.end_offset != c.next_offset - 1:
+            raise MetaFormatError("pending does not end at next_offset - 1")
+        return c
+
+    def with_changes(self, **changes: Any) -> Control:
+        return replace(self, **changes)
+
+
+@dataclass(frozen=True)
+class IndexEntry:
+    """``index/{end_offset:020d}``: records ``[end - msg_count + 1, end]`` live in the slice."""
+
+    kind: Literal["WAL", "COMPACTED"]
+    msg_count: int
+    data_key: str
+    byte_offset: int
+    byte_length: int
+    created_at_ms: int
+    max_timestamp: int
+    append_id: str | None = None
+
+    def encode(self) -> bytes:
+        m: dict[str, Any] = {
+            "kind": self.kind,
+            "msg_count": self.msg_count,
+            "data_key": self.data_key,
+            "byte_offset": self.byte_offset,
+            "byte_length": self.byte_length,
+            "created_at_ms": self.created_at_ms,
+            "max_timestamp": self.max_timestamp,
+        }
+        if self.append_id is not None:
+            m["append_id"] = self.append_id
+        return msgpack.packb(m)
+
+    @classmethod
+    def decode(cls, raw: bytes) -> IndexEntry:
+        m = _unpack(raw)
+        kind = _field(m, "kind", str)
+        if kind not in (WAL, COMPACTED):
+            raise MetaFormatError(f"unknown index entry kind {kind!r}")
+        aid = m.get("append_id")
+        if aid is not None and not isinstance(aid, str):
+            raise MetaFormatError("append_id is not a string")
+        e = cls(
+            kind=kind,
+            msg_count=_field(m, "msg_count", int),
+            data_key=_field(m, "data_key", str),
+            byte_offset=_field(m, "byte_offset", int),
+            byte_length=_field(m, "byte_length", int),
+            created_at_ms=_field(m, "created_at_ms", int),
+            max_timestamp=_field(m, "max_timestamp", int),
+            append_id=aid,
+        )
+        if e.msg_count <= 0 or e.byte_length <= 0 or e.byte_offset < 0:
+            raise MetaFormatError("index entry has a non-positive count or length")
+        return e
+
+
+@dataclass(frozen=True)
+class TopicMeta:
+    """``meta/topic``: a topic's definition."""
+
+    name: str
+    partitions: int
+    created_at_ms: int
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+
+    def encode(self) -> bytes:
+        return msgpack.packb(
+            {
+                "name": self.name,
+                "partitions": self.partitions,
+                "created_at_ms": self.created_at_ms,
+                "retention_ms": self.retention_ms,
+                "retention_bytes": self.retention_bytes,
+            }
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> TopicMeta:
+        m = _unpack(raw)
+        rms = m.get("retention_ms")
+        rb = m.get("retention_bytes")
+        for name, v in (("retention_ms", rms), ("retention_bytes", rb)):
+            if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
+                raise MetaFormatError(f"{name} is not an int or null")
+        return cls(
+            name=_field(m, "name", str),
+            partitions=_field(m, "partitions", int),
+            created_at_ms=_field(m, "created_at_ms", int),
+            retention_ms=rms,
+            retention_bytes=rb,
+        )
+
+
+@dataclass(frozen=True)
+class CompactionCursor:
+    """``meta/compaction-cursor``: every offset below ``offset`` is compacted."""
+
+    offset: int
+
+    def encode(self) -> bytes:
+        return msgpack.packb({"offset": self.offset})
+
+    @classmethod
+    def decode(cls, raw: bytes) -> CompactionCursor:
+        return cls(offset=_field(_unpack(raw), "offset", int))
+
+
+COMPACTION_STAGES = ("WRITING_COMPACTED_INDEX", "DELETING_OLD", "UPDATING_CURSOR")
+
+
+@dataclass(frozen=True)
+class CompactionRecord:
+    """``meta/compaction``: an in-flight compaction, enough for any process to finish it.
+
+    Records ``[start_offset, end_offset]`` were rewritten into ``data_key``;
+    ``last_wal_start_offset`` is the first offset of the last WAL entry replaced, so
+    recovery can tell whether ``index/{end_offset}`` still holds that WAL entry or
+    already the compacted one.
+    """
+
+    stage: str
+    start_offset: int
+    end_offset: int
+    last_wal_start_offset: int
+    msg_count: int
+    data_key: str
+    byte_length: int
+    max_timestamp: int
+    created_at_ms: int
+    owner: str
+
+    def encode(self) -> bytes:
+        return msgpack.packb(
+            {
+                "stage": self.stage,
+                "start_offset": self.start_offset,
+                "end_offset": self.end_offset,
+                "last_wal_start_offset": self.last_wal_start_offset,
+                "msg_count": self.msg_count,
+                "data_key": self.data_key,
+                "byte_length": self.byte_length,
+                "max_timestamp": self.max_timestamp,
+                "created_at_ms": self.created_at_ms,
+                "owner": self.owner,
+            }
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> CompactionRecord:
+        m = _unpack(raw)
+        stage = _field(m, "stage", str)
+        if stage not in COMPACTION_STAGES:
+            raise MetaFormatError(f"unknown compaction stage {stage!r}")
+        return cls(
+            stage=stage,
+            start_offset=_field(m, "start_offset", int),
+            end_offset=_field(m, "end_offset", int),
+            last_wal_start_offset=_field(m, "last_wal_start_offset", int),
+            msg_count=_field(m, "msg_count", int),
+            data_key=_field(m, "data_key", str),
+            byte_length=_field(m, "byte_length", int),
+            max_timestamp=_field(m, "max_timestamp", int),
+            created_at_ms=_field(m, "created_at_ms", int),
+            owner=_field(m, "owner", str),
+        )
+
+    def at_stage(self, stage: str) -> CompactionRecord:
+        return replace(self, stage=stage)

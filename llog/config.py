@@ -1,0 +1,125 @@
+"""One configuration object for every llog component.
+
+Built from keyword arguments, environment variables (``LLOG_*``) or both: explicit
+arguments win over the environment, which wins over the defaults.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from typing import Any
+
+from llog.errors import ConfigError
+
+
+def _parse_bool(text: str) -> bool:
+    low = text.strip().lower()
+    if low in ("1", "true", "yes", "on"):
+        return True
+    if low in ("0", "false", "no", "off", ""):
+        return False
+    raise ConfigError(f"not a boolean: {text!r}")
+
+
+@dataclass(frozen=True)
+class LlogConfig:
+    """Connection and tuning settings shared by writers, readers, broker and compactor.
+
+    Every field has an environment variable ``LLOG_<FIELD NAME IN UPPER CASE>``
+    (``etcd_endpoints`` → ``LLOG_ETCD_ENDPOINTS``), listed in the README.
+    """
+
+    #: etcd endpoints, ``host:port`` each.
+    etcd_endpoints: tuple[str, ...] = ("127.0.0.1:2379",)
+    #: etcd RPC timeout in seconds.
+    etcd_timeout_s: float = 10.0
+    #: ``s3://bucket[/prefix]`` or ``file:///path`` (or a plain path).
+    object_store: str = "file://./llog-data"
+    s3_endpoint_url: str | None = None
+    s3_region: str | None = None
+    #: Retries the S3 client makes on throttling and 5xx before raising.
+    s3_max_attempts: int = 5
+    #: Root of every etcd key and object key llog writes.
+    root_prefix: str = "llog"
+    #: Largest single record (value + key + headers) accepted, in bytes.
+    max_record_bytes: int = 8 * 1024 * 1024
+    #: Largest shared WAL blob one ``append_shared`` call may build, in bytes.
+    max_blob_bytes: int = 256 * 1024 * 1024
+    #: Attempts at a contended commit CAS before :class:`CasConflict` is raised.
+    commit_max_attempts: int = 64
+    #: A reader settles (materializes) a pending append older than this.
+    settle_after_ms: int = 2000
+    #: Largest span of one coalesced range GET when scanning, in bytes.
+    read_max_fetch_bytes: int = 16 * 1024 * 1024
+    #: Holes up to this size between slices of one blob are read through to save a GET.
+    read_coalesce_gap_bytes: int = 256 * 1024
+    #: Range GETs a scan keeps in flight ahead of the consumer.
+    read_prefetch: int = 2
+    #: Topics are created on first produce when this is on (broker).
+    auto_create_topics: bool = False
+    #: Partition count for auto-created topics.
+    default_partitions: int = 1
+    batch_max_bytes: int = 1024 * 1024
+    batch_max_delay_ms: int = 5
+    batch_max_buffered_bytes: int = 64 * 1024 * 1024
+    broker_host: str = "127.0.0.1"
+    broker_port: int = 8080
+    broker_token: str | None = None
+    tail_cache_dir: str | None = None
+    compactor_host: str = "127.0.0.1"
+    compactor_port: int = 8081
+    vacuum_grace_s: float = 3600.0
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> LlogConfig:
+        """Build a config from ``LLOG_*`` variables, then apply ``overrides`` (non-None)."""
+        source = os.environ if env is None else env
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            raw = source.get(f"LLOG_{f.name.upper()}")
+            if raw is not None:
+                values[f.name] = _coerce(f.name, f.type, raw)
+        cfg = cls(**values)
+        clean = {k: v for k, v in overrides.items() if v is not None}
+        if "etcd_endpoints" in clean and isinstance(clean["etcd_endpoints"], str):
+            clean["etcd_endpoints"] = _split_endpoints(clean["etcd_endpoints"])
+        return replace(cfg, **clean) if clean else cfg
+
+    def __post_init__(self) -> None:
+        if not self.etcd_endpoints:
+            raise ConfigError("etcd_endpoints is empty")
+        for ep in self.etcd_endpoints:
+            host, sep, port = ep.rpartition(":")
+            if not sep or not host or not port.isdigit():
+                raise ConfigError(f"etcd endpoint {ep!r} is not host:port")
+        if not self.root_prefix or "/" in self.root_prefix.strip("/"):
+            raise ConfigError(f"root_prefix {self.root_prefix!r} must be one non-empty path segment")
+        for name in ("max_record_bytes", "max_blob_bytes", "commit_max_attempts",
+                     "read_max_fetch_bytes", "read_prefetch", "batch_max_bytes",
+                     "batch_max_buffered_bytes", "default_partitions"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
+
+
+def _split_endpoints(text: str) -> tuple[str, ...]:
+    return tuple(part.strip() for part in text.split(",") if part.strip())
+
+
+def _coerce(name: str, type_: Any, raw: str) -> Any:
+    t = str(type_)
+    try:
+        if name == "etcd_endpoints":
+            return _split_endpoints(raw)
+        if t == "bool":
+            return _parse_bool(raw)
+        if t == "int":
+            return int(raw)
+        if t == "float":
+            return float(raw)
+        if "None" in t:
+            return raw or None
+        return raw
+    except ValueError as exc:
+        raise ConfigError(f"LLOG_{name.upper()}={raw!r}: {exc}") from exc

@@ -1,0 +1,111 @@
+"""A connection to one llog deployment: config, etcd, object store, key layout, metrics.
+
+Writers, readers and admin tools share a :class:`Connection`; open one with
+:func:`connect` and close it (or use ``with``) when done.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from llog.codec.meta import MetaFormatError, TopicMeta
+from llog.config import LlogConfig
+from llog.errors import CorruptMetadata, UnknownPartition, UnknownTopic
+from llog.etcd import Etcd
+from llog.keys import KeyLayout
+from llog.metrics import Metrics
+from llog.names import check_partition, check_topic
+from llog.store import ObjectStore, open_store
+
+
+class Connection:
+    """Owns (or borrows) an :class:`Etcd` and an :class:`ObjectStore`."""
+
+    def __init__(
+        self,
+        config: LlogConfig | None = None,
+        *,
+        etcd: Etcd | None = None,
+        store: ObjectStore | None = None,
+        metrics: Metrics | None = None,
+    ) -> None:
+        self.config = config if config is not None else LlogConfig.from_env()
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.keys = KeyLayout(self.config.root_prefix.strip("/"))
+        self._owns_etcd = etcd is None
+        self._owns_store = store is None
+        self.etcd = etcd if etcd is not None else Etcd(
+            self.config.etcd_endpoints, timeout=self.config.etcd_timeout_s, metrics=self.metrics
+        )
+        try:
+            self.store = store if store is not None else open_store(self.config, self.metrics)
+        except BaseException:
+            if self._owns_etcd:
+                self.etcd.close()
+            raise
+        self._topics: dict[str, TopicMeta] = {}
+        self._topics_lock = threading.Lock()
+
+    # Topic definitions never change partition count downward, so a positive cache
+    # entry stays valid; misses always go to etcd.
+    def topic(self, topic: str, *, refresh: bool = False) -> TopicMeta:
+        """The topic's definition; :class:`UnknownTopic` if it does not exist."""
+        check_topic(topic)
+        if not refresh:
+            cached = self._topics.get(topic)
+            if cached is not None:
+                return cached
+        key = self.keys.topic_meta(topic)
+        kv = self.etcd.get(key)
+        if kv is None:
+            raise UnknownTopic(topic)
+        try:
+            meta = TopicMeta.decode(kv.value)
+        except MetaFormatError as exc:
+            raise CorruptMetadata(key, str(exc)) from exc
+        with self._topics_lock:
+            self._topics[topic] = meta
+        return meta
+
+    def check_partition(self, topic: str, partition: int) -> TopicMeta:
+        """Validate ``topic``/``partition`` against the topic's definition."""
+        check_partition(topic, partition)
+        meta = self.topic(topic)
+        if partition >= meta.partitions:
+            meta = self.topic(topic, refresh=True)
+            if partition >= meta.partitions:
+                raise UnknownPartition(topic, partition, meta.partitions)
+        return meta
+
+    def forget_topic(self, topic: str) -> None:
+        with self._topics_lock:
+            self._topics.pop(topic, None)
+
+    def close(self) -> None:
+        try:
+            if self._owns_store:
+                self.store.close()
+        finally:
+            if self._owns_etcd:
+                self.etcd.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def connect(config: LlogConfig | None = None, **overrides: object) -> Connection:
+    """Open a connection from ``config`` (default: the ``LLOG_*`` environment) with
+    field ``overrides`` applied, e.g. ``connect(object_store="file:///tmp/llog")``."""
+    base = config if config is not None else LlogConfig.from_env()
+    if overrides:
+        base = LlogConfig.from_env({}, **{**_fields(base), **overrides})
+    return Connection(base)
+
+
+def _fields(cfg: LlogConfig) -> dict[str, object]:
+    from dataclasses import asdict
+
+    return asdict(cfg)

@@ -1,0 +1,136 @@
+"""The one error hierarchy of llog.
+
+Every error raised on purpose by llog derives from :class:`LlogError` and carries the
+topic/partition/offset or object key that explains it, so callers can both branch on
+the type and log a useful message.
+"""
+
+from __future__ import annotations
+
+
+class LlogError(Exception):
+    """Root of every error llog raises on purpose."""
+
+
+class InvalidInput(LlogError, ValueError):
+    """A request is malformed: nothing was written."""
+
+
+class InvalidTopicName(InvalidInput):
+    def __init__(self, topic: object) -> None:
+        super().__init__(
+            f"invalid topic name {topic!r}: must match [A-Za-z0-9._-]{{1,249}}"
+        )
+        self.topic = topic
+
+
+class InvalidPartition(InvalidInput):
+    def __init__(self, topic: str, partition: object) -> None:
+        super().__init__(f"invalid partition {partition!r} for topic {topic!r}: must be an int >= 0")
+        self.topic = topic
+        self.partition = partition
+
+
+class InvalidRecord(InvalidInput):
+    """A record's value/key/headers/timestamp has the wrong type or shape."""
+
+
+class RecordTooLarge(InvalidInput):
+    def __init__(self, topic: str, partition: int, size: int, limit: int) -> None:
+        super().__init__(
+            f"record of {size} bytes for {topic}/{partition} exceeds the limit of {limit} bytes"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.size = size
+        self.limit = limit
+
+
+class UnknownTopic(LlogError):
+    def __init__(self, topic: str) -> None:
+        super().__init__(f"unknown topic {topic!r}")
+        self.topic = topic
+
+
+class UnknownPartition(LlogError):
+    def __init__(self, topic: str, partition: int, partitions: int) -> None:
+        super().__init__(
+            f"partition {partition} does not exist in topic {topic!r} "
+            f"(it has {partitions} partitions)"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.partitions = partitions
+
+
+class TopicConflict(LlogError):
+    """A topic exists with a different definition than the one requested."""
+
+
+class OffsetOutOfRange(LlogError):
+    def __init__(self, topic: str, partition: int, offset: int, log_start_offset: int) -> None:
+        super().__init__(
+            f"offset {offset} of {topic}/{partition} is below log start offset {log_start_offset}"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+
+
+class Fenced(LlogError):
+    def __init__(self, topic: str, partition: int) -> None:
+        super().__init__(f"partition {topic}/{partition} is fenced: appends are rejected")
+        self.topic = topic
+        self.partition = partition
+
+
+class CasConflict(LlogError):
+    """A compare-and-swap lost too many times in a row; nothing was committed."""
+
+    def __init__(self, what: str, attempts: int) -> None:
+        super().__init__(f"compare-and-swap on {what} lost {attempts} times; giving up")
+        self.what = what
+        self.attempts = attempts
+
+
+class BackPressure(LlogError):
+    """The system refuses more work for now; retry later. Nothing was accepted."""
+
+
+class CorruptBlob(LlogError):
+    def __init__(self, key: str, offset: int, length: int, reason: str) -> None:
+        super().__init__(f"corrupt data in {key} bytes [{offset}, {offset + length}): {reason}")
+        self.key = key
+        self.offset = offset
+        self.length = length
+        self.reason = reason
+
+
+class CorruptMetadata(LlogError):
+    def __init__(self, key: str, reason: str) -> None:
+        super().__init__(f"corrupt metadata at etcd key {key}: {reason}")
+        self.key = key
+        self.reason = reason
+
+
+class StoreError(LlogError):
+    """The object store failed an operation (after its own retries)."""
+
+
+class ObjectNotFound(StoreError):
+    def __init__(self, key: str) -> None:
+        super().__init__(f"object {key} not found")
+        self.key = key
+
+
+class CoordinationError(LlogError):
+    """etcd failed an operation (unavailable, timeout) after retries."""
+
+
+class AmbiguousCommit(CoordinationError):
+    """A commit's outcome could not be determined; the append may or may not exist."""
+
+
+class ConfigError(LlogError, ValueError):
+    """A configuration value is missing or malformed."""

@@ -1,0 +1,358 @@
+"""A thin layer over the ``etcd3`` module: exactly what the protocol needs.
+
+get, range scans, ceiling lookup, transactions with revision compares, delete range,
+leases and watches, with typed results (:class:`KV`, :class:`TxnResult`), metrics, and
+failover across endpoints. Requests are built from etcd's own protobuf messages so a
+transaction returns its header revision (the new ``mod_revision`` of what it wrote),
+which callers cache to make their next compare-and-swap without a read.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import etcd3
+import grpc
+from etcd3 import etcdrpc
+
+from llog.errors import CoordinationError
+from llog.metrics import Metrics
+
+log = logging.getLogger(__name__)
+
+_RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+@dataclass(frozen=True, slots=True)
+class KV:
+    key: str
+    value: bytes
+    mod_revision: int
+    create_revision: int
+    version: int
+    lease: int
+
+
+@dataclass(frozen=True, slots=True)
+class Compare:
+    key: str
+    target: Literal["mod", "create", "version", "value"]
+    op: Literal["=", "!=", "<", ">"]
+    value: int | bytes
+
+
+def mod_revision_is(key: str, revision: int) -> Compare:
+    """Holds when ``key``'s last write was at ``revision`` (0: the key is absent)."""
+    return Compare(key, "mod", "=", revision)
+
+
+def absent(key: str) -> Compare:
+    return Compare(key, "version", "=", 0)
+
+
+def value_is(key: str, value: bytes) -> Compare:
+    return Compare(key, "value", "=", value)
+
+
+@dataclass(frozen=True, slots=True)
+class Put:
+    key: str
+    value: bytes
+    lease: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Delete:
+    key: str
+    range_end: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Get:
+    key: str
+    range_end: str | None = None
+    limit: int = 0
+
+
+Op = Put | Delete | Get
+
+
+@dataclass(frozen=True)
+class TxnResult:
+    succeeded: bool
+    #: Store revision after the transaction (= mod_revision of every key it wrote).
+    revision: int
+    #: Per op of the branch that ran: list[KV] for a Get, deleted count for a Delete,
+    #: None for a Put.
+    responses: tuple[list[KV] | int | None, ...]
+
+
+_TARGETS = {
+    "mod": etcdrpc.Compare.MOD,
+    "create": etcdrpc.Compare.CREATE,
+    "version": etcdrpc.Compare.VERSION,
+    "value": etcdrpc.Compare.VALUE,
+}
+_OPS = {
+    "=": etcdrpc.Compare.EQUAL,
+    "!=": etcdrpc.Compare.NOT_EQUAL,
+    "<": etcdrpc.Compare.LESS,
+    ">": etcdrpc.Compare.GREATER,
+}
+
+
+def _compare_msg(c: Compare) -> Any:
+    msg = etcdrpc.Compare(key=c.key.encode(), target=_TARGETS[c.target], result=_OPS[c.op])
+    if c.target == "mod":
+        msg.mod_revision = int(c.value)
+    elif c.target == "create":
+        msg.create_revision = int(c.value)
+    elif c.target == "version":
+        msg.version = int(c.value)
+    else:
+        assert isinstance(c.value, bytes)
+        msg.value = c.value
+    return msg
+
+
+def _range_req(key: str, range_end: str | None, limit: int = 0, **kw: Any) -> Any:
+    req = etcdrpc.RangeRequest(key=key.encode(), limit=limit, **kw)
+    if range_end is not None:
+        req.range_end = range_end.encode()
+    return req
+
+
+def _op_msg(op: Op) -> Any:
+    if isinstance(op, Put):
+        return etcdrpc.RequestOp(
+            request_put=etcdrpc.PutRequest(key=op.key.encode(), value=op.value, lease=op.lease)
+        )
+    if isinstance(op, Delete):
+        req = etcdrpc.DeleteRangeRequest(key=op.key.encode())
+        if op.range_end is not None:
+            req.range_end = op.range_end.encode()
+        return etcdrpc.RequestOp(request_delete_range=req)
+    return etcdrpc.RequestOp(request_range=_range_req(op.key, op.range_end, op.limit))
+
+
+def _kv(kv: Any) -> KV:
+    return KV(
+        kv.key.decode(), kv.value, kv.mod_revision, kv.create_revision, kv.version, kv.lease
+    )
+
+
+class Etcd:
+    """One connection to an etcd cluster. Thread-safe; close it (or use ``with``)."""
+
+    def __init__(
+        self,
+        endpoints: Sequence[str],
+        *,
+        timeout: float = 10.0,
+        metrics: Metrics | None = None,
+        read_retries: int = 3,
+    ) -> None:
+        if not endpoints:
+            raise CoordinationError("no etcd endpoints given")
+        self.endpoints = list(endpoints)
+        self.timeout = timeout
+        self.metrics = metrics if metrics is not None else Metrics()
+        self.read_retries = read_retries
+        self._lock = threading.Lock()
+        self._current = 0
+        self._client = self._connect(self._current)
+
+    def _connect(self, i: int) -> Any:
+        host, _, port = self.endpoints[i].rpartition(":")
+        return etcd3.client(
+            host=host,
+            port=int(port),
+            timeout=self.timeout,
+            grpc_options={"grpc.enable_http_proxy": 0}.items(),
+        )
+
+    def _failover(self, failed: Any) -> None:
+        with self._lock:
+            if self._client is not failed or len(self.endpoints) == 1:
+                return
+            self._current = (self._current + 1) % len(self.endpoints)
+            log.warning("etcd endpoint failed; switching to %s", self.endpoints[self._current])
+            old, self._client = self._client, self._connect(self._current)
+        old.close()
+
+    def _call(self, op: str, fn: Callable[[Any], Any], *, retry: bool) -> Any:
+        attempts = self.read_retries if retry else 1
+        for attempt in range(attempts):
+            client = self._client
+            self.metrics.etcd_ops.labels(op).inc()
+            t0 = time.perf_counter()
+            try:
+                return fn(client)
+            except grpc.RpcError as exc:
+                code = exc.code() if hasattr(exc, "code") else None
+                if code in _RETRYABLE:
+                    self._failover(client)
+                    if attempt + 1 < attempts:
+                        time.sleep(0.05 * (attempt + 1))
+                        continue
+                raise CoordinationError(f"etcd {op} failed: {code}: {exc.details() if hasattr(exc, 'details') else exc}") from exc
+            finally:
+                self.metrics.etcd_latency.labels(op).observe(time.perf_counter() - t0)
+        raise AssertionError("unreachable")
+
+    def _range(self, req: Any, op: str = "range") -> Any:
+        return self._call(
+            op, lambda c: c.kvstub.Range(req, self.timeout, metadata=c.metadata), retry=True
+        )
+
+    # -- reads -----------------------------------------------------------------
+    def get(self, key: str) -> KV | None:
+        resp = self._range(_range_req(key, None), "get")
+        return _kv(resp.kvs[0]) if resp.kvs else None
+
+    def ceiling(self, key: str, range_end: str) -> KV | None:
+        """The first key ``>= key`` and ``< range_end``, or ``None``."""
+        resp = self._range(_range_req(key, range_end, 1), "ceiling")
+        return _kv(resp.kvs[0]) if resp.kvs else None
+
+    def range(self, start: str, end: str, *, limit: int = 0) -> list[KV]:
+        """Keys in ``[start, end)`` in key order (at most ``limit`` when > 0)."""
+        return [_kv(kv) for kv in self._range(_range_req(start, end, limit)).kvs]
+
+    def scan(self, start: str, end: str, *, page: int = 1000) -> Iterator[KV]:
+        """Every key in ``[start, end)``, fetched ``page`` at a time."""
+        while True:
+            resp = self._range(_range_req(start, end, page))
+            for kv in resp.kvs:
+                yield _kv(kv)
+            if not resp.more or not resp.kvs:
+                return
+            start = resp.kvs[-1].key.decode() + "\0"
+
+    def count(self, start: str, end: str) -> int:
+        return int(self._range(_range_req(start, end, count_only=True), "count").count)
+
+    def keys(self, start: str, end: str, *, limit: int = 0) -> list[str]:
+        resp = self._range(_range_req(start, end, limit, keys_only=True), "keys")
+        return [kv.key.decode() for kv in resp.kvs]
+
+    # -- writes ----------------------------------------------------------------
+    def put(self, key: str, value: bytes, *, lease: int = 0) -> int:
+        req = etcdrpc.PutRequest(key=key.encode(), value=value, lease=lease)
+        resp = self._call(
+            "put", lambda c: c.kvstub.Put(req, self.timeout, metadata=c.metadata), retry=False
+        )
+        return int(resp.header.revision)
+
+    def delete_range(self, start: str, end: str | None = None) -> int:
+        req = etcdrpc.DeleteRangeRequest(key=start.encode())
+        if end is not None:
+            req.range_end = end.encode()
+        resp = self._call(
+            "delete",
+            lambda c: c.kvstub.DeleteRange(req, self.timeout, metadata=c.metadata),
+            retry=False,
+        )
+        return int(resp.deleted)
+
+    def txn(
+        self, compares: Sequence[Compare], success: Sequence[Op], failure: Sequence[Op] = ()
+    ) -> TxnResult:
+        """One etcd transaction. A :class:`CoordinationError` from here means the
+        outcome is unknown: the caller must find out by reading, not by retrying blind."""
+        req = etcdrpc.TxnRequest(
+            compare=[_compare_msg(c) for c in compares],
+            success=[_op_msg(o) for o in success],
+            failure=[_op_msg(o) for o in failure],
+        )
+        resp = self._call(
+            "txn", lambda c: c.kvstub.Txn(req, self.timeout, metadata=c.metadata), retry=False
+        )
+        out: list[list[KV] | int | None] = []
+        for r in resp.responses:
+            kind = r.WhichOneof("response")
+            if kind == "response_range":
+                out.append([_kv(kv) for kv in r.response_range.kvs])
+            elif kind == "response_delete_range":
+                out.append(int(r.response_delete_range.deleted))
+            else:
+                out.append(None)
+        return TxnResult(bool(resp.succeeded), int(resp.header.revision), tuple(out))
+
+    # -- leases and watches ----------------------------------------------------
+    def grant_lease(self, ttl: int) -> int:
+        req = etcdrpc.LeaseGrantRequest(TTL=ttl, ID=0)
+        resp = self._call(
+            "lease_grant",
+            lambda c: c.leasestub.LeaseGrant(req, self.timeout, metadata=c.metadata),
+            retry=False,
+        )
+        return int(resp.ID)
+
+    def refresh_lease(self, lease_id: int) -> int:
+        """Send one keep-alive; return the remaining TTL (<= 0: the lease is gone)."""
+
+        def call(c: Any) -> Any:
+            for resp in c.leasestub.LeaseKeepAlive(
+                iter([etcdrpc.LeaseKeepAliveRequest(ID=lease_id)]), self.timeout,
+                metadata=c.metadata,
+            ):
+                return resp
+            return None
+
+        resp = self._call("lease_keepalive", call, retry=True)
+        return int(resp.TTL) if resp is not None else 0
+
+    def revoke_lease(self, lease_id: int) -> None:
+        req = etcdrpc.LeaseRevokeRequest(ID=lease_id)
+        try:
+            self._call(
+                "lease_revoke",
+                lambda c: c.leasestub.LeaseRevoke(req, self.timeout, metadata=c.metadata),
+                retry=True,
+            )
+        except CoordinationError as exc:
+            if "NOT_FOUND" not in str(exc):
+                raise
+
+    def watch(
+        self, key: str, callback: Callable[[], None], *, prefix: bool = False
+    ) -> Callable[[], None]:
+        """Call ``callback()`` (on etcd3's watcher thread) after every change to
+        ``key`` (or every key under it with ``prefix``). Returns a cancel function."""
+        client = self._client
+
+        def on_event(_response: Any) -> None:
+            callback()
+
+        if prefix:
+            wid = client.add_watch_prefix_callback(key, on_event)
+        else:
+            wid = client.add_watch_callback(key, on_event)
+        self.metrics.etcd_ops.labels("watch").inc()
+        return lambda: client.cancel_watch(wid)
+
+    def status(self) -> dict[str, int]:
+        """Revision and DB size of the member in use."""
+        resp = self._call(
+            "status",
+            lambda c: c.maintenancestub.Status(
+                etcdrpc.StatusRequest(), self.timeout, metadata=c.metadata
+            ),
+            retry=True,
+        )
+        return {"revision": int(resp.header.revision), "db_size": int(resp.dbSize)}
+
+    def close(self) -> None:
+        self._client.close()
+
+    def __enter__(self) -> Etcd:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

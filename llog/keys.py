@@ -1,0 +1,75 @@
+"""etcd key and object key layout (protocol/README.md, "Key layout").
+
+Every key llog writes is built here, so the layout lives in one place.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+OFFSET_DIGITS = 20
+
+
+@dataclass(frozen=True)
+class KeyLayout:
+    """Keys under one root prefix (``LLOG_ROOT_PREFIX``, default ``llog``)."""
+
+    root: str = "llog"
+
+    # -- etcd ------------------------------------------------------------------
+    def topic_prefix(self, topic: str) -> str:
+        return f"{self.root}/{topic}/"
+
+    def topic_meta(self, topic: str) -> str:
+        return f"{self.root}/{topic}/meta/topic"
+
+    def partition_prefix(self, topic: str, partition: int) -> str:
+        return f"{self.root}/{topic}/partitions/{partition}/"
+
+    def control(self, topic: str, partition: int) -> str:
+        return f"{self.partition_prefix(topic, partition)}meta/control"
+
+    def compaction_cursor(self, topic: str, partition: int) -> str:
+        return f"{self.partition_prefix(topic, partition)}meta/compaction-cursor"
+
+    def compaction(self, topic: str, partition: int) -> str:
+        return f"{self.partition_prefix(topic, partition)}meta/compaction"
+
+    def compactor_claim(self, topic: str, partition: int) -> str:
+        return f"{self.partition_prefix(topic, partition)}meta/compactor-claim"
+
+    def index_prefix(self, topic: str, partition: int) -> str:
+        return f"{self.partition_prefix(topic, partition)}index/"
+
+    def index(self, topic: str, partition: int, end_offset: int) -> str:
+        return f"{self.index_prefix(topic, partition)}{end_offset:0{OFFSET_DIGITS}d}"
+
+    def index_range_end(self, topic: str, partition: int) -> str:
+        """Exclusive etcd range end for every index key of the partition."""
+        return prefix_range_end(self.index_prefix(topic, partition))
+
+    @staticmethod
+    def end_offset_of(index_key: str) -> int:
+        return int(index_key.rsplit("/", 1)[1])
+
+    def all_prefix(self) -> str:
+        return f"{self.root}/"
+
+    # -- object store ----------------------------------------------------------
+    def wal_prefix(self) -> str:
+        return f"{self.root}/wal-shared/"
+
+    def wal_blob(self, blob_id: str) -> str:
+        return f"{self.wal_prefix()}{blob_id}"
+
+    def compacted_prefix(self, topic: str, partition: int) -> str:
+        return f"{self.root}/{topic}/partitions/{partition}/data/compacted/"
+
+    def compacted_blob(self, topic: str, partition: int, blob_id: str) -> str:
+        return f"{self.compacted_prefix(topic, partition)}{blob_id}"
+
+
+def prefix_range_end(prefix: str) -> str:
+    """Exclusive range end covering every key that starts with ``prefix``."""
+    raw = prefix.encode()
+    return (raw[:-1] + bytes([raw[-1] + 1])).decode()

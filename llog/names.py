@@ -1,0 +1,31 @@
+"""Naming rules for topics and partitions, checked at every entry point."""
+
+from __future__ import annotations
+
+import re
+
+from llog.errors import InvalidPartition, InvalidTopicName
+
+TOPIC_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
+#: Names that would collide with llog's own object-key prefixes.
+RESERVED_TOPICS = frozenset({".", "..", "wal-shared"})
+#: Upper bound on partitions per topic; keeps a typo from creating a million keys.
+MAX_PARTITIONS = 100_000
+
+
+def check_topic(topic: object) -> str:
+    """Return ``topic`` if it is a valid topic name, else raise :class:`InvalidTopicName`."""
+    if not isinstance(topic, str) or TOPIC_NAME_RE.fullmatch(topic) is None:
+        raise InvalidTopicName(topic)
+    if topic in RESERVED_TOPICS:
+        raise InvalidTopicName(topic)
+    return topic
+
+
+def check_partition(topic: str, partition: object) -> int:
+    """Return ``partition`` if it is an int >= 0, else raise :class:`InvalidPartition`."""
+    if isinstance(partition, bool) or not isinstance(partition, int) or partition < 0:
+        raise InvalidPartition(topic, partition)
+    if partition >= MAX_PARTITIONS:
+        raise InvalidPartition(topic, partition)
+    return partition

@@ -1,0 +1,256 @@
+"""The read path (protocol/README.md, "Read resolution").
+
+An offset resolves through a ceiling lookup on the partition's index keys (the first
+key whose end offset is >= the offset), or the control's ``pending`` for the newest
+committed append. Scans walk the index in pages, coalesce nearby slices of one object
+into one range GET, keep a bounded number of GETs in flight, and yield records in
+offset order.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+
+from llog.codec import batch
+from llog.config import LlogConfig
+from llog.connection import Connection
+from llog.control import ControlState, decode_index, read_control, settle
+from llog.errors import CorruptBlob, CorruptMetadata, InvalidInput, LlogError, OffsetOutOfRange
+from llog.names import check_partition, check_topic
+from llog.records import ConsumedRecord
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class SliceRef:
+    """Records ``[first_offset, first_offset + count)`` in bytes of one object."""
+
+    first_offset: int
+    count: int
+    data_key: str
+    byte_offset: int
+    byte_length: int
+
+    @property
+    def end_offset(self) -> int:
+        return self.first_offset + self.count - 1
+
+
+@dataclass(frozen=True)
+class _Fetch:
+    data_key: str
+    byte_offset: int
+    byte_length: int
+    slices: tuple[SliceRef, ...]
+
+
+class Reader:
+    """Reads committed records; thread-safe.
+
+    >>> with Reader(conn) as r:                                   # doctest: +SKIP
+    ...     for rec in r.scan("orders", 0, 0):
+    ...         print(rec.offset, rec.value)
+    """
+
+    def __init__(self, conn: Connection | LlogConfig | None = None, *, settle_pending: bool = True) -> None:
+        self._owns_conn = not isinstance(conn, Connection)
+        self.conn = conn if isinstance(conn, Connection) else Connection(conn)
+        self.config = self.conn.config
+        self.settle_pending = settle_pending
+        self._pool = ThreadPoolExecutor(max(1, self.config.read_prefetch), thread_name_prefix="llog-read")
+
+    # -- public API ------------------------------------------------------------
+    def read(self, topic: str, partition: int, offset: int) -> ConsumedRecord | None:
+        """The record at ``offset``, or ``None`` if it is at/after the next offset.
+        Raises :class:`OffsetOutOfRange` below the log start offset."""
+        for rec in self.scan(topic, partition, offset, offset + 1):
+            return rec
+        return None
+
+    def scan(
+        self, topic: str, partition: int, start: int = 0, end: int | None = None
+    ) -> Iterator[ConsumedRecord]:
+        """Records with ``start <= offset < end`` (``end=None``: up to the partition's
+        next offset when the scan begins), in offset order, with bounded memory."""
+        for b, first, lo, hi in self._batches(topic, partition, start, end):
+            n = 0
+            off = lo
+            for ts, key, value, headers in b.rows(lo - first, hi - first):
+                yield ConsumedRecord(topic, partition, off, ts, key, value, headers)
+                off += 1
+                n += 1
+            self.conn.metrics.read_records.inc(n)
+
+    def scan_batches(
+        self, topic: str, partition: int, start: int = 0, end: int | None = None
+    ) -> Iterator[tuple[int, batch.Batch, int, int]]:
+        """Decoded bodies for the scan: ``(first_offset, batch, lo, hi)`` where records
+        ``[lo, hi)`` of the scan are rows ``[lo - first_offset, hi - first_offset)`` of
+        ``batch``. For columnar consumers (Spark) that skip per-record objects."""
+        for b, first, lo, hi in self._batches(topic, partition, start, end):
+            yield first, b, lo, hi
+
+    def high_watermark(self, topic: str, partition: int) -> tuple[int, int]:
+        """``(log_start_offset, next_offset)`` of the partition."""
+        check_topic(topic)
+        check_partition(topic, partition)
+        self.conn.check_partition(topic, partition)
+        c = read_control(self.conn, topic, partition).control
+        return c.log_start_offset, c.next_offset
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
+        if self._owns_conn:
+            self.conn.close()
+
+    def __enter__(self) -> Reader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- resolution --------------------------------------------------------------
+    def _batches(
+        self, topic: str, partition: int, start: int, end: int | None
+    ) -> Iterator[tuple[batch.Batch, int, int, int]]:
+        check_topic(topic)
+        check_partition(topic, partition)
+        if isinstance(start, bool) or not isinstance(start, int) or start < 0:
+            raise InvalidInput(f"start offset must be an int >= 0, got {start!r}")
+        self.conn.check_partition(topic, partition)
+        st = read_control(self.conn, topic, partition)
+        ctl = st.control
+        if start < ctl.log_start_offset:
+            raise OffsetOutOfRange(topic, partition, start, ctl.log_start_offset)
+        hi = ctl.next_offset if end is None else min(end, ctl.next_offset)
+        if start >= hi:
+            return
+        if self.settle_pending and ctl.pending is not None:
+            self._maybe_settle(topic, partition, st)
+        fetches = self._fetches(self._slices(topic, partition, start, hi, st))
+        inflight: deque[tuple[_Fetch, Future[bytes]]] = deque()
+        depth = max(1, self.config.read_prefetch)
+        try:
+            while True:
+                while len(inflight) < depth:
+                    f = next(fetches, None)
+                    if f is None:
+                        break
+                    inflight.append((f, self._pool.submit(self._get, f)))
+                if not inflight:
+                    return
+                f, fut = inflight.popleft()
+                data = fut.result()
+                for s in f.slices:
+                    rel = s.byte_offset - f.byte_offset
+                    body = memoryview(data)[rel : rel + s.byte_length]
+                    try:
+                        b = batch.decode(body)
+                    except batch.BatchFormatError as exc:
+                        raise CorruptBlob(s.data_key, s.byte_offset, s.byte_length, str(exc)) from exc
+                    if len(b) != s.count:
+                        raise CorruptBlob(
+                            s.data_key, s.byte_offset, s.byte_length,
+                            f"body holds {len(b)} records, index says {s.count}",
+                        )
+                    lo = max(start, s.first_offset)
+                    top = min(hi, s.first_offset + s.count)
+                    if lo < top:
+                        yield b, s.first_offset, lo, top
+        finally:
+            for _, fut in inflight:
+                fut.cancel()
+
+    def _get(self, f: _Fetch) -> bytes:
+        data = self.conn.store.get_range(f.data_key, f.byte_offset, f.byte_length)
+        self.conn.metrics.read_bytes.inc(len(data))
+        return data
+
+    def _maybe_settle(self, topic: str, partition: int, st: ControlState) -> None:
+        try:
+            settle(self.conn, topic, partition, min_age_ms=self.config.settle_after_ms, state=st)
+        except LlogError as exc:  # best effort: the read itself does not need it
+            log.debug("settle of %s/%s skipped: %s", topic, partition, exc)
+
+    def _slices(
+        self, topic: str, partition: int, start: int, hi: int, st: ControlState
+    ) -> Iterator[SliceRef]:
+        """Slices covering ``[start, hi)`` in order, each record covered exactly once
+        by the first slice that holds it (a compaction in flight can make index entries
+        overlap; the overlap is skipped)."""
+        keys, etcd = self.conn.keys, self.conn.etcd
+        end_key = keys.index_range_end(topic, partition)
+        nxt = start
+        cursor = keys.index(topic, partition, start)
+        page = 1 if hi - start == 1 else 256
+        pending = st.control.pending
+        while nxt < hi:
+            kvs = etcd.range(cursor, end_key, limit=page)
+            for kv in kvs:
+                e = decode_index(kv.key, kv.value)
+                e_end = keys.end_offset_of(kv.key)
+                e_start = e_end - e.msg_count + 1
+                if e_end < nxt:
+                    continue
+                if e_start > nxt:
+                    # Only the pending tail may be missing from the index.
+                    break
+                yield SliceRef(e_start, e.msg_count, e.data_key, e.byte_offset, e.byte_length)
+                nxt = e_end + 1
+                if nxt >= hi:
+                    return
+            else:
+                if len(kvs) == page:
+                    cursor = kvs[-1].key + "\0"
+                    page = 256
+                    continue
+            # Index exhausted (or a gap) before hi: the rest must be the pending slice.
+            if pending is not None and pending.start_offset <= nxt <= pending.end_offset:
+                yield SliceRef(
+                    pending.start_offset, pending.msg_count, pending.data_key,
+                    pending.byte_offset, pending.byte_length,
+                )
+                nxt = pending.end_offset + 1
+                continue
+            lso = read_control(self.conn, topic, partition).control.log_start_offset
+            if nxt < lso:
+                raise OffsetOutOfRange(topic, partition, nxt, lso)
+            raise CorruptMetadata(
+                keys.index(topic, partition, nxt), f"no index entry or pending covers offset {nxt}"
+            )
+
+    def _fetches(self, slices: Iterator[SliceRef]) -> Iterator[_Fetch]:
+        """Group consecutive slices of one object, near each other, into one GET."""
+        gap = self.config.read_coalesce_gap_bytes
+        cap = self.config.read_max_fetch_bytes
+        group: list[SliceRef] = []
+        for s in slices:
+            if group:
+                first, last = group[0], group[-1]
+                last_end = last.byte_offset + last.byte_length
+                if (
+                    s.data_key == last.data_key
+                    and last_end <= s.byte_offset <= last_end + gap
+                    and s.byte_offset + s.byte_length - first.byte_offset <= cap
+                ):
+                    group.append(s)
+                    continue
+                yield _group(group)
+            group = [s]
+        if group:
+            yield _group(group)
+
+
+def _group(slices: list[SliceRef]) -> _Fetch:
+    first, last = slices[0], slices[-1]
+    return _Fetch(
+        first.data_key,
+        first.byte_offset,
+        last.byte_offset + last.byte_length - first.byte_offset,
+        tuple(slices),
+    )

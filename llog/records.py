@@ -1,0 +1,41 @@
+"""Record types: what a producer hands in and what a reader hands back."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+Headers = tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A record to append. ``timestamp`` is milliseconds since the epoch; ``None``
+    means "append time" (the writer stamps it when it builds the blob)."""
+
+    value: bytes
+    key: bytes | None = None
+    timestamp: int | None = None
+    headers: Headers = field(default=())
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedRecord:
+    """A committed record, as a reader returns it."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    key: bytes | None
+    value: bytes
+    headers: Headers = ()
+
+
+@dataclass(frozen=True, slots=True)
+class AppendGroup:
+    """Records for one topic-partition inside one ``append_shared`` call."""
+
+    topic: str
+    partition: int
+    records: Sequence[Record | bytes]

@@ -1,0 +1,87 @@
+"""The object-store interface every backend implements."""
+
+from __future__ import annotations
+
+import time
+from abc import ABC, abstractmethod
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from llog.errors import InvalidInput
+from llog.metrics import Metrics
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    key: str
+    size: int
+    #: Last modification time, seconds since the epoch.
+    modified: float
+
+
+class ObjectStore(ABC):
+    """Whole-object PUT, whole and range GET, list, delete. Keys are ``/``-separated
+    relative paths; a backend maps them under its own root (bucket prefix, directory)."""
+
+    uri: str
+
+    def __init__(self, metrics: Metrics | None) -> None:
+        self.metrics = metrics if metrics is not None else Metrics()
+
+    @abstractmethod
+    def put(self, key: str, data: bytes) -> None:
+        """Store ``data`` at ``key`` atomically: readers see all of it or nothing."""
+
+    @abstractmethod
+    def get(self, key: str) -> bytes:
+        """The whole object; :class:`ObjectNotFound` if absent."""
+
+    @abstractmethod
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        """Exactly ``length`` bytes at ``offset``; :class:`ObjectNotFound` if absent,
+        :class:`StoreError` if the object is shorter."""
+
+    @abstractmethod
+    def head(self, key: str) -> ObjectInfo | None:
+        """Size and modification time, or ``None`` if absent."""
+
+    @abstractmethod
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        """Every object whose key starts with ``prefix``, in key order."""
+
+    @abstractmethod
+    def delete(self, keys: Iterable[str]) -> int:
+        """Delete the keys (absent ones are fine); return how many were requested."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""
+
+    def __enter__(self) -> ObjectStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @contextmanager
+    def _measure(self, op: str) -> Iterator[None]:
+        self.metrics.s3_ops.labels(op).inc()
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.metrics.s3_latency.labels(op).observe(time.perf_counter() - t0)
+
+
+def check_key(key: str) -> str:
+    """Reject keys that could escape a backend's root or confuse S3 listings."""
+    if not key or key.startswith("/") or "\\" in key or "\0" in key:
+        raise InvalidInput(f"invalid object key {key!r}")
+    if any(part in ("", ".", "..") for part in key.split("/")):
+        raise InvalidInput(f"invalid object key {key!r}")
+    return key
+
+
+def check_range(key: str, offset: int, length: int) -> None:
+    if offset < 0 or length <= 0:
+        raise InvalidInput(f"invalid range [{offset}, +{length}) of {key}")

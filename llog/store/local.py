@@ -1,0 +1,115 @@
+"""Object store in a local directory (``file://``), for embedded single-node use.
+
+PUTs are atomic and durable: write a temp file in the target directory, fsync it,
+rename it over the key, fsync the directory.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from llog.errors import ObjectNotFound, StoreError
+from llog.metrics import Metrics
+from llog.store.base import ObjectInfo, ObjectStore, check_key, check_range
+
+_TMP_SUFFIX = ".llog-tmp"
+
+
+class LocalStore(ObjectStore):
+    def __init__(self, root: str | os.PathLike[str], metrics: Metrics | None = None) -> None:
+        super().__init__(metrics)
+        self.root = Path(root).absolute()
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.uri = f"file://{self.root}"
+
+    def _path(self, key: str) -> Path:
+        return self.root / check_key(key)
+
+    def put(self, key: str, data: bytes) -> None:
+        path = self._path(key)
+        with self._measure("put"):
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=_TMP_SUFFIX)
+            try:
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, path)
+            except BaseException:
+                try:
+                    os.unlink(tmp)
+                except FileNotFoundError:
+                    pass
+                raise
+            dfd = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(dfd)
+            finally:
+                os.close(dfd)
+        self.metrics.s3_bytes.labels("in").inc(len(data))
+
+    def get(self, key: str) -> bytes:
+        with self._measure("get"):
+            try:
+                data = self._path(key).read_bytes()
+            except (FileNotFoundError, IsADirectoryError):
+                raise ObjectNotFound(key) from None
+        self.metrics.s3_bytes.labels("out").inc(len(data))
+        return data
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        check_range(key, offset, length)
+        with self._measure("get_range"):
+            try:
+                with open(self._path(key), "rb") as f:
+                    f.seek(offset)
+                    data = f.read(length)
+            except (FileNotFoundError, IsADirectoryError):
+                raise ObjectNotFound(key) from None
+        if len(data) != length:
+            raise StoreError(
+                f"short read of {key}: wanted {length} bytes at {offset}, got {len(data)}"
+            )
+        self.metrics.s3_bytes.labels("out").inc(length)
+        return data
+
+    def head(self, key: str) -> ObjectInfo | None:
+        with self._measure("head"):
+            try:
+                st = self._path(key).stat()
+            except FileNotFoundError:
+                return None
+        return ObjectInfo(key, st.st_size, st.st_mtime)
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        self.metrics.s3_ops.labels("list").inc()
+        found: list[ObjectInfo] = []
+        for dirpath, _dirs, files in os.walk(self.root):
+            for name in files:
+                if name.endswith(_TMP_SUFFIX):
+                    continue
+                full = Path(dirpath) / name
+                key = full.relative_to(self.root).as_posix()
+                if key.startswith(prefix):
+                    try:
+                        st = full.stat()
+                    except FileNotFoundError:
+                        continue
+                    found.append(ObjectInfo(key, st.st_size, st.st_mtime))
+        found.sort(key=lambda o: o.key)
+        return iter(found)
+
+    def delete(self, keys: Iterable[str]) -> int:
+        n = 0
+        with self._measure("delete"):
+            for key in keys:
+                n += 1
+                try:
+                    self._path(key).unlink()
+                except FileNotFoundError:
+                    pass
+        return n

@@ -1,0 +1,165 @@
+"""Object store on S3 or any S3-compatible server, through boto3."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from llog.errors import ObjectNotFound, StoreError
+from llog.metrics import Metrics
+from llog.store.base import ObjectInfo, ObjectStore, check_key, check_range
+
+_NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
+_DELETE_BATCH = 1000  # S3 DeleteObjects limit
+
+
+class S3Store(ObjectStore):
+    """``s3://bucket/prefix``. Credentials come from the standard AWS chain
+    (environment, profile, instance role); retries use botocore's standard mode."""
+
+    def __init__(
+        self,
+        bucket: str,
+        prefix: str = "",
+        *,
+        endpoint_url: str | None = None,
+        region: str | None = None,
+        max_attempts: int = 5,
+        max_pool_connections: int = 32,
+        metrics: Metrics | None = None,
+        client: Any = None,
+    ) -> None:
+        super().__init__(metrics)
+        self.bucket = bucket
+        self.prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
+        self.uri = f"s3://{bucket}/{self.prefix}"
+        self._client = client or boto3.session.Session().client(
+            "s3",
+            endpoint_url=endpoint_url,
+            region_name=region or "us-east-1",
+            config=Config(
+                retries={"max_attempts": max_attempts, "mode": "standard"},
+                max_pool_connections=max_pool_connections,
+                s3={"addressing_style": "path"} if endpoint_url else None,
+            ),
+        )
+
+    def _k(self, key: str) -> str:
+        return self.prefix + check_key(key)
+
+    def _error(self, exc: Exception, key: str, op: str) -> Exception:
+        if isinstance(exc, ClientError):
+            code = str(exc.response.get("Error", {}).get("Code", ""))
+            if code in _NOT_FOUND:
+                return ObjectNotFound(key)
+        return StoreError(f"S3 {op} of s3://{self.bucket}/{self._k(key)} failed: {exc}")
+
+    def put(self, key: str, data: bytes) -> None:
+        with self._measure("put"):
+            try:
+                self._client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data)
+            except (ClientError, BotoCoreError) as exc:
+                raise self._error(exc, key, "PUT") from exc
+        self.metrics.s3_bytes.labels("in").inc(len(data))
+
+    def get(self, key: str) -> bytes:
+        with self._measure("get"):
+            try:
+                resp = self._client.get_object(Bucket=self.bucket, Key=self._k(key))
+                data: bytes = resp["Body"].read()
+            except (ClientError, BotoCoreError) as exc:
+                raise self._error(exc, key, "GET") from exc
+        self.metrics.s3_bytes.labels("out").inc(len(data))
+        return data
+
+    def get_range(self, key: str, offset: int, length: int) -> bytes:
+        check_range(key, offset, length)
+        with self._measure("get_range"):
+            try:
+                resp = self._client.get_object(
+                    Bucket=self.bucket,
+                    Key=self._k(key),
+                    Range=f"bytes={offset}-{offset + length - 1}",
+                )
+                data: bytes = resp["Body"].read()
+            except ClientError as exc:
+                code = str(exc.response.get("Error", {}).get("Code", ""))
+                if code == "InvalidRange":
+                    raise StoreError(
+                        f"range [{offset}, {offset + length}) is past the end of {key}"
+                    ) from exc
+                raise self._error(exc, key, "range GET") from exc
+            except BotoCoreError as exc:
+                raise self._error(exc, key, "range GET") from exc
+        if len(data) != length:
+            raise StoreError(
+                f"short read of {key}: wanted {length} bytes at {offset}, got {len(data)}"
+            )
+        self.metrics.s3_bytes.labels("out").inc(length)
+        return data
+
+    def head(self, key: str) -> ObjectInfo | None:
+        with self._measure("head"):
+            try:
+                resp = self._client.head_object(Bucket=self.bucket, Key=self._k(key))
+            except ClientError as exc:
+                err = self._error(exc, key, "HEAD")
+                if isinstance(err, ObjectNotFound):
+                    return None
+                raise err from exc
+            except BotoCoreError as exc:
+                raise self._error(exc, key, "HEAD") from exc
+        return ObjectInfo(key, int(resp["ContentLength"]), resp["LastModified"].timestamp())
+
+    def list(self, prefix: str) -> Iterator[ObjectInfo]:
+        paginator = self._client.get_paginator("list_objects_v2")
+        cut = len(self.prefix)
+        try:
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=self.prefix + prefix):
+                self.metrics.s3_ops.labels("list").inc()
+                for obj in page.get("Contents", []):
+                    yield ObjectInfo(
+                        obj["Key"][cut:], int(obj["Size"]), obj["LastModified"].timestamp()
+                    )
+        except (ClientError, BotoCoreError) as exc:
+            raise self._error(exc, prefix, "LIST") from exc
+
+    def delete(self, keys: Iterable[str]) -> int:
+        batch: list[str] = []
+        n = 0
+        for key in keys:
+            batch.append(self._k(key))
+            if len(batch) == _DELETE_BATCH:
+                n += self._delete_batch(batch)
+                batch = []
+        if batch:
+            n += self._delete_batch(batch)
+        return n
+
+    def _delete_batch(self, keys: list[str]) -> int:
+        with self._measure("delete"):
+            try:
+                resp = self._client.delete_objects(
+                    Bucket=self.bucket,
+                    Delete={"Objects": [{"Key": k} for k in keys], "Quiet": True},
+                )
+            except (ClientError, BotoCoreError) as exc:
+                raise StoreError(f"S3 DeleteObjects in {self.bucket} failed: {exc}") from exc
+        errors = resp.get("Errors") or []
+        if errors:
+            raise StoreError(f"S3 DeleteObjects failed for {len(errors)} keys: {errors[:3]}")
+        return len(keys)
+
+    def create_bucket(self) -> None:
+        """Create the bucket if it is missing (dev stacks and tests)."""
+        try:
+            self._client.head_bucket(Bucket=self.bucket)
+        except ClientError:
+            self._client.create_bucket(Bucket=self.bucket)
+
+    def close(self) -> None:
+        self._client.close()

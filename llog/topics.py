@@ -1,0 +1,147 @@
+"""Topic administration: create, list, describe, fence and unfence partitions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llog.codec.meta import FENCED, OPEN, CompactionCursor, MetaFormatError, Pending, TopicMeta
+from llog.connection import Connection
+from llog.control import ControlState, decode_control, now_ms, read_control
+from llog.errors import CasConflict, CorruptMetadata, InvalidInput, TopicConflict
+from llog.etcd import Get, Put, absent, mod_revision_is
+from llog.keys import prefix_range_end
+from llog.names import MAX_PARTITIONS, check_partition, check_topic
+
+
+@dataclass(frozen=True)
+class PartitionInfo:
+    partition: int
+    log_state: str
+    next_offset: int
+    log_start_offset: int
+    pending: Pending | None
+    index_keys: int
+    compaction_cursor: int
+
+
+@dataclass(frozen=True)
+class TopicDescription:
+    meta: TopicMeta
+    partitions: tuple[PartitionInfo, ...]
+
+
+class Topics:
+    """Topic admin over a :class:`Connection`."""
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+
+    def create(
+        self,
+        name: str,
+        partitions: int,
+        *,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+    ) -> TopicMeta:
+        """Create a topic. Idempotent: creating an existing topic with the same
+        partition count returns it; a different count raises :class:`TopicConflict`."""
+        check_topic(name)
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or not (
+            0 < partitions <= MAX_PARTITIONS
+        ):
+            raise InvalidInput(f"partitions must be an int in [1, {MAX_PARTITIONS}], got {partitions!r}")
+        for label, v in (("retention_ms", retention_ms), ("retention_bytes", retention_bytes)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+                raise InvalidInput(f"{label} must be a positive int or None, got {v!r}")
+        meta = TopicMeta(name, partitions, now_ms(), retention_ms, retention_bytes)
+        key = self.conn.keys.topic_meta(name)
+        r = self.conn.etcd.txn([absent(key)], [Put(key, meta.encode())], [Get(key)])
+        if r.succeeded:
+            return meta
+        existing = self.conn.topic(name, refresh=True)
+        if existing.partitions != partitions:
+            raise TopicConflict(
+                f"topic {name!r} exists with {existing.partitions} partitions, not {partitions}"
+            )
+        return existing
+
+    def get(self, name: str) -> TopicMeta:
+        return self.conn.topic(name, refresh=True)
+
+    def list(self) -> list[TopicMeta]:
+        """Every topic, by name. Skips from topic to topic (one ceiling lookup each)
+        instead of scanning their index keys."""
+        etcd, keys = self.conn.etcd, self.conn.keys
+        root = keys.all_prefix()
+        end = prefix_range_end(root)
+        out: list[TopicMeta] = []
+        cursor = root
+        while True:
+            kv = etcd.ceiling(cursor, end)
+            if kv is None:
+                return out
+            name = kv.key[len(root) :].split("/", 1)[0]
+            meta_key = keys.topic_meta(name)
+            meta_kv = kv if kv.key == meta_key else etcd.get(meta_key)
+            if meta_kv is not None:
+                try:
+                    out.append(TopicMeta.decode(meta_kv.value))
+                except MetaFormatError as exc:
+                    raise CorruptMetadata(meta_key, str(exc)) from exc
+            cursor = prefix_range_end(keys.topic_prefix(name))
+
+    def describe(self, name: str) -> TopicDescription:
+        meta = self.get(name)
+        etcd, keys = self.conn.etcd, self.conn.keys
+        parts = []
+        for p in range(meta.partitions):
+            st = read_control(self.conn, name, p)
+            cur = etcd.get(keys.compaction_cursor(name, p))
+            cursor = 0
+            if cur is not None:
+                try:
+                    cursor = CompactionCursor.decode(cur.value).offset
+                except MetaFormatError as exc:
+                    raise CorruptMetadata(cur.key, str(exc)) from exc
+            c = st.control
+            parts.append(
+                PartitionInfo(
+                    partition=p,
+                    log_state=c.log_state,
+                    next_offset=c.next_offset,
+                    log_start_offset=c.log_start_offset,
+                    pending=c.pending,
+                    index_keys=etcd.count(
+                        keys.index_prefix(name, p), keys.index_range_end(name, p)
+                    ),
+                    compaction_cursor=cursor,
+                )
+            )
+        return TopicDescription(meta, tuple(parts))
+
+    def fence(self, topic: str, partition: int) -> ControlState:
+        """Reject further appends to the partition (committed data stays readable)."""
+        return self._set_state(topic, partition, FENCED)
+
+    def unfence(self, topic: str, partition: int) -> ControlState:
+        return self._set_state(topic, partition, OPEN)
+
+    def _set_state(self, topic: str, partition: int, state: str) -> ControlState:
+        check_partition(topic, partition)
+        self.conn.check_partition(topic, partition)
+        key = self.conn.keys.control(topic, partition)
+        st = read_control(self.conn, topic, partition)
+        for _ in range(self.conn.config.commit_max_attempts):
+            if st.control.log_state == state:
+                return st
+            new = st.control.with_changes(log_state=state)
+            r = self.conn.etcd.txn(
+                [mod_revision_is(key, st.mod_revision)], [Put(key, new.encode())], [Get(key)]
+            )
+            if r.succeeded:
+                return ControlState(new, r.revision)
+            got = r.responses[0]
+            assert isinstance(got, list)
+            st = decode_control(key, got[0] if got else None)
+        raise CasConflict(key, self.conn.config.commit_max_attempts)

