@@ -71,6 +71,38 @@ class LlogConfig:
     compactor_host: str = "127.0.0.1"
     compactor_port: int = 8081
     vacuum_grace_s: float = 3600.0
+    #: Compaction cuts a run of WAL entries at about this many slice bytes (a reader
+    #: fetches a compacted slice whole, so keep it near ``read_max_fetch_bytes``).
+    compact_target_bytes: int = 16 * 1024 * 1024
+    #: ... and at this many records.
+    compact_max_records: int = 1_000_000
+    #: Range GETs a compaction keeps in flight while reading its run's slices.
+    compact_read_prefetch: int = 16
+    #: WAL entries younger than this are left alone. A writer whose commit outcome was
+    #: unknown finds its append again by the append_id in the WAL index entry, which
+    #: compaction replaces: this must exceed the writer's commit retry window.
+    compact_min_age_ms: int = 120_000
+    #: Compaction tasks the service runs at once.
+    compactor_workers: int = 4
+    #: TTL of the lease behind the service's ``meta/compactor-claim`` keys.
+    compactor_claim_ttl_s: int = 15
+    #: Seconds between passes over the known partitions.
+    compactor_pass_interval_s: float = 5.0
+    #: Seconds between scans for new (and deleted) topics and partitions.
+    compactor_discovery_interval_s: float = 30.0
+    #: Seed targets, comma separated: ``topic`` (every partition) or ``topic:partition``.
+    compactor_targets: str | None = None
+    #: compact_once runs one task may chain on a partition before yielding it.
+    compactor_max_runs_per_task: int = 8
+    #: On shutdown, seconds to let in-flight compactions finish before abandoning them.
+    compactor_shutdown_timeout_s: float = 30.0
+    #: Seconds between the service's vacuum passes; 0 turns them off.
+    vacuum_interval_s: float = 3600.0
+    #: Prices behind the S3 billing estimate (USD): PUT/LIST per 1000, GET/HEAD per 1000,
+    #: storage per GiB-month.
+    s3_price_put_per_1000: float = 0.005
+    s3_price_get_per_1000: float = 0.0004
+    s3_price_gib_month: float = 0.023
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> LlogConfig:
@@ -98,9 +130,18 @@ class LlogConfig:
             raise ConfigError(f"root_prefix {self.root_prefix!r} must be one non-empty path segment")
         for name in ("max_record_bytes", "max_blob_bytes", "commit_max_attempts",
                      "read_max_fetch_bytes", "read_prefetch", "batch_max_bytes",
-                     "batch_max_buffered_bytes", "default_partitions"):
+                     "batch_max_buffered_bytes", "default_partitions", "compact_target_bytes",
+                     "compact_max_records", "compact_read_prefetch", "compactor_workers",
+                     "compactor_claim_ttl_s", "compactor_pass_interval_s", "compactor_discovery_interval_s",
+                     "compactor_max_runs_per_task"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
+        for name in ("compact_min_age_ms", "vacuum_grace_s", "vacuum_interval_s",
+                     "compactor_shutdown_timeout_s"):
+            if getattr(self, name) < 0:
+                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.compact_target_bytes > 1024**3:
+            raise ConfigError("compact_target_bytes must be <= 1 GiB (one compacted body)")
 
 
 def _split_endpoints(text: str) -> tuple[str, ...]:

@@ -168,3 +168,83 @@ class S3Server(LocalServer):
 
 def scratch_dir(prefix: str = "llog-") -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix))
+
+
+class LocalStack:
+    """etcd plus an object store for one machine: a local directory by default, or
+    moto's S3 server with ``s3=True``. :attr:`config` connects to it and :meth:`env`
+    gives the ``LLOG_*``/``AWS_*`` variables a child process needs."""
+
+    def __init__(self, workdir: Path | None = None, *, s3: bool = False, bucket: str = "llog") -> None:
+        self.workdir = workdir or scratch_dir("llog-stack-")
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        self.etcd = EtcdServer(self.workdir)
+        self.s3 = S3Server(self.workdir) if s3 else None
+        self.bucket = bucket
+
+    def start(self, timeout: float = 30.0) -> LocalStack:
+        from llog.config import LlogConfig
+
+        try:
+            self.etcd.wait_ready(timeout)
+            if self.s3 is not None:
+                self.s3.wait_ready(timeout)
+        except BaseException:
+            self.stop()
+            raise
+        for k, v in self._aws_env().items():
+            os.environ.setdefault(k, v)
+        if self.s3 is not None:
+            self.config = LlogConfig(
+                etcd_endpoints=(self.etcd.endpoint,),
+                object_store=f"s3://{self.bucket}/data",
+                s3_endpoint_url=self.s3.endpoint_url,
+            )
+            from llog.store import open_store
+            from llog.store.s3 import S3Store
+
+            store = open_store(self.config)
+            assert isinstance(store, S3Store)
+            try:
+                store.create_bucket()
+            finally:
+                store.close()
+        else:
+            self.config = LlogConfig(
+                etcd_endpoints=(self.etcd.endpoint,),
+                object_store=(self.workdir / "objects").as_uri(),
+            )
+        return self
+
+    def _aws_env(self) -> dict[str, str]:
+        if self.s3 is None:
+            return {}
+        return {
+            "AWS_ACCESS_KEY_ID": "llog",
+            "AWS_SECRET_ACCESS_KEY": "llog-secret",
+            "AWS_DEFAULT_REGION": "us-east-1",
+        }
+
+    def env(self) -> dict[str, str]:
+        """Variables that point a child process (or a shell) at this stack."""
+        cfg = self.config
+        out = {
+            "LLOG_ETCD_ENDPOINTS": ",".join(cfg.etcd_endpoints),
+            "LLOG_OBJECT_STORE": cfg.object_store,
+            "LLOG_ROOT_PREFIX": cfg.root_prefix,
+            **self._aws_env(),
+        }
+        if cfg.s3_endpoint_url:
+            out["LLOG_S3_ENDPOINT_URL"] = cfg.s3_endpoint_url
+        return out
+
+    def stop(self) -> None:
+        if self.s3 is not None:
+            self.s3.stop()
+        self.etcd.stop()
+
+    def __enter__(self) -> LocalStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

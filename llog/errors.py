@@ -134,3 +134,44 @@ class AmbiguousCommit(CoordinationError):
 
 class ConfigError(LlogError, ValueError):
     """A configuration value is missing or malformed."""
+
+
+class CommitRejected(LlogError):
+    """A consumer-group offset commit was refused; the committed offset is unchanged."""
+
+    def __init__(self, group: str, topic: str, partition: int, offset: int, reason: str) -> None:
+        super().__init__(f"commit of offset {offset} for group {group!r} on {topic}/{partition} rejected: {reason}")
+        self.group = group
+        self.topic = topic
+        self.partition = partition
+        self.offset = offset
+
+
+class BackwardsCommit(CommitRejected):
+    """The offset is below the committed one and the commit is not an explicit reset."""
+
+
+class CommitOutOfRange(CommitRejected):
+    """The offset is past what was delivered to the application (or past the log's end)."""
+
+
+class StaleEpoch(CommitRejected):
+    """An exclusive consumer from an older epoch (a zombie) tried to commit."""
+
+
+class NotAssigned(CommitRejected):
+    """The member does not own the partition (any more)."""
+
+
+class SequenceError(LlogError):
+    """An idempotent producer's sequence number is out of order for the partition."""
+
+    def __init__(self, topic: str, partition: int, producer_id: str, expected: int, got: int) -> None:
+        super().__init__(
+            f"producer {producer_id!r} sent sequence {got} to {topic}/{partition}; expected {expected}"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.producer_id = producer_id
+        self.expected = expected
+        self.got = got

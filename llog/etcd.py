@@ -200,7 +200,8 @@ class Etcd:
                     if attempt + 1 < attempts:
                         time.sleep(0.05 * (attempt + 1))
                         continue
-                raise CoordinationError(f"etcd {op} failed: {code}: {exc.details() if hasattr(exc, 'details') else exc}") from exc
+                detail = exc.details() if hasattr(exc, "details") else exc
+                raise CoordinationError(f"etcd {op} failed: {code}: {detail}") from exc
             finally:
                 self.metrics.etcd_latency.labels(op).observe(time.perf_counter() - t0)
         raise AssertionError("unreachable")
@@ -330,10 +331,7 @@ class Etcd:
         def on_event(_response: Any) -> None:
             callback()
 
-        if prefix:
-            wid = client.add_watch_prefix_callback(key, on_event)
-        else:
-            wid = client.add_watch_callback(key, on_event)
+        wid = client.add_watch_prefix_callback(key, on_event) if prefix else client.add_watch_callback(key, on_event)
         self.metrics.etcd_ops.labels("watch").inc()
         return lambda: client.cancel_watch(wid)
 

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 OFFSET_DIGITS = 20
+#: Reserved name under the root that holds consumer-group state (never a topic name).
+GROUPS = "_groups"
 
 
 @dataclass(frozen=True)
@@ -38,6 +40,9 @@ class KeyLayout:
     def compactor_claim(self, topic: str, partition: int) -> str:
         return f"{self.partition_prefix(topic, partition)}meta/compactor-claim"
 
+    def producer(self, topic: str, partition: int, producer_id: str) -> str:
+        return f"{self.partition_prefix(topic, partition)}producers/{producer_id}"
+
     def index_prefix(self, topic: str, partition: int) -> str:
         return f"{self.partition_prefix(topic, partition)}index/"
 
@@ -51,6 +56,34 @@ class KeyLayout:
     @staticmethod
     def end_offset_of(index_key: str) -> int:
         return int(index_key.rsplit("/", 1)[1])
+
+    # -- consumer groups (under the reserved name "_groups") ----------------------
+    def group_prefix(self, group: str) -> str:
+        return f"{self.root}/{GROUPS}/{group}/"
+
+    def groups_prefix(self) -> str:
+        return f"{self.root}/{GROUPS}/"
+
+    def group_offset_prefix(self, group: str) -> str:
+        return f"{self.group_prefix(group)}offsets/"
+
+    def group_offset(self, group: str, topic: str, partition: int) -> str:
+        return f"{self.group_offset_prefix(group)}{topic}/{partition}"
+
+    def group_epoch(self, group: str) -> str:
+        return f"{self.group_prefix(group)}epoch"
+
+    def group_member_prefix(self, group: str) -> str:
+        return f"{self.group_prefix(group)}members/"
+
+    def group_member(self, group: str, member_id: str) -> str:
+        return f"{self.group_member_prefix(group)}{member_id}"
+
+    def group_owner_prefix(self, group: str) -> str:
+        return f"{self.group_prefix(group)}owners/"
+
+    def group_owner(self, group: str, topic: str, partition: int) -> str:
+        return f"{self.group_owner_prefix(group)}{topic}/{partition}"
 
     def all_prefix(self) -> str:
         return f"{self.root}/"

@@ -8,7 +8,7 @@ same values as plain JSON.
 
 from __future__ import annotations
 
-from prometheus_client import CollectorRegistry, Counter, Histogram
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 _LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0)
 _SIZE_BUCKETS = tuple(float(2**i) for i in range(8, 29, 2))
@@ -45,6 +45,40 @@ class Metrics:
         )
         self.read_records = Counter("llog_read_records", "records returned by readers", registry=r)
         self.read_bytes = Counter("llog_read_bytes", "slice bytes fetched by readers", registry=r)
+        # Batching producer.
+        self.producer_queue_bytes = Gauge(
+            "llog_producer_queue_bytes", "bytes buffered or in flight in batching producers", registry=r
+        )
+        self.producer_queue_records = Gauge(
+            "llog_producer_queue_records", "records buffered in batching producers", registry=r
+        )
+        self.producer_flushes = Counter(
+            "llog_producer_flushes", "producer flushes by reason", ["reason"], registry=r
+        )
+        self.producer_flush_bytes = Histogram(
+            "llog_producer_flush_bytes", "record bytes per producer flush", buckets=_SIZE_BUCKETS, registry=r
+        )
+        self.producer_backpressure = Counter(
+            "llog_producer_backpressure", "sends refused because the buffer stayed full", registry=r
+        )
+        # Broker.
+        self.http_requests = Counter(
+            "llog_http_requests", "broker HTTP requests by route and status", ["route", "status"], registry=r
+        )
+        self.http_latency = Histogram(
+            "llog_http_request_seconds", "broker HTTP request latency", ["route"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.produce_records = Counter("llog_produce_records", "records acknowledged by the broker", registry=r)
+        self.produce_bytes = Counter("llog_produce_bytes", "value bytes acknowledged by the broker", registry=r)
+        self.consume_records = Counter("llog_consume_records", "records returned by broker consumes", registry=r)
+        self.consume_bytes = Counter("llog_consume_bytes", "value bytes returned by broker consumes", registry=r)
+        self.tail_cache_lookups = Counter(
+            "llog_tail_cache_lookups", "broker tail cache lookups by result", ["result"], registry=r
+        )
+        self.tail_wakeups = Counter(
+            "llog_tail_wakeups", "partition change signals by source", ["source"], registry=r
+        )
 
     def value(self, name: str, **labels: str) -> float:
         """Current value of a sample (e.g. ``value("llog_etcd_ops_total", op="txn")``)."""

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import re
 
-from llog.errors import InvalidPartition, InvalidTopicName
+from llog.errors import InvalidInput, InvalidPartition, InvalidTopicName
 
 TOPIC_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 #: Names that would collide with llog's own object-key prefixes.
-RESERVED_TOPICS = frozenset({".", "..", "wal-shared"})
+RESERVED_TOPICS = frozenset({".", "..", "wal-shared", "_groups"})
 #: Upper bound on partitions per topic; keeps a typo from creating a million keys.
 MAX_PARTITIONS = 100_000
 
@@ -20,6 +20,16 @@ def check_topic(topic: object) -> str:
     if topic in RESERVED_TOPICS:
         raise InvalidTopicName(topic)
     return topic
+
+
+GROUP_NAME_RE = TOPIC_NAME_RE
+
+
+def check_group(group: object) -> str:
+    """Consumer group names follow the topic naming rule."""
+    if not isinstance(group, str) or GROUP_NAME_RE.fullmatch(group) is None or group in (".", ".."):
+        raise InvalidInput(f"invalid group name {group!r}: must match [A-Za-z0-9._-]{{1,249}}")
+    return group
 
 
 def check_partition(topic: str, partition: object) -> int:

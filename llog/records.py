@@ -34,8 +34,15 @@ class ConsumedRecord:
 
 @dataclass(frozen=True, slots=True)
 class AppendGroup:
-    """Records for one topic-partition inside one ``append_shared`` call."""
+    """Records for one topic-partition inside one ``append_shared`` call.
+
+    With ``producer_id`` and ``sequence`` the append is idempotent: a retry of the same
+    (producer_id, sequence) on the partition returns the original offsets instead of
+    appending again. Sequences of one producer on one partition go up by one per batch.
+    """
 
     topic: str
     partition: int
     records: Sequence[Record | bytes]
+    producer_id: str | None = None
+    sequence: int | None = None

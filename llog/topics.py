@@ -4,9 +4,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llog.codec.meta import FENCED, OPEN, CompactionCursor, MetaFormatError, Pending, TopicMeta
+from llog.codec.meta import (
+    COMPACTED,
+    FENCED,
+    OPEN,
+    CompactionCursor,
+    MetaFormatError,
+    Pending,
+    TopicMeta,
+)
 from llog.connection import Connection
-from llog.control import ControlState, decode_control, now_ms, read_control
+from llog.control import ControlState, decode_control, decode_index, now_ms, read_control
 from llog.errors import CasConflict, CorruptMetadata, InvalidInput, TopicConflict
 from llog.etcd import Get, Put, absent, mod_revision_is
 from llog.keys import prefix_range_end
@@ -22,6 +30,13 @@ class PartitionInfo:
     pending: Pending | None
     index_keys: int
     compaction_cursor: int
+    #: When the newest compaction of the partition was written (ms), None if never.
+    last_compaction_ms: int | None = None
+
+    @property
+    def compaction_lag(self) -> int:
+        """Records not compacted yet: ``next_offset`` minus the compaction cursor."""
+        return self.next_offset - max(self.compaction_cursor, self.log_start_offset)
 
 
 @dataclass(frozen=True)
@@ -80,7 +95,8 @@ class Topics:
         while True:
             kv = etcd.ceiling(cursor, end)
             if kv is None:
-                return out
+                # Key order puts "a-b/" before "a/"; callers want name order.
+                return sorted(out, key=lambda m: m.name)
             name = kv.key[len(root) :].split("/", 1)[0]
             meta_key = keys.topic_meta(name)
             meta_kv = kv if kv.key == meta_key else etcd.get(meta_key)
@@ -105,6 +121,13 @@ class Topics:
                 except MetaFormatError as exc:
                     raise CorruptMetadata(cur.key, str(exc)) from exc
             c = st.control
+            # The entry just below the cursor is the newest compaction's (unless
+            # retention dropped it since).
+            last = etcd.get(keys.index(name, p, cursor - 1)) if cursor > 0 else None
+            last_ms = None
+            if last is not None:
+                entry = decode_index(last.key, last.value)
+                last_ms = entry.created_at_ms if entry.kind == COMPACTED else None
             parts.append(
                 PartitionInfo(
                     partition=p,
@@ -116,6 +139,7 @@ class Topics:
                         keys.index_prefix(name, p), keys.index_range_end(name, p)
                     ),
                     compaction_cursor=cursor,
+                    last_compaction_ms=last_ms,
                 )
             )
         return TopicDescription(meta, tuple(parts))

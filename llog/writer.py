@@ -89,6 +89,20 @@ class _Prepared:
 
 def normalize_record(topic: str, partition: int, r: object, now: int, limit: int) -> Record:
     """Check one record's types and size; stamp append time if it has no timestamp."""
+    # Fast paths for the common cases (exact types, no headers); same results as below.
+    if type(r) is bytes and len(r) <= limit:
+        return Record(r, None, now)
+    if type(r) is Record and r.headers == ():
+        value, key, ts = r.value, r.key, r.timestamp
+        if (
+            type(value) is bytes
+            and (key is None or type(key) is bytes)
+            and len(value) + (len(key) if key is not None else 0) <= limit
+        ):
+            if ts is None:
+                return Record(value, key, now)
+            if type(ts) is int and 0 <= ts < 2**63:
+                return r
     if isinstance(r, (bytes, bytearray, memoryview)):
         r = Record(bytes(r))
     if not isinstance(r, Record):
@@ -158,6 +172,9 @@ class Writer:
         self._fault = fault_hook
         self._cache: dict[tuple[str, int], ControlState] = {}
         self._cache_lock = threading.Lock()
+        # One commit at a time per partition within this writer: concurrent callers then
+        # CAS against each other's cached result instead of conflicting and re-reading.
+        self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
         self._pool = ThreadPoolExecutor(commit_workers, thread_name_prefix="llog-commit")
         self._closed = False
 
@@ -298,8 +315,11 @@ class Writer:
             self._cache[(topic, partition)] = st
 
     def _commit(self, topic: str, partition: int, pending: Pending) -> Outcome:
+        with self._cache_lock:
+            lock = self._partition_locks.setdefault((topic, partition), threading.Lock())
         try:
-            return self._commit_once(topic, partition, pending)
+            with lock:
+                return self._commit_once(topic, partition, pending)
         except LlogError as exc:
             self.conn.metrics.appends.labels(type(exc).__name__).inc()
             with self._cache_lock:

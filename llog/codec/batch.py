@@ -31,8 +31,8 @@ import zlib
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from itertools import accumulate
-from typing import TYPE_CHECKING, Any
+from itertools import accumulate, pairwise, repeat
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 from llog.records import Headers, Record
 
@@ -47,6 +47,11 @@ _HEADER = struct.Struct("<4sIIIIIII")
 HEADER_SIZE = _HEADER.size  # 32
 _MAX_SECTION = 2**31 - 1  # i32 offsets
 _LITTLE = sys.byteorder == "little"
+_ZEROS = bytes(8)
+_SPLIT_COPY_MAX = 64 * 1024
+
+#: ``(timestamps, keys, values, headers)`` of a run of records (:meth:`Batch.columns`).
+Columns = tuple[list[int], "list[bytes | None] | None", list[bytes], "list[Headers] | None"]
 
 
 class BatchFormatError(ValueError):
@@ -62,6 +67,19 @@ def _le(arr: array[int]) -> bytes:
         arr = array(arr.typecode, arr)
         arr.byteswap()
     return arr.tobytes()
+
+
+def _split(data: memoryview, offsets: list[int]) -> list[bytes]:
+    """The pieces of ``data`` between consecutive ``offsets``."""
+    base = offsets[0]
+    if offsets[-1] - base > _SPLIT_COPY_MAX:
+        # Copy each piece straight out of the buffer: a large temporary copy costs more
+        # (fresh pages from the OS) than the per-piece memoryview slices.
+        return [data[a:b].tobytes() for a, b in pairwise(offsets)]
+    blob = bytes(data[base : offsets[-1]])
+    if base:
+        offsets = [o - base for o in offsets]
+    return [blob[a:b] for a, b in pairwise(offsets)]
 
 
 def _offsets(lengths: Iterator[int] | Sequence[int]) -> array[int]:
@@ -86,15 +104,23 @@ def encode(records: Sequence[Record]) -> bytes:
     flags = 0
     key_blob = b""
     keys = [r.key for r in records]
-    if any(k is not None for k in keys):
+    nulls = keys.count(None)
+    if nulls < n:
         flags |= FLAG_KEYS
-        bitmap = bytearray((n + 7) // 8)
-        for i, k in enumerate(keys):
-            if k is not None:
-                bitmap[i >> 3] |= 1 << (i & 7)
-        parts.append(bytes(bitmap))
-        key_blob = b"".join(k for k in keys if k is not None)
-        parts.append(_le(_offsets(len(k) if k is not None else 0 for k in keys)))
+        if nulls:
+            bitmap = bytearray((n + 7) // 8)
+            for i, k in enumerate(keys):
+                if k is not None:
+                    bitmap[i >> 3] |= 1 << (i & 7)
+            parts.append(bytes(bitmap))
+            key_blob = b"".join([k for k in keys if k is not None])
+            parts.append(_le(_offsets([len(k) if k is not None else 0 for k in keys])))
+        else:  # every record keyed (the common case): no per-record bit loop
+            full, rest = divmod(n, 8)
+            parts.append(b"\xff" * full + (bytes([(1 << rest) - 1]) if rest else b""))
+            present = cast("list[bytes]", keys)
+            key_blob = b"".join(present)
+            parts.append(_le(_offsets(map(len, present))))
     header_count = 0
     if any(r.headers for r in records):
         flags |= FLAG_HEADERS
@@ -108,13 +134,19 @@ def encode(records: Sequence[Record]) -> bytes:
         parts.append(b"".join(hvals))
     parts.append(value_blob)
     parts.append(key_blob)
-    body = bytearray(HEADER_SIZE)
+    head = bytearray(_HEADER.pack(MAGIC, 0, n, flags, header_count, len(value_blob), len(key_blob), 0))
+    # The CRC runs over the pieces and the body is joined once: no growing buffer.
+    crc = zlib.crc32(memoryview(head)[8:])
+    chunks: list[bytes | bytearray] = [head]
     for part in parts:
-        body += part
-        body += b"\0" * _pad(len(part))
-    _HEADER.pack_into(body, 0, MAGIC, 0, n, flags, header_count, len(value_blob), len(key_blob), 0)
-    struct.pack_into("<I", body, 4, zlib.crc32(memoryview(body)[8:]))
-    return bytes(body)
+        crc = zlib.crc32(part, crc)
+        chunks.append(part)
+        pad = _pad(len(part))
+        if pad:
+            crc = zlib.crc32(_ZEROS[:pad], crc)
+            chunks.append(_ZEROS[:pad])
+    struct.pack_into("<I", head, 4, crc)
+    return b"".join(chunks)
 
 
 @dataclass(frozen=True)
@@ -139,31 +171,35 @@ class Batch:
 
     def rows(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, bytes | None, bytes, Headers]]:
         """Yield ``(timestamp, key, value, headers)`` for records ``[start, stop)``."""
+        ts, keys, values, headers = self.columns(start, stop)
+        yield from zip(
+            ts,
+            keys if keys is not None else repeat(None),
+            values,
+            headers if headers is not None else repeat(()),
+            strict=False,  # the repeat() fillers are endless
+        )
+
+    def columns(self, start: int = 0, stop: int | None = None) -> Columns:
+        """Records ``[start, stop)`` as lists ``(timestamps, keys, values, headers)``;
+        ``keys`` is None when the body has no keys, ``headers`` None when it has no
+        headers. For callers that build their own per-record objects (cheaper than
+        :meth:`rows`: no per-record tuple or generator step)."""
         stop = self.count if stop is None else min(stop, self.count)
         if start >= stop:
-            return
-        ts = self.timestamps[start:stop].tolist()
-        vo = self.value_offsets[start : stop + 1].tolist()
-        vals = bytes(self.values[vo[0] : vo[-1]])
-        base = vo[0]
+            return [], None, [], None
+        ts: list[int] = self.timestamps[start:stop].tolist()
+        values: list[bytes] = _split(self.values, self.value_offsets[start : stop + 1].tolist())
         keys: list[bytes | None] | None = None
         if self.key_offsets is not None and self.keys is not None and self.key_validity is not None:
-            ko = self.key_offsets[start : stop + 1].tolist()
-            kb = bytes(self.keys[ko[0] : ko[-1]])
-            kbase = ko[0]
+            keys = list(_split(self.keys, self.key_offsets[start : stop + 1].tolist()))
             bits = self.key_validity
-            keys = [
-                kb[ko[j] - kbase : ko[j + 1] - kbase] if bits[(start + j) >> 3] & (1 << ((start + j) & 7)) else None
-                for j in range(stop - start)
-            ]
-        headers = self._headers(start, stop)
-        for j in range(stop - start):
-            yield (
-                ts[j],
-                keys[j] if keys is not None else None,
-                vals[vo[j] - base : vo[j + 1] - base],
-                headers[j] if headers is not None else (),
-            )
+            mask = (1 << (stop - start)) - 1
+            if (int.from_bytes(bits, "little") >> start) & mask != mask:  # some keys are null
+                for j in range(stop - start):
+                    if not bits[(start + j) >> 3] & (1 << ((start + j) & 7)):
+                        keys[j] = None
+        return ts, keys, values, self._headers(start, stop)
 
     def _headers(self, start: int, stop: int) -> list[Headers] | None:
         if (
@@ -226,14 +262,15 @@ class Batch:
             ).cast(hdr_type)
         else:
             headers = pa.ListArray.from_arrays(
-                pa.array([0] * (n + 1), pa.int32()),
+                # All-zero offsets from one zeroed buffer (no per-record Python list).
+                pa.Array.from_buffers(pa.int32(), n + 1, [None, buf(bytes(4 * (n + 1)))]),
                 pa.array([], pa.struct([("key", pa.string()), ("value", pa.binary())])),
             ).cast(hdr_type)
         timestamp = pa.Array.from_buffers(pa.int64(), n, [None, buf(self.timestamps)])
         return {"timestamp": timestamp, "key": key, "value": value, "headers": headers}
 
 
-def _cast(mv: memoryview, fmt: str) -> memoryview:
+def _cast(mv: memoryview, fmt: Literal["q", "i"]) -> memoryview:
     if not _LITTLE:  # pragma: no cover - big-endian hosts
         arr = array(fmt, mv.tobytes())
         arr.byteswap()
@@ -293,6 +330,8 @@ def decode(body: bytes | bytearray | memoryview, *, verify: bool = True) -> Batc
     if hko is not None and hvo is not None:
         _check_offsets(hko, len(hk) if hk is not None else 0)
         _check_offsets(hvo, len(hv) if hv is not None else 0)
+        if hk is not None:
+            _check_utf8(hk, hko)
     return Batch(n, timestamps, value_offsets, values, key_validity, key_offsets, keys,
                  header_offsets, hko, hk, hvo, hv)
 
@@ -304,11 +343,23 @@ def _last(offsets: memoryview) -> int:
     return v
 
 
+def _check_utf8(data: memoryview, offsets: memoryview) -> None:
+    # Header keys are str: bytes that pass the CRC but do not split into UTF-8 keys
+    # (a writer bug) must fail here, as corruption, not later in rows() or in Arrow.
+    raw = bytes(data)
+    try:
+        raw.decode()
+    except UnicodeDecodeError as exc:
+        raise BatchFormatError("header keys are not valid UTF-8") from exc
+    if any(o < len(raw) and raw[o] & 0xC0 == 0x80 for o in offsets.tolist()):
+        raise BatchFormatError("a header key boundary splits a UTF-8 character")
+
+
 def _check_offsets(offsets: memoryview, end: int) -> None:
     # Endpoints and monotonicity: cheap enough (C-level tolist) and it keeps a
     # crafted body from slicing outside its buffers.
     if offsets[0] != 0 or offsets[len(offsets) - 1] != end:
         raise BatchFormatError("offsets do not span their section")
     seq: list[Any] = offsets.tolist()
-    if any(b < a for a, b in zip(seq, seq[1:])):
+    if sorted(seq) != seq:  # timsort on a sorted list is one C-level pass
         raise BatchFormatError("offsets are not monotonic")

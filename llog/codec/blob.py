@@ -60,7 +60,7 @@ class PackedBlob:
 
 
 def _header(created_at_ms: int, parts: Sequence[BlobPart]) -> bytes:
-    return msgpack.packb(
+    out: bytes = msgpack.packb(
         {
             "v": VERSION,
             "created_at_ms": created_at_ms,
@@ -78,6 +78,7 @@ def _header(created_at_ms: int, parts: Sequence[BlobPart]) -> bytes:
             ],
         }
     )
+    return out
 
 
 def pack(bodies: Sequence[BlobBody], created_at_ms: int) -> PackedBlob:

@@ -8,18 +8,23 @@ so later versions can add fields.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import msgpack
 
-OPEN = "OPEN"
-FENCED = "FENCED"
-WAL = "WAL"
-COMPACTED = "COMPACTED"
+OPEN: Final = "OPEN"
+FENCED: Final = "FENCED"
+WAL: Final = "WAL"
+COMPACTED: Final = "COMPACTED"
 
 
 class MetaFormatError(ValueError):
     """An etcd value does not decode to the expected schema."""
+
+
+def _pack(obj: dict[str, Any]) -> bytes:
+    out: bytes = msgpack.packb(obj)
+    return out
 
 
 def _unpack(raw: bytes) -> dict[str, Any]:
@@ -110,7 +115,7 @@ class Control:
     pending: Pending | None = None
 
     def encode(self) -> bytes:
-        return msgpack.packb(
+        return _pack(
             {
                 "log_state": self.log_state,
                 "next_offset": self.next_offset,
@@ -167,7 +172,7 @@ class IndexEntry:
         }
         if self.append_id is not None:
             m["append_id"] = self.append_id
-        return msgpack.packb(m)
+        return _pack(m)
 
     @classmethod
     def decode(cls, raw: bytes) -> IndexEntry:
@@ -204,7 +209,7 @@ class TopicMeta:
     retention_bytes: int | None = None
 
     def encode(self) -> bytes:
-        return msgpack.packb(
+        return _pack(
             {
                 "name": self.name,
                 "partitions": self.partitions,
@@ -238,7 +243,7 @@ class CompactionCursor:
     offset: int
 
     def encode(self) -> bytes:
-        return msgpack.packb({"offset": self.offset})
+        return _pack({"offset": self.offset})
 
     @classmethod
     def decode(cls, raw: bytes) -> CompactionCursor:
@@ -270,7 +275,7 @@ class CompactionRecord:
     owner: str
 
     def encode(self) -> bytes:
-        return msgpack.packb(
+        return _pack(
             {
                 "stage": self.stage,
                 "start_offset": self.start_offset,
@@ -306,3 +311,91 @@ class CompactionRecord:
 
     def at_stage(self, stage: str) -> CompactionRecord:
         return replace(self, stage=stage)
+
+
+@dataclass(frozen=True)
+class GroupOffset:
+    """``_groups/{group}/offsets/{topic}/{partition}``: the group's committed offset —
+    the next offset the group will consume."""
+
+    offset: int
+    epoch: int
+    member: str
+    updated_at_ms: int
+
+    def encode(self) -> bytes:
+        return _pack(
+            {
+                "offset": self.offset,
+                "epoch": self.epoch,
+                "member": self.member,
+                "updated_at_ms": self.updated_at_ms,
+            }
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> GroupOffset:
+        m = _unpack(raw)
+        return cls(
+            offset=_field(m, "offset", int),
+            epoch=_field(m, "epoch", int),
+            member=_field(m, "member", str),
+            updated_at_ms=_field(m, "updated_at_ms", int),
+        )
+
+
+@dataclass(frozen=True)
+class GroupEpoch:
+    """``_groups/{group}/epoch``: bumped by every exclusive consumer that starts; commits
+    carrying an older epoch are rejected."""
+
+    epoch: int
+    owner: str
+    started_at_ms: int
+
+    def encode(self) -> bytes:
+        return _pack({"epoch": self.epoch, "owner": self.owner, "started_at_ms": self.started_at_ms})
+
+    @classmethod
+    def decode(cls, raw: bytes) -> GroupEpoch:
+        m = _unpack(raw)
+        return cls(
+            epoch=_field(m, "epoch", int),
+            owner=_field(m, "owner", str),
+            started_at_ms=_field(m, "started_at_ms", int),
+        )
+
+
+@dataclass(frozen=True)
+class ProducerState:
+    """``partitions/{p}/producers/{producer_id}``: the last batch an idempotent producer
+    committed to the partition, written in the same transaction as the commit. A retry
+    carrying the same sequence gets these offsets back instead of appending again."""
+
+    sequence: int
+    start_offset: int
+    end_offset: int
+    append_id: str
+    updated_at_ms: int
+
+    def encode(self) -> bytes:
+        return _pack(
+            {
+                "sequence": self.sequence,
+                "start_offset": self.start_offset,
+                "end_offset": self.end_offset,
+                "append_id": self.append_id,
+                "updated_at_ms": self.updated_at_ms,
+            }
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> ProducerState:
+        m = _unpack(raw)
+        return cls(
+            sequence=_field(m, "sequence", int),
+            start_offset=_field(m, "start_offset", int),
+            end_offset=_field(m, "end_offset", int),
+            append_id=_field(m, "append_id", str),
+            updated_at_ms=_field(m, "updated_at_ms", int),
+        )

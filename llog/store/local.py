@@ -6,6 +6,7 @@ rename it over the key, fsync the directory.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import tempfile
 from collections.abc import Iterable, Iterator
@@ -40,10 +41,8 @@ class LocalStore(ObjectStore):
                     os.fsync(f.fileno())
                 os.replace(tmp, path)
             except BaseException:
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     os.unlink(tmp)
-                except FileNotFoundError:
-                    pass
                 raise
             dfd = os.open(path.parent, os.O_RDONLY)
             try:
@@ -108,8 +107,6 @@ class LocalStore(ObjectStore):
         with self._measure("delete"):
             for key in keys:
                 n += 1
-                try:
+                with contextlib.suppress(FileNotFoundError):
                     self._path(key).unlink()
-                except FileNotFoundError:
-                    pass
         return n

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import builtins
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -129,7 +130,7 @@ class S3Store(ObjectStore):
             raise self._error(exc, prefix, "LIST") from exc
 
     def delete(self, keys: Iterable[str]) -> int:
-        batch: list[str] = []
+        batch: builtins.list[str] = []
         n = 0
         for key in keys:
             batch.append(self._k(key))
@@ -140,7 +141,7 @@ class S3Store(ObjectStore):
             n += self._delete_batch(batch)
         return n
 
-    def _delete_batch(self, keys: list[str]) -> int:
+    def _delete_batch(self, keys: builtins.list[str]) -> int:
         with self._measure("delete"):
             try:
                 resp = self._client.delete_objects(

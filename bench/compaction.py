@@ -1,0 +1,175 @@
+"""Compaction: what it costs and what it buys, on a partition of 10,000 small appends.
+
+Starts a local stack (real etcd + moto S3 on loopback, see ``bench/common.py``). One
+trial:
+
+1. write ``--appends`` single-record appends (``--value-bytes`` each) to partition 0,
+   packed 50 to a shared WAL blob and interleaved with another partition's appends, so
+   no two slices of partition 0 touch — as when many writers each flush one slice of
+   it per blob. Every append is its own index key.
+2. scan the partition ``--runs`` times with ``Reader.scan``: time, range GETs, bytes
+   (``--quick``: the first 2,000 records only — one GET per slice either way, and
+   the 10,000 GETs of a full scan cost most of a quick run's budget on moto).
+3. compact it (``compact_once`` until idle) with the default run bounds.
+4. scan it again the same way.
+
+Readers (and the compactor) run with ``read_coalesce_gap_bytes=0``: a scan never
+reads through a gap between two slices to save a GET, which is what it gets when the
+slices sit in different blobs. MiB are record payload (value bytes) throughout, the
+same before and after. Figures are medians over scans and trials; the last line is one
+JSON object with ``compaction_mib_s``, ``index_keys_before``, ``index_keys_after``,
+``index_cut``, ``gets_per_mib_before``, ``gets_per_mib_after``, ``gets_cut``.
+Targets: index keys cut >= 100x, GETs per MiB cut >= 10x.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (
+    MIB,
+    LocalStack,
+    bench_args,
+    emit_json,
+    median,
+    mib_s,
+    print_table,
+    ratio,
+)
+
+from compactor import Compactor
+from compactor.compact import COMPACTED
+from llog import AppendGroup, Reader, Topics, Writer
+from llog.connection import Connection
+
+TOPIC = "bench"
+PER_BLOB = 50
+
+
+@dataclass(frozen=True)
+class Scan:
+    seconds: float
+    gets: float
+    payload: int
+
+    @property
+    def mib_s(self) -> float:
+        return mib_s(self.payload, self.seconds)
+
+    @property
+    def gets_per_mib(self) -> float:
+        return self.gets / (self.payload / MIB)
+
+
+@dataclass(frozen=True)
+class Trial:
+    keys_before: int
+    keys_after: int
+    before: Scan
+    after: Scan
+    compact_seconds: float
+    compactions: int
+    payload: int
+
+
+def _index_keys(conn: Connection) -> int:
+    k = conn.keys
+    return conn.etcd.count(k.index_prefix(TOPIC, 0), k.index_range_end(TOPIC, 0))
+
+
+def _write(conn: Connection, appends: int, value_bytes: int) -> None:
+    with Writer(conn) as w:
+        for base in range(0, appends, PER_BLOB):
+            groups = []
+            for i in range(base, min(appends, base + PER_BLOB)):
+                value = (b"%08d" % i).ljust(value_bytes, b".")
+                groups += [AppendGroup(TOPIC, 0, [value]), AppendGroup(TOPIC, 1, [b"filler"])]
+            assert all(o.ok for o in w.append_shared(groups))
+
+
+def _scan(conn: Connection, expect: int) -> Scan:
+    gets0 = conn.metrics.value("llog_s3_ops_total", op="get_range")
+    t0 = time.perf_counter()
+    n = payload = 0
+    with Reader(conn) as r:
+        for rec in r.scan(TOPIC, 0, 0, expect):
+            n += 1
+            payload += len(rec.value)
+    secs = time.perf_counter() - t0
+    assert n == expect, f"scan returned {n} records, expected {expect}"
+    return Scan(secs, conn.metrics.value("llog_s3_ops_total", op="get_range") - gets0, payload)
+
+
+def _median_scan(scans: list[Scan]) -> Scan:
+    return Scan(median([s.seconds for s in scans]), median([s.gets for s in scans]), scans[0].payload)
+
+
+def trial(stack: LocalStack, appends: int, value_bytes: int, runs: int, before_records: int) -> Trial:
+    cfg = stack.config("s3", compact_min_age_ms=0, settle_after_ms=0, read_coalesce_gap_bytes=0)
+    with Connection(cfg) as conn:
+        Topics(conn).create(TOPIC, 2)
+        _write(conn, appends, value_bytes)
+        keys_before = _index_keys(conn)
+        before = _median_scan([_scan(conn, before_records) for _ in range(runs)])
+        t0 = time.perf_counter()
+        compactions = 0
+        with Compactor(conn) as c:
+            while c.compact_once(TOPIC, 0).outcome == COMPACTED:
+                compactions += 1
+        compact_s = time.perf_counter() - t0
+        keys_after = _index_keys(conn)
+        after = _median_scan([_scan(conn, appends) for _ in range(runs)])
+        return Trial(keys_before, keys_after, before, after, compact_s, compactions, after.payload)
+
+
+def main() -> None:
+    p = bench_args(__doc__.splitlines()[0] if __doc__ else "compaction")
+    p.add_argument("--appends", type=int, default=10_000, help="appends to the measured partition")
+    p.add_argument("--value-bytes", type=int, default=100, help="bytes per record value")
+    p.add_argument("--trials", type=int, default=None, help="write-scan-compact-scan repetitions")
+    args = p.parse_args()
+    runs = args.runs or (1 if args.quick else 3)
+    trials = args.trials or (1 if args.quick else 3)
+    with LocalStack() as stack:
+        before_records = min(args.appends, 2_000) if args.quick else args.appends
+        results = [trial(stack, args.appends, args.value_bytes, runs, before_records) for _ in range(trials)]
+    before = _median_scan([t.before for t in results])
+    after = _median_scan([t.after for t in results])
+    compact_s = median([t.compact_seconds for t in results])
+    payload = results[0].payload
+    keys_before = int(median([t.keys_before for t in results]))
+    keys_after = int(median([t.keys_after for t in results]))
+    print(f"{args.appends} appends of {args.value_bytes} B to one partition, {PER_BLOB} per shared blob; "
+          f"{trials} trial(s), {runs} scan(s) each (before: first {before_records} records); medians")
+    print_table(
+        ["", "index keys", "scan MiB/s", "range GETs", "GETs per MiB"],
+        [
+            ["before compaction", keys_before, before.mib_s, before.gets, before.gets_per_mib],
+            ["after compaction", keys_after, after.mib_s, after.gets, after.gets_per_mib],
+        ],
+    )
+    print(f"compaction: {mib_s(payload, compact_s):.3f} MiB/s, {keys_before / compact_s:.0f} slices/s "
+          f"({compact_s:.2f} s, {results[0].compactions} compacted blob(s))")
+    emit_json({
+        "compaction_mib_s": mib_s(payload, compact_s),
+        "compaction_seconds": compact_s,
+        "compaction_slices_s": keys_before / compact_s,
+        "index_keys_before": keys_before,
+        "index_keys_after": keys_after,
+        "index_cut": ratio(keys_before, keys_after),
+        "scan_mib_s_before": before.mib_s,
+        "scan_mib_s_after": after.mib_s,
+        "scan_speedup": ratio(after.mib_s, before.mib_s),
+        "gets_per_mib_before": before.gets_per_mib,
+        "gets_per_mib_after": after.gets_per_mib,
+        "gets_cut": ratio(before.gets_per_mib, after.gets_per_mib),
+    })
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,440 @@
+"""Write and read path throughput against the raw limits of the same server, same run.
+
+Starts a local stack (real etcd + moto S3 on loopback, see ``bench/common.py``) and, per
+object store (``s3``, and ``file://`` as a second row), measures:
+
+- produce: ``Writer.append_shared`` of shared blobs (records for all 16 partitions in
+  each blob) in steady state (warm writer), called back to back by 1 thread and by
+  ``--streams`` threads, against bare ``store.put`` of blobs of the same size with the
+  same number of threads: appends/s, MiB/s, S3 PUTs per flush, etcd txns per
+  partition-append;
+- scan: every partition read with ``Reader.scan`` (record objects) and with
+  ``Reader.scan_batches`` + ``Batch.to_arrow`` (columnar), against bare
+  ``store.get_range`` of exactly the byte ranges the scan reads, and bare whole-object
+  ``store.get``, both with as many requests in flight as the reader keeps
+  (``read_prefetch``). Two layouts: shared blobs (each slice is 1/16 of a blob) and
+  one partition per blob (each slice is a whole blob's body);
+- small appends (one record each, single- and multi-partition calls): etcd txns per
+  partition-append.
+
+Raw and llog runs alternate, each figure is the median of ``--runs`` repetitions, and
+ratios are medians of per-repetition ratios. llog MiB/s count record payload (value +
+key bytes); raw MiB/s count object bytes, which also hold the blob's framing, so the
+ratios are slightly conservative. The last line is one JSON object.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: python bench/...
+
+from bench.common import (
+    MIB,
+    LocalStack,
+    bench_args,
+    emit_json,
+    freeze_heap,
+    median,
+    median_ratio,
+    mib_s,
+    print_table,
+    seconds,
+)
+from llog import AppendGroup, Reader, Record, Topics, Writer
+from llog.codec import batch, blob
+from llog.config import LlogConfig
+from llog.connection import Connection
+from llog.control import decode_index, now_ms
+from llog.store import ObjectStore
+
+PARTITIONS = 16
+VALUE_BYTES = 1024
+KEY_BYTES = 16
+#: Partitions of the one-partition-per-blob layout (few, so each holds several blobs).
+SINGLE_PARTITIONS = 2
+
+Flush = list[AppendGroup]
+
+
+# -- workload ---------------------------------------------------------------------
+def make_flushes(topic: str, blob_mib: float, count: int, *, shared: bool) -> list[Flush]:
+    """``count`` flushes of about ``blob_mib`` MiB of records: with ``shared``, one
+    group per partition in every flush; otherwise the whole flush for one partition,
+    taking turns over :data:`SINGLE_PARTITIONS` partitions."""
+    per_blob = max(1, int(blob_mib * MIB / (VALUE_BYTES + KEY_BYTES)))
+    per_group = max(1, per_blob // PARTITIONS) if shared else per_blob
+    pool = os.urandom(VALUE_BYTES + per_group)
+    flushes = []
+    for f in range(count):
+        parts = range(PARTITIONS) if shared else [f % SINGLE_PARTITIONS]
+        flushes.append([
+            AppendGroup(topic, p, [
+                Record(pool[i : i + VALUE_BYTES], f"{f:05d}-{p:03d}-{i:06d}".encode()[:KEY_BYTES])
+                for i in range(per_group)
+            ])
+            for p in parts
+        ])
+    return flushes
+
+
+def payload(flushes: Sequence[Flush]) -> int:
+    total = 0
+    for groups in flushes:
+        for g in groups:
+            for r in g.records:
+                assert isinstance(r, Record)
+                total += len(r.value) + len(r.key or b"")
+    return total
+
+
+def packed_like(groups: Flush) -> bytes:
+    """The shared blob the writer builds for ``groups`` (same size and layout)."""
+    stamp = now_ms()
+    bodies = [
+        blob.BlobBody(g.topic, g.partition, len(g.records), batch.encode(
+            [Record(r.value, r.key, stamp) for r in g.records if isinstance(r, Record)]
+        ))
+        for g in groups
+    ]
+    return blob.pack(bodies, stamp).data
+
+
+def run_all(fn: Callable[[int], object], n: int, streams: int) -> None:
+    """``fn(0..n-1)``, back to back on ``streams`` threads."""
+    if streams == 1:
+        for i in range(n):
+            fn(i)
+        return
+    with ThreadPoolExecutor(streams) as pool:
+        list(pool.map(fn, range(n)))
+
+
+# -- produce ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class ProduceRow:
+    store: str
+    layout: str
+    streams: int
+    blob_bytes: int
+    mib_s: float
+    raw_put_mib_s: float
+    ratio: float
+    appends_s: float
+    flushes_s: float
+    puts_per_flush: float
+    txn_per_append: float
+    cpu_ms: float  # this process's CPU per flush (all threads)
+    raw_cpu_ms: float
+
+
+def measure_produce(
+    conn: Connection, label: str, blob_mib: float, flushes: int, runs: int, streams: int, *, shared: bool
+) -> ProduceRow:
+    topic = f"produce-{'shared' if shared else 'single'}-{streams}-{blob_mib}"
+    Topics(conn).create(topic, PARTITIONS)
+    work = make_flushes(topic, blob_mib, flushes, shared=shared)
+    data = payload(work)
+    raw = packed_like(work[0])
+    freeze_heap()
+    store, m = conn.store, conn.metrics
+    prod_s: list[float] = []
+    put_s: list[float] = []
+    txns = appends = puts = prod_cpu = put_cpu = 0.0
+    with Writer(conn, commit_workers=PARTITIONS) as w:
+        w.append_shared(work[0])  # warm: control values cached, connections open
+        store.put(f"{conn.keys.root}/raw/warm", raw)
+
+        def produce() -> None:
+            run_all(lambda i: w.append_shared(work[i]), flushes, streams)
+
+        def raw_put(run: int) -> None:
+            run_all(lambda i: store.put(f"{conn.keys.root}/raw/{streams}/{run}/{i}", raw), flushes, streams)
+
+        def timed_raw(run: int) -> None:
+            nonlocal put_cpu
+            c0 = time.process_time()
+            put_s.append(seconds(lambda: raw_put(run)))
+            put_cpu += time.process_time() - c0
+
+        for run in range(runs):
+            if run % 2:  # alternate the order: drift on the shared machine hits both alike
+                timed_raw(run)
+            t0 = m.value("llog_etcd_ops_total", op="txn")
+            a0 = m.value("llog_partition_appends_total", outcome="ok")
+            p0 = m.value("llog_s3_ops_total", op="put")
+            c0 = time.process_time()
+            prod_s.append(seconds(produce))
+            prod_cpu += time.process_time() - c0
+            txns += m.value("llog_etcd_ops_total", op="txn") - t0
+            appends += m.value("llog_partition_appends_total", outcome="ok") - a0
+            puts += m.value("llog_s3_ops_total", op="put") - p0
+            if not run % 2:
+                timed_raw(run)
+    raw_bytes = len(raw) * flushes
+    per_flush_ms = 1000 / (flushes * runs)
+    return ProduceRow(
+        store=label,
+        layout="shared" if shared else "1 partition",
+        streams=streams,
+        blob_bytes=len(raw),
+        mib_s=median([mib_s(data, s) for s in prod_s]),
+        raw_put_mib_s=median([mib_s(raw_bytes, s) for s in put_s]),
+        ratio=median_ratio(data, prod_s, raw_bytes, put_s),
+        appends_s=median([sum(len(g) for g in work) / s for s in prod_s]),
+        flushes_s=median([flushes / s for s in prod_s]),
+        puts_per_flush=puts / (flushes * runs),
+        txn_per_append=txns / appends if appends else float("nan"),
+        cpu_ms=prod_cpu * per_flush_ms,
+        raw_cpu_ms=put_cpu * per_flush_ms,
+    )
+
+
+# -- scan -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ScanRow:
+    store: str
+    layout: str
+    fetch_bytes: int  # mean bytes per range GET
+    records_mib_s: float  # Reader.scan
+    columnar_mib_s: float  # Reader.scan_batches + to_arrow
+    raw_range_mib_s: float
+    raw_get_mib_s: float  # whole objects
+    records_ratio: float  # against raw_range
+    columnar_ratio: float
+
+
+def scan_records(reader: Reader, topic: str, partitions: int) -> int:
+    n = 0
+    for p in range(partitions):
+        for rec in reader.scan(topic, p):
+            n += len(rec.value) + len(rec.key or b"")
+    return n
+
+
+def scan_columnar(reader: Reader, topic: str, partitions: int) -> int:
+    n = 0
+    for p in range(partitions):
+        for first, b, lo, hi in reader.scan_batches(topic, p):
+            cols = b.to_arrow()
+            if hi - lo == len(b):
+                n += len(b.values) + (len(b.keys) if b.keys is not None else 0)
+            else:
+                n += sum(len(v) + len(k or b"") for _, k, v, _ in b.rows(lo - first, hi - first))
+            del cols
+    return n
+
+
+def index_slices(conn: Connection, topic: str, partitions: int) -> list[tuple[str, int, int]]:
+    """``(data_key, byte_offset, byte_length)`` of every index entry, in scan order."""
+    out = []
+    for p in range(partitions):
+        for kv in conn.etcd.scan(conn.keys.index(topic, p, 0), conn.keys.index_range_end(topic, p)):
+            e = decode_index(kv.key, kv.value)
+            out.append((e.data_key, e.byte_offset, e.byte_length))
+    return out
+
+
+def measure_scan(
+    conn: Connection, label: str, blob_mib: float, flushes: int, runs: int, *, shared: bool
+) -> ScanRow:
+    topic = f"scan-{'shared' if shared else 'single'}-{blob_mib}"
+    partitions = PARTITIONS if shared else SINGLE_PARTITIONS
+    Topics(conn).create(topic, partitions)
+    work = make_flushes(topic, blob_mib, flushes, shared=shared)
+    with Writer(conn, commit_workers=PARTITIONS) as w:
+        for groups in work:
+            w.append_shared(groups)
+    data = payload(work)
+    store: ObjectStore = conn.store
+    slices = index_slices(conn, topic, partitions)
+    keys = sorted({k for k, _, _ in slices})
+    freeze_heap()
+    slice_bytes = sum(n for _, _, n in slices)
+    blob_bytes = sum(i.size for i in (store.head(k) for k in keys) if i is not None)
+    rec_s: list[float] = []
+    col_s: list[float] = []
+    rng_s: list[float] = []
+    get_s: list[float] = []
+    depth = conn.config.read_prefetch  # raw GETs keep as many in flight as the reader
+    with Reader(conn) as reader:
+        # The first scan also warms up: imports pyarrow, opens connections.
+        if scan_columnar(reader, topic, partitions) != data:
+            raise SystemExit(f"columnar scan of {topic} returned the wrong payload size")
+        got = [0, 0]
+
+        def records() -> None:
+            got[0] = scan_records(reader, topic, partitions)
+
+        def columnar() -> None:
+            got[1] = scan_columnar(reader, topic, partitions)
+
+        steps: list[tuple[list[float], Callable[[], object]]] = [
+            (rng_s, lambda: run_all(lambda i: store.get_range(*slices[i]), len(slices), depth)),
+            (rec_s, records),
+            (col_s, columnar),
+            (get_s, lambda: run_all(lambda i: store.get(keys[i]), len(keys), depth)),
+        ]
+        for run in range(runs):
+            got[:] = [0, 0]
+            for out, fn in steps if run % 2 == 0 else reversed(steps):
+                out.append(seconds(fn))
+            if got != [data, data]:
+                raise SystemExit(f"scans of {topic} returned {got} payload bytes, expected {data}")
+    return ScanRow(
+        store=label,
+        layout="shared blobs (1/16 of a blob per GET)" if shared else "1 partition per blob",
+        fetch_bytes=slice_bytes // max(1, len(slices)),
+        records_mib_s=median([mib_s(data, s) for s in rec_s]),
+        columnar_mib_s=median([mib_s(data, s) for s in col_s]),
+        raw_range_mib_s=median([mib_s(slice_bytes, s) for s in rng_s]),
+        raw_get_mib_s=median([mib_s(blob_bytes, s) for s in get_s]),
+        records_ratio=median_ratio(data, rec_s, slice_bytes, rng_s),
+        columnar_ratio=median_ratio(data, col_s, slice_bytes, rng_s),
+    )
+
+
+# -- small appends ----------------------------------------------------------------
+@dataclass(frozen=True)
+class SmallRow:
+    appends: int
+    appends_s: float
+    txn_per_append: float
+    etcd_ops_per_append: float
+
+
+def measure_small(conn: Connection, rounds: int) -> SmallRow:
+    """One-record partition-appends: ``append`` to one partition at a time, and
+    ``append_shared`` over all partitions; etcd txns per partition-append."""
+    topic = "small"
+    Topics(conn).create(topic, PARTITIONS)
+    m = conn.metrics
+
+    def etcd_ops() -> float:
+        total = 0.0
+        for sample in m.snapshot().get("llog_etcd_ops_total", []):
+            value = sample["value"]
+            assert isinstance(value, float)
+            total += value
+        return total
+
+    with Writer(conn, commit_workers=PARTITIONS) as w:
+        w.append_shared([AppendGroup(topic, p, [b"warm"]) for p in range(PARTITIONS)])
+        ops0, t0 = etcd_ops(), m.value("llog_etcd_ops_total", op="txn")
+        a0 = m.value("llog_partition_appends_total", outcome="ok")
+        start = time.perf_counter()
+        for i in range(rounds):
+            for p in range(PARTITIONS):
+                w.append(topic, p, [Record(b"v" * 100, b"k%d" % i)])
+            w.append_shared([AppendGroup(topic, p, [b"s" * 100]) for p in range(PARTITIONS)])
+        secs = time.perf_counter() - start
+        txns = m.value("llog_etcd_ops_total", op="txn") - t0
+        appends = m.value("llog_partition_appends_total", outcome="ok") - a0
+        ops = etcd_ops() - ops0
+    return SmallRow(int(appends), appends / secs, txns / appends, ops / appends)
+
+
+# -- main -------------------------------------------------------------------------
+def main() -> None:
+    p = bench_args("llog write/read throughput against same-run raw store limits")
+    p.add_argument("--blob-mib", type=float, default=None,
+                   help="shared blob size in MiB for the headline figures (default 2)")
+    p.add_argument("--streams", type=int, default=2, help="threads for the concurrent produce rows")
+    p.add_argument("--no-file", action="store_true", help="skip the file:// store rows")
+    args = p.parse_args()
+    quick = bool(args.quick)
+    runs = args.runs or (3 if quick else 5)
+    flushes = 8 if quick else 16
+    # Scans read 16 blobs' worth per partition even in --quick: a scan's fixed start
+    # (two etcd reads, filling the prefetch pipeline) needs a few slices to amortize.
+    scan_flushes = 16
+    headline_mib = args.blob_mib or 2.0
+    sizes = [headline_mib] if quick or args.blob_mib else sorted({1.0, headline_mib, 4.0})
+    stores: list[Literal["s3", "file"]] = ["s3"] if args.no_file else ["s3", "file"]
+    started = time.perf_counter()
+
+    produce: list[ProduceRow] = []
+    scans: list[ScanRow] = []
+    with LocalStack() as stack:
+        for kind in stores:
+            cfg: LlogConfig = stack.config(kind)
+            with Connection(cfg) as conn:
+                for size in sizes:
+                    produce.append(measure_produce(conn, kind, size, flushes, runs, 1, shared=True))
+                if args.streams > 1:
+                    produce.append(
+                        measure_produce(conn, kind, headline_mib, flushes, runs, args.streams, shared=True)
+                    )
+                produce.append(measure_produce(conn, kind, headline_mib, flushes, runs, 1, shared=False))
+                for shared in (True, False):
+                    scans.append(measure_scan(conn, kind, headline_mib, scan_flushes, runs, shared=shared))
+        with Connection(stack.config("s3")) as conn:
+            small = measure_small(conn, 8 if quick else 30)
+
+    print(f"llog write/read bench: {PARTITIONS} partitions, {VALUE_BYTES} B values + {KEY_BYTES} B keys, "
+          f"{flushes} flushes per produce run, {scan_flushes} blobs per scanned topic, "
+          f"median of {runs} runs; raw = bare store calls, same server, same run")
+    print()
+    print_table(
+        ["produce (append_shared)", "threads", "blob MiB", "appends/s", "flushes/s", "MiB/s",
+         "raw PUT MiB/s", "ratio", "PUTs/flush", "etcd txn/append", "CPU ms/flush", "raw CPU ms/PUT"],
+        [[f"{r.store} {r.layout}", r.streams, r.blob_bytes / MIB, r.appends_s, r.flushes_s, r.mib_s,
+          r.raw_put_mib_s, r.ratio, r.puts_per_flush, r.txn_per_append, r.cpu_ms, r.raw_cpu_ms]
+         for r in produce],
+    )
+    print()
+    rows: list[list[object]] = []
+    for s in scans:
+        rows.append([f"{s.store} {s.layout}", "records", s.fetch_bytes // 1024, s.records_mib_s,
+                     s.raw_range_mib_s, s.records_ratio, s.raw_get_mib_s])
+        rows.append(["", "columnar", s.fetch_bytes // 1024, s.columnar_mib_s,
+                     s.raw_range_mib_s, s.columnar_ratio, s.raw_get_mib_s])
+    print_table(["scan", "kind", "KiB/GET", "MiB/s", "raw range GET MiB/s", "ratio", "raw GET MiB/s"], rows)
+    print()
+    print_table(
+        ["small appends (s3)", "appends", "appends/s", "etcd txn/append", "etcd ops/append"],
+        [["1 record each", small.appends, small.appends_s, small.txn_per_append, small.etcd_ops_per_append]],
+    )
+    print()
+    head = next(
+        r for r in produce
+        if (r.store, r.layout, r.streams) == ("s3", "shared", 1) and r.blob_bytes >= headline_mib * MIB * 0.9
+    )
+    scan = next(s for s in scans if s.store == "s3" and s.layout.startswith("shared"))
+    print(f"headline: s3, {head.blob_bytes / MIB:.2f} MiB shared blobs, 1 thread; scan_mib_s = Reader.scan "
+          "(record objects) of shared blobs; raw_get_mib_s = bare range GETs of the same byte ranges "
+          f"({conn.config.read_prefetch} in flight, like the reader).")
+    result: dict[str, object] = {
+        "etcd_txn_per_append": max(small.txn_per_append, head.txn_per_append),
+        "produce_mib_s": head.mib_s,
+        "raw_put_mib_s": head.raw_put_mib_s,
+        "produce_ratio": head.ratio,
+        "scan_mib_s": scan.records_mib_s,
+        "raw_get_mib_s": scan.raw_range_mib_s,
+        "scan_ratio": scan.records_ratio,
+        "scan_kind": "Reader.scan records, shared blobs, vs range GET of the same ranges",
+        "appends_s": head.appends_s,
+        "s3_puts_per_flush": head.puts_per_flush,
+        "small_etcd_txn_per_append": small.txn_per_append,
+        "runs": runs,
+        "elapsed_s": time.perf_counter() - started,
+    }
+    for r in produce:
+        tag = "shared" if r.layout == "shared" else "single"
+        result[f"{r.store}_{tag}_{r.blob_bytes / MIB:.0f}mib_{r.streams}t_produce_ratio"] = r.ratio
+    for s in scans:
+        tag = "shared" if s.layout.startswith("shared") else "single"
+        result[f"{s.store}_{tag}_scan_ratio"] = s.records_ratio
+        result[f"{s.store}_{tag}_columnar_ratio"] = s.columnar_ratio
+    emit_json(result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,5 @@
+"""``python -m compactor``: the compactor service (see :mod:`compactor.command`)."""
+
+from compactor.command import main
+
+raise SystemExit(main())

@@ -1,0 +1,131 @@
+"""Command-line entry points of the compactor, shared by ``python -m compactor`` and
+the ``llog`` CLI (``llog compactor``, ``llog compact``, ``llog vacuum``).
+
+Every flag overrides the matching ``LLOG_*`` variable (flag wins).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from typing import Any
+
+from compactor.claims import ClaimConflict, claimed
+from compactor.compact import COMPACTED, Compactor
+from compactor.service import CompactorService
+from compactor.vacuum import vacuum
+from llog.config import LlogConfig
+from llog.connection import Connection
+from llog.errors import LlogError
+
+
+def add_service_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--host", help="HTTP bind host (LLOG_COMPACTOR_HOST)")
+    p.add_argument("--port", type=int, help="HTTP port (LLOG_COMPACTOR_PORT)")
+    p.add_argument("--workers", type=int, help="compaction tasks at once (LLOG_COMPACTOR_WORKERS)")
+    p.add_argument("--targets", help="seed targets: topic or topic:partition, comma separated")
+    p.add_argument("--pass-interval", type=float, help="seconds between passes")
+    p.add_argument("--discovery-interval", type=float, help="seconds between discovery scans")
+    p.add_argument("--claim-ttl", type=int, help="claim lease TTL in seconds")
+    p.add_argument("--vacuum-interval", type=float, help="seconds between vacuum passes (0: off)")
+    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+
+
+def run_service(args: argparse.Namespace) -> int:
+    """``llog compactor``: run the service until SIGTERM/SIGINT."""
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)  # a line per job run otherwise
+    cfg = LlogConfig.from_env(
+        compactor_host=args.host,
+        compactor_port=args.port,
+        compactor_workers=args.workers,
+        compactor_targets=args.targets,
+        compactor_pass_interval_s=args.pass_interval,
+        compactor_discovery_interval_s=args.discovery_interval,
+        compactor_claim_ttl_s=args.claim_ttl,
+        vacuum_interval_s=args.vacuum_interval,
+    )
+    svc = CompactorService(cfg).start()
+    print(f"compactor serving on http://{cfg.compactor_host}:{svc.http_port}", flush=True)
+    svc.wait()
+    return 0
+
+
+def add_compact_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("topic")
+    p.add_argument("partition", type=int, nargs="?", help="one partition (default: all)")
+    p.add_argument(
+        "--min-age-ms", type=int, help="compact WAL entries at least this old (LLOG_COMPACT_MIN_AGE_MS)"
+    )
+    p.add_argument("--max-runs", type=int, default=1000, help="compact_once calls per partition at most")
+
+
+def run_compact(args: argparse.Namespace) -> int:
+    """``llog compact TOPIC [PARTITION]``: compact until nothing is ready, holding
+    each partition's claim; a partition another compactor holds is reported busy."""
+    cfg = LlogConfig.from_env(compact_min_age_ms=args.min_age_ms)
+    status = 0
+    with Connection(cfg) as conn, Compactor(conn) as comp:
+        meta = conn.topic(args.topic, refresh=True)
+        parts = range(meta.partitions) if args.partition is None else [args.partition]
+        for p in parts:
+            out: dict[str, Any] = {"topic": args.topic, "partition": p, "runs": 0, "records": 0,
+                                   "index_keys_removed": 0, "recovered": None}
+            try:
+                with claimed(conn, args.topic, p) as claim:
+                    for _ in range(args.max_runs):
+                        res = comp.compact_once(args.topic, p, claim=claim)
+                        if res.recovered is not None:
+                            out["recovered"] = res.recovered.stage
+                        if res.outcome != COMPACTED:
+                            break
+                        assert res.record is not None
+                        out["runs"] += 1
+                        out["records"] += res.record.msg_count
+                        out["index_keys_removed"] += res.index_keys_removed
+                out["outcome"] = "ok"
+            except ClaimConflict as exc:
+                out["outcome"], out["error"] = "busy", str(exc)
+                status = 1
+            except LlogError as exc:
+                out["outcome"], out["error"] = "error", f"{type(exc).__name__}: {exc}"
+                status = 1
+            print(json.dumps(out), flush=True)
+    return status
+
+
+def add_vacuum_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
+    p.add_argument("--grace-s", type=float, help="minimum object age in seconds (LLOG_VACUUM_GRACE_S)")
+
+
+def run_vacuum(args: argparse.Namespace) -> int:
+    """``llog vacuum [--dry-run]``: print the report as JSON."""
+    cfg = LlogConfig.from_env(vacuum_grace_s=args.grace_s)
+    with Connection(cfg) as conn:
+        report = vacuum(conn, dry_run=args.dry_run)
+    print(json.dumps(report.to_json(), indent=2))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m compactor [service flags]`` runs the service; ``python -m compactor
+    compact ...`` and ``python -m compactor vacuum ...`` the one-shot commands."""
+    argv = sys.argv[1:] if argv is None else argv
+    parser = argparse.ArgumentParser(prog="python -m compactor", description="the llog compactor")
+    if argv and argv[0] in ("compact", "vacuum"):
+        sub = parser.add_subparsers(dest="command", required=True)
+        add_compact_args(sub.add_parser("compact", help="compact a topic's partitions now"))
+        add_vacuum_args(sub.add_parser("vacuum", help="delete unreferenced objects"))
+        args = parser.parse_args(argv)
+        try:
+            return run_compact(args) if args.command == "compact" else run_vacuum(args)
+        except LlogError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+    add_service_args(parser)
+    return run_service(parser.parse_args(argv))

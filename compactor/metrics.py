@@ -1,0 +1,142 @@
+"""Compactor metrics (names prefixed ``llog_``), registered next to a connection's own.
+
+They live in the connection's :class:`llog.metrics.Metrics` registry, so one
+``/metrics/prometheus`` page shows the compactor's counters together with the etcd and
+S3 operation counts its work caused. :func:`compactor_metrics` hands out one instance
+per registry (prometheus_client refuses to register a name twice).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import weakref
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from prometheus_client import Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from llog.config import LlogConfig
+from llog.metrics import Metrics
+
+_STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+#: Object store operations billed as class A (PUT, COPY, POST, LIST) and class B (GET, HEAD).
+_CLASS_A = ("put", "list")
+_CLASS_B = ("get", "get_range", "head")
+_GIB = 1024**3
+
+
+class CompactorMetrics:
+    """The compactor's counters, gauges and histograms."""
+
+    def __init__(self, base: Metrics) -> None:
+        r = base.registry
+        self.base = base
+        self.runs = Counter("llog_compactor_runs", "compact_once calls by outcome", ["outcome"], registry=r)
+        self.recoveries = Counter(
+            "llog_compactor_recoveries", "interrupted compactions finished, by the stage they were at",
+            ["stage"], registry=r,
+        )
+        self.bytes = Counter(
+            "llog_compactor_bytes", "WAL slice bytes read and compacted bytes written",
+            ["direction"], registry=r,
+        )
+        self.records = Counter("llog_compactor_records", "records rewritten into compacted blobs", registry=r)
+        self.index_keys_removed = Counter(
+            "llog_compactor_index_keys_removed", "WAL index keys deleted by compaction", registry=r
+        )
+        self.stage_seconds = Histogram(
+            "llog_compactor_stage_seconds", "time spent per compaction step", ["stage"],
+            buckets=_STAGE_BUCKETS, registry=r,
+        )
+        self.claim_conflicts = Counter(
+            "llog_compactor_claim_conflicts", "partitions skipped because another compactor held the claim",
+            registry=r,
+        )
+        self.errors = Counter(
+            "llog_compactor_task_errors", "compaction tasks that failed, by error type", ["error"], registry=r
+        )
+        self.lag = Gauge(
+            "llog_compactor_lag_records", "next_offset - compaction cursor, at the last look",
+            ["topic", "partition"], registry=r,
+        )
+        self.pending = Gauge(
+            "llog_compactor_pending_partitions", "partitions whose control held a pending at the last look",
+            registry=r,
+        )
+        self.partitions = Gauge("llog_compactor_partitions", "partitions the service compacts", registry=r)
+        self.inflight = Gauge(
+            "llog_compactor_inflight_tasks", "compaction tasks running or queued", registry=r
+        )
+        self.retention_records = Counter(
+            "llog_retention_records_dropped", "records removed by retention", registry=r
+        )
+        self.retention_keys = Counter(
+            "llog_retention_index_keys_dropped", "index keys removed by retention", registry=r
+        )
+        self.vacuum_objects = Counter("llog_vacuum_deleted_objects", "objects deleted by vacuum", registry=r)
+        self.vacuum_bytes = Counter("llog_vacuum_freed_bytes", "bytes freed by vacuum", registry=r)
+        self.stored_bytes = Gauge(
+            "llog_vacuum_stored_bytes", "data object bytes in the store at the last vacuum listing",
+            registry=r,
+        )
+
+    @contextmanager
+    def time(self, stage: str) -> Iterator[None]:
+        """Observe the duration of the ``with`` body as ``stage``."""
+        t0 = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.stage_seconds.labels(stage).observe(time.perf_counter() - t0)
+
+
+class S3CostCollector(Collector):
+    """``llog_s3_cost_estimate_usd{kind}``: request cost so far (from the connection's
+    ``llog_s3_ops`` counters) and the monthly storage cost of the bytes last listed."""
+
+    def __init__(self, metrics: CompactorMetrics, config: LlogConfig) -> None:
+        self._m = metrics
+        self._cfg = config
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        # Read the metrics themselves: going through the registry would recurse into here.
+        ops: dict[str, float] = {}
+        for fam in self._m.base.s3_ops.collect():
+            for s in fam.samples:
+                if s.name.endswith("_total"):
+                    ops[s.labels["op"]] = s.value
+        a = sum(ops.get(op, 0.0) for op in _CLASS_A)
+        b = sum(ops.get(op, 0.0) for op in _CLASS_B)
+        stored = sum(s.value for fam in self._m.stored_bytes.collect() for s in fam.samples)
+        fam = GaugeMetricFamily(
+            "llog_s3_cost_estimate_usd", "S3 billing estimate from request counts and stored bytes",
+            labels=["kind"],
+        )
+        fam.add_metric(["put_requests"], a / 1000 * self._cfg.s3_price_put_per_1000)
+        fam.add_metric(["get_requests"], b / 1000 * self._cfg.s3_price_get_per_1000)
+        fam.add_metric(["storage_per_month"], stored / _GIB * self._cfg.s3_price_gib_month)
+        yield fam
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        return iter(())
+
+
+_instances: weakref.WeakKeyDictionary[Metrics, CompactorMetrics] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def compactor_metrics(base: Metrics) -> CompactorMetrics:
+    """The :class:`CompactorMetrics` registered in ``base``'s registry (made once)."""
+    with _lock:
+        m = _instances.get(base)
+        if m is None:
+            m = _instances[base] = CompactorMetrics(base)
+        return m
+
+
+def register_cost_estimate(base: Metrics, config: LlogConfig) -> None:
+    """Add the S3 billing estimate to ``base``'s registry (a service does this once)."""
+    base.registry.register(S3CostCollector(compactor_metrics(base), config))

@@ -1,0 +1,80 @@
+"""Choosing what to compact: one contiguous run of WAL index entries that starts
+exactly at the compaction cursor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llog.codec.meta import WAL
+from llog.connection import Connection
+from llog.control import decode_index
+
+_PAGE = 256
+
+
+@dataclass(frozen=True)
+class WalRun:
+    """WAL entries covering records ``[start_offset, end_offset]``; the last one starts
+    at ``last_wal_start_offset`` (its key is ``index/{end_offset}``)."""
+
+    start_offset: int
+    end_offset: int
+    last_wal_start_offset: int
+    entries: int
+    byte_length: int
+    max_timestamp: int
+
+    @property
+    def msg_count(self) -> int:
+        return self.end_offset - self.start_offset + 1
+
+
+def select_run(
+    conn: Connection,
+    topic: str,
+    partition: int,
+    cursor: int,
+    *,
+    target_bytes: int,
+    max_records: int,
+    min_age_ms: int,
+    now_ms: int,
+) -> WalRun | None:
+    """The run to compact next, or ``None`` when there is nothing ready.
+
+    Takes WAL entries in offset order from the one starting at ``cursor`` while they
+    are contiguous, at least ``min_age_ms`` old, and the run stays within
+    ``target_bytes`` slice bytes and ``max_records`` records (the first entry is taken
+    whatever its size, so the cursor never sticks behind a large append).
+    """
+    keys, etcd = conn.keys, conn.etcd
+    end_key = keys.index_range_end(topic, partition)
+    start_key = keys.index(topic, partition, cursor)
+    nxt = cursor
+    entries = size = 0
+    last_start = max_ts = -1
+    cutoff = now_ms - min_age_ms
+    while True:
+        kvs = etcd.range(start_key, end_key, limit=_PAGE)
+        for kv in kvs:
+            e = decode_index(kv.key, kv.value)
+            e_end = keys.end_offset_of(kv.key)
+            e_start = e_end - e.msg_count + 1
+            if e_start != nxt or e.kind != WAL or e.created_at_ms > cutoff:
+                return _run(cursor, nxt, last_start, entries, size, max_ts)
+            if entries and (size + e.byte_length > target_bytes or e_end - cursor + 1 > max_records):
+                return _run(cursor, nxt, last_start, entries, size, max_ts)
+            entries += 1
+            size += e.byte_length
+            last_start = e_start
+            max_ts = max(max_ts, e.max_timestamp)
+            nxt = e_end + 1
+        if len(kvs) < _PAGE:
+            return _run(cursor, nxt, last_start, entries, size, max_ts)
+        start_key = kvs[-1].key + "\0"
+
+
+def _run(cursor: int, nxt: int, last_start: int, entries: int, size: int, max_ts: int) -> WalRun | None:
+    if entries == 0:
+        return None
+    return WalRun(cursor, nxt - 1, last_start, entries, size, max_ts)

@@ -1,0 +1,138 @@
+"""Retention: drop a partition's oldest index entries by age or size.
+
+A topic's ``retention_ms`` drops leading entries whose newest record timestamp is
+older than that; ``retention_bytes`` drops leading entries while the partition's
+slices (index entries plus the pending) add up to more than that. Whole entries only:
+``log_start_offset`` moves to the start of the first entry kept. One transaction
+advances ``log_start_offset`` in ``meta/control``, deletes the index keys below it and
+lifts the compaction cursor to it, guarded by the control's and cursor's
+``mod_revision``, the absence of an in-flight compaction, and the claim (a compaction
+that selected its run before this moved the cursor then fails to create its record). The objects
+are left to vacuum; reads below the new start get :class:`OffsetOutOfRange`.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from compactor.claims import Claim, ClaimLost, claim_guard, claim_lost
+from compactor.compact import read_cursor
+from compactor.metrics import compactor_metrics
+from llog.codec.meta import CompactionCursor
+from llog.connection import Connection
+from llog.control import decode_index, now_ms, read_control
+from llog.errors import CasConflict
+from llog.etcd import Delete, Get, Op, Put, absent, mod_revision_is
+from llog.names import check_partition, check_topic
+
+log = logging.getLogger(__name__)
+
+_ATTEMPTS = 16
+
+
+@dataclass(frozen=True)
+class RetentionResult:
+    """``log_start_offset`` moved from ``old_start`` to ``new_start`` (equal: nothing
+    expired), dropping ``index_keys`` entries."""
+
+    topic: str
+    partition: int
+    old_start: int
+    new_start: int
+    index_keys: int
+
+
+def retention_cut(
+    entries: list[tuple[int, int, int]],
+    pending_bytes: int,
+    *,
+    retention_ms: int | None,
+    retention_bytes: int | None,
+    now_ms: int,
+) -> int:
+    """How many leading entries expire. ``entries`` are ``(end_offset, byte_length,
+    max_timestamp)`` in offset order; ``pending_bytes`` is the pending slice (never
+    dropped, but it counts toward the size)."""
+    by_time = 0
+    if retention_ms is not None:
+        while by_time < len(entries) and entries[by_time][2] < now_ms - retention_ms:
+            by_time += 1
+    by_size = 0
+    if retention_bytes is not None:
+        total = pending_bytes + sum(e[1] for e in entries)
+        while by_size < len(entries) and total > retention_bytes:
+            total -= entries[by_size][1]
+            by_size += 1
+    return max(by_time, by_size)
+
+
+def apply_retention(
+    conn: Connection,
+    topic: str,
+    partition: int,
+    *,
+    claim: Claim | None = None,
+    now: int | None = None,
+) -> RetentionResult:
+    """Apply the topic's retention to one partition (a no-op result when the topic has
+    none or nothing expired). :class:`CasConflict` if appends kept moving the control
+    for every attempt; :class:`ClaimLost` if the claim went away."""
+    check_topic(topic)
+    check_partition(topic, partition)
+    conn.check_partition(topic, partition)
+    meta = conn.topic(topic, refresh=True)
+    keys, etcd = conn.keys, conn.etcd
+    ckey, rkey = keys.control(topic, partition), keys.compaction(topic, partition)
+    curkey = keys.compaction_cursor(topic, partition)
+    for _ in range(_ATTEMPTS):
+        st = read_control(conn, topic, partition)
+        ctl = st.control
+        old = ctl.log_start_offset
+        if meta.retention_ms is None and meta.retention_bytes is None:
+            return RetentionResult(topic, partition, old, old, 0)
+        cursor, cursor_rev = read_cursor(conn, topic, partition)
+        entries = [
+            (keys.end_offset_of(kv.key), e.byte_length, e.max_timestamp)
+            for kv in etcd.scan(keys.index_prefix(topic, partition), keys.index_range_end(topic, partition))
+            for e in (decode_index(kv.key, kv.value),)
+        ]
+        n = retention_cut(
+            entries,
+            ctl.pending.byte_length if ctl.pending is not None else 0,
+            retention_ms=meta.retention_ms,
+            retention_bytes=meta.retention_bytes,
+            now_ms=now_ms() if now is None else now,
+        )
+        new = entries[n - 1][0] + 1 if n else old
+        if new <= old:
+            return RetentionResult(topic, partition, old, old, 0)
+        ops: list[Op] = [
+            Put(ckey, ctl.with_changes(log_start_offset=new).encode()),
+            Delete(keys.index_prefix(topic, partition), keys.index(topic, partition, new)),
+        ]
+        if cursor is None or cursor < new:
+            ops.append(Put(curkey, CompactionCursor(new).encode()))
+        r = etcd.txn(
+            [
+                mod_revision_is(ckey, st.mod_revision),
+                mod_revision_is(curkey, cursor_rev),
+                absent(rkey),
+                claim_guard(conn, topic, partition, claim),
+            ],
+            ops,
+            [Get(keys.compactor_claim(topic, partition)), Get(rkey)],
+        )
+        if r.succeeded:
+            m = compactor_metrics(conn.metrics)
+            m.retention_records.inc(new - old)
+            m.retention_keys.inc(n)
+            log.info("retention on %s/%s: log start %d -> %d (%d index keys)", topic, partition, old, new, n)
+            return RetentionResult(topic, partition, old, new, n)
+        held, inflight = r.responses
+        assert isinstance(held, list) and isinstance(inflight, list)
+        if claim_lost(claim, held):
+            raise ClaimLost(topic, partition)
+        if inflight:  # a compaction is in flight: retention waits for the next pass
+            return RetentionResult(topic, partition, old, old, 0)
+    raise CasConflict(ckey, _ATTEMPTS)

@@ -1,0 +1,356 @@
+"""The long-running compactor: ``python -m compactor`` / ``llog compactor``.
+
+An apscheduler ``BackgroundScheduler`` runs three jobs:
+
+* discovery (every ``compactor_discovery_interval_s``, first at start): the
+  partitions with data (:mod:`compactor.discovery`) plus the seed targets from
+  ``compactor_targets``; new ones are added, those of deleted topics pruned;
+* a pass (every ``compactor_pass_interval_s``): the known partitions, shuffled, each
+  submitted to a bounded worker pool unless it already has a task queued or running;
+* vacuum (every ``vacuum_interval_s``, if > 0).
+
+A task claims the partition (``meta/compactor-claim``, bound to the process's lease,
+created only if absent; a held claim is skipped and counted as a claim conflict),
+applies retention, runs ``compact_once`` up to ``compactor_max_runs_per_task`` times
+while there is work, and releases the claim. Several services can share partitions:
+the claims keep them off each other's.
+
+Shutdown (SIGTERM, SIGINT, :meth:`CompactorService.stop`): no new passes or tasks;
+queued tasks are dropped, running ones finish their current ``compact_once`` within
+``compactor_shutdown_timeout_s``. Then the lease is revoked, which frees every claim
+at once and makes any task still running fail its next stage guard — its compaction
+record stays for the next claimant to finish.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import random
+import signal
+import threading
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import datetime, timezone
+from typing import Any
+
+from apscheduler.schedulers.background import BackgroundScheduler
+
+from compactor.claims import ClaimConflict, ClaimLost, LeaseKeeper, process_owner, release_claim, try_claim
+from compactor.compact import COMPACTED, Compactor, read_cursor
+from compactor.discovery import discover
+from compactor.http import HttpServer
+from compactor.metrics import compactor_metrics, register_cost_estimate
+from compactor.retention import apply_retention
+from compactor.stages import StageHook
+from compactor.vacuum import vacuum
+from llog.config import LlogConfig
+from llog.connection import Connection
+from llog.control import read_control
+from llog.errors import ConfigError, LlogError, UnknownPartition, UnknownTopic
+from llog.names import check_partition, check_topic
+
+log = logging.getLogger(__name__)
+
+Target = tuple[str, int]
+
+
+def parse_targets(text: str | None) -> list[tuple[str, int | None]]:
+    """``"orders,events:3"`` → ``[("orders", None), ("events", 3)]`` (None: every
+    partition). :class:`ConfigError` on a malformed entry."""
+    out: list[tuple[str, int | None]] = []
+    for raw in (text or "").split(","):
+        item = raw.strip()
+        if not item:
+            continue
+        topic, sep, part = item.rpartition(":")
+        try:
+            if sep:
+                out.append((check_topic(topic), check_partition(topic, int(part))))
+            else:
+                out.append((check_topic(item), None))
+        except (LlogError, ValueError) as exc:
+            raise ConfigError(f"compactor target {item!r}: {exc}") from exc
+    return out
+
+
+class CompactorService:
+    """Compacts every partition it knows of, in the background, until stopped.
+
+    >>> with CompactorService(LlogConfig.from_env()) as svc:     # doctest: +SKIP
+    ...     svc.wait()                                           # until SIGTERM
+    """
+
+    def __init__(
+        self,
+        config: LlogConfig,
+        *,
+        owner: str | None = None,
+        hook: StageHook | None = None,
+        http: bool = True,
+    ) -> None:
+        self.config = config
+        self.owner = owner or process_owner()
+        self._seeds = parse_targets(config.compactor_targets)
+        self.conn = Connection(config)
+        self.metrics = compactor_metrics(self.conn.metrics)
+        register_cost_estimate(self.conn.metrics, config)
+        self.compactor = Compactor(self.conn, hook=hook, metrics=self.metrics)
+        self._targets: set[Target] = set()
+        self._inflight: set[Target] = set()
+        self._pending_seen: dict[Target, bool] = {}
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._stopped = threading.Event()
+        self._idle = threading.Condition(self._lock)
+        self._pool = ThreadPoolExecutor(config.compactor_workers, thread_name_prefix="llog-compact")
+        self._scheduler = BackgroundScheduler(daemon=True)
+        self._keeper: LeaseKeeper | None = None
+        self._http = (
+            HttpServer(self.health, self.conn.metrics, config.compactor_host, config.compactor_port)
+            if http else None
+        )
+        self.started = False
+
+    # -- lifecycle ---------------------------------------------------------------
+    def start(self) -> CompactorService:
+        """Start the lease, the scheduler and the HTTP server; return at once."""
+        cfg = self.config
+        self._keeper = LeaseKeeper(self.conn.etcd, cfg.compactor_claim_ttl_s)
+        self._scheduler.add_job(
+            self.discover, "interval", seconds=cfg.compactor_discovery_interval_s, id="discover",
+            next_run_time=_now(), max_instances=1, coalesce=True,
+        )
+        self._scheduler.add_job(
+            self.run_pass, "interval", seconds=cfg.compactor_pass_interval_s, id="pass",
+            max_instances=1, coalesce=True,
+        )
+        if cfg.vacuum_interval_s > 0:
+            self._scheduler.add_job(
+                self.run_vacuum, "interval", seconds=cfg.vacuum_interval_s, id="vacuum",
+                max_instances=1, coalesce=True,
+            )
+        self._scheduler.start()
+        if self._http is not None:
+            self._http.start()
+        self.started = True
+        log.info("compactor %s started (%d workers)", self.owner, cfg.compactor_workers)
+        return self
+
+    def stop(self) -> None:
+        """Stop gracefully (see the module doc); idempotent."""
+        if self._stopping.is_set():
+            self._stopped.wait()
+            return
+        self._stopping.set()
+        try:
+            if self._scheduler.running:
+                self._scheduler.shutdown(wait=True)
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            deadline = time.monotonic() + self.config.compactor_shutdown_timeout_s
+            with self._idle:
+                while self._inflight and time.monotonic() < deadline:
+                    self._idle.wait(max(0.0, deadline - time.monotonic()))
+                left = sorted(self._inflight)
+            if left:
+                log.warning("abandoning %d in-flight compactions at shutdown: %s", len(left), left)
+            if self._keeper is not None:
+                self._keeper.close(revoke=True)
+            self._pool.shutdown(wait=True)
+            if self._http is not None:
+                self._http.stop()
+            self.compactor.close()
+            self.conn.close()
+        finally:
+            self._stopped.set()
+        log.info("compactor %s stopped", self.owner)
+
+    def wait(self) -> None:
+        """Block until SIGTERM or SIGINT (main thread only), then :meth:`stop`."""
+        got = threading.Event()
+        previous = {s: signal.signal(s, lambda *_: got.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            while not got.wait(0.5) and not self._stopping.is_set():
+                pass
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+        self.stop()
+
+    def __enter__(self) -> CompactorService:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # -- state ---------------------------------------------------------------------
+    @property
+    def http_port(self) -> int | None:
+        """The port the HTTP endpoints listen on (None without HTTP)."""
+        return self._http.port if self._http is not None else None
+
+    @property
+    def targets(self) -> set[Target]:
+        with self._lock:
+            return set(self._targets)
+
+    def health(self) -> tuple[bool, dict[str, Any]]:
+        """``/health``: healthy while running and the lease keep-alive succeeds."""
+        keeper = self._keeper
+        lease_ok = keeper is not None and keeper.healthy()
+        ok = self.started and not self._stopping.is_set() and lease_ok
+        with self._lock:
+            details = {
+                "owner": self.owner,
+                "partitions": len(self._targets),
+                "inflight": len(self._inflight),
+                "lease_ok": lease_ok,
+            }
+        return ok, details
+
+    # -- jobs ------------------------------------------------------------------------
+    def _seed_targets(self, topics: dict[str, int]) -> set[Target]:
+        found: set[Target] = set()
+        for topic, part in self._seeds:
+            n = topics.get(topic)
+            if n is None:
+                log.warning("seed target topic %r does not exist (yet)", topic)
+            elif part is None:
+                found.update((topic, p) for p in range(n))
+            elif part < n:
+                found.add((topic, part))
+        return found
+
+    def discover(self) -> None:
+        """Add newly found partitions and the seed targets; prune deleted topics'."""
+        try:
+            d = discover(self.conn)
+        except LlogError as exc:
+            log.warning("discovery failed: %s", exc)
+            return
+        found = d.partitions | self._seed_targets(d.topics)
+        with self._lock:
+            added = found - self._targets
+            gone = {tp for tp in self._targets if tp[0] not in d.topics}
+            self._targets = (self._targets | found) - gone
+            for tp in gone:
+                self._pending_seen.pop(tp, None)
+            total = len(self._targets)
+        self.metrics.partitions.set(total)
+        for t, p in gone:
+            _forget_gauge(self.metrics.lag, t, p)
+        if added or gone:
+            log.info("compaction targets: +%d -%d, %d in all", len(added), len(gone), total)
+
+    def run_pass(self) -> int:
+        """Submit a task for every known partition without one; return how many."""
+        if self._stopping.is_set():
+            return 0
+        with self._lock:
+            todo = list(self._targets - self._inflight)
+            random.shuffle(todo)
+            self._inflight.update(todo)
+            self.metrics.inflight.set(len(self._inflight))
+        submitted = 0
+        for tp in todo:
+            try:
+                fut: Future[None] = self._pool.submit(self._task, *tp)
+            except RuntimeError:  # the pool is shutting down
+                self._done(tp)
+                continue
+            fut.add_done_callback(functools.partial(self._cancelled, tp))
+            submitted += 1
+        return submitted
+
+    def run_vacuum(self) -> None:
+        if self._stopping.is_set():
+            return
+        try:
+            vacuum(self.conn)
+        except LlogError as exc:
+            log.warning("vacuum failed: %s", exc)
+
+    # -- one partition ------------------------------------------------------------------
+    def _task(self, topic: str, partition: int) -> None:
+        tp = (topic, partition)
+        try:
+            if self._stopping.is_set():
+                return
+            self._compact(topic, partition)
+        finally:
+            self._done(tp)
+
+    def _compact(self, topic: str, partition: int) -> None:
+        keeper = self._keeper
+        assert keeper is not None
+        try:
+            got = try_claim(self.conn, topic, partition, keeper.lease, self.owner)
+        except LlogError as exc:
+            self._failed(topic, partition, exc)
+            return
+        if isinstance(got, ClaimConflict):
+            self.metrics.claim_conflicts.inc()
+            log.debug("%s", got)
+            return
+        try:
+            meta = self.conn.topic(topic)
+            if meta.retention_ms is not None or meta.retention_bytes is not None:
+                apply_retention(self.conn, topic, partition, claim=got)
+            for _ in range(self.config.compactor_max_runs_per_task):
+                res = self.compactor.compact_once(topic, partition, claim=got)
+                if res.outcome != COMPACTED or self._stopping.is_set():
+                    break
+        except (UnknownTopic, UnknownPartition) as exc:
+            log.info("dropping %s/%s: %s", topic, partition, exc)
+            with self._lock:
+                self._targets.discard((topic, partition))
+        except ClaimLost as exc:
+            self._failed(topic, partition, exc)
+        except LlogError as exc:
+            self._failed(topic, partition, exc)
+        except Exception as exc:  # a task must never kill its worker silently
+            log.exception("compaction of %s/%s failed", topic, partition)
+            self.metrics.errors.labels(type(exc).__name__).inc()
+        finally:
+            try:
+                release_claim(self.conn, got)
+            except LlogError as exc:  # the lease will free it
+                log.warning("could not release claim on %s/%s: %s", topic, partition, exc)
+        self._observe(topic, partition)
+
+    def _failed(self, topic: str, partition: int, exc: LlogError) -> None:
+        self.metrics.errors.labels(type(exc).__name__).inc()
+        log.warning("compaction of %s/%s failed: %s", topic, partition, exc)
+
+    def _observe(self, topic: str, partition: int) -> None:
+        """Refresh the partition's lag and pending gauges."""
+        try:
+            ctl = read_control(self.conn, topic, partition).control
+            cursor, _ = read_cursor(self.conn, topic, partition)
+        except LlogError:
+            return
+        start = ctl.log_start_offset if cursor is None else max(cursor, ctl.log_start_offset)
+        self.metrics.lag.labels(topic, str(partition)).set(ctl.next_offset - start)
+        with self._lock:
+            self._pending_seen[(topic, partition)] = ctl.pending is not None
+            self.metrics.pending.set(sum(self._pending_seen.values()))
+
+    def _done(self, tp: Target) -> None:
+        with self._idle:
+            self._inflight.discard(tp)
+            self.metrics.inflight.set(len(self._inflight))
+            self._idle.notify_all()
+
+    def _cancelled(self, tp: Target, fut: Future[None]) -> None:
+        if fut.cancelled():  # dropped from the queue at shutdown: _task never ran
+            self._done(tp)
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _forget_gauge(gauge: Any, topic: str, partition: int) -> None:
+    with contextlib.suppress(KeyError):
+        gauge.remove(topic, str(partition))

@@ -1,0 +1,95 @@
+"""``llog topics create|list|describe``, ``llog fence`` and ``llog unfence``."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from llog.cli.common import connection_from_args, print_json
+from llog.topics import Topics
+
+
+def register(subparsers: Any) -> None:
+    topics = subparsers.add_parser("topics", help="create, list and describe topics")
+    tsub = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
+
+    p = tsub.add_parser("create", help="create a topic (idempotent for the same partition count)")
+    p.add_argument("topic")
+    p.add_argument("-p", "--partitions", type=int, default=1)
+    p.add_argument("--retention-ms", type=int, help="drop records older than this")
+    p.add_argument("--retention-bytes", type=int, help="keep at most about this many bytes per partition")
+    p.set_defaults(func=_create)
+
+    p = tsub.add_parser("list", help="list topics")
+    p.set_defaults(func=_list)
+
+    p = tsub.add_parser("describe", help="per-partition offsets, pending, index keys, compaction")
+    p.add_argument("topic")
+    p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.set_defaults(func=_describe)
+
+    for name, helptext in (("fence", "stop appends to a partition"), ("unfence", "allow appends again")):
+        p = subparsers.add_parser(name, help=helptext)
+        p.add_argument("topic")
+        p.add_argument("partition", type=int)
+        p.set_defaults(func=_fence, state=name)
+
+
+def _create(args: argparse.Namespace) -> int:
+    with connection_from_args(args) as conn:
+        meta = Topics(conn).create(
+            args.topic,
+            args.partitions,
+            retention_ms=args.retention_ms,
+            retention_bytes=args.retention_bytes,
+        )
+    print(f"topic {meta.name}: {meta.partitions} partition(s)")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    with connection_from_args(args) as conn:
+        for meta in Topics(conn).list():
+            print(f"{meta.name}\t{meta.partitions}")
+    return 0
+
+
+def _describe(args: argparse.Namespace) -> int:
+    with connection_from_args(args) as conn:
+        desc = Topics(conn).describe(args.topic)
+    rows = [
+        {
+            "partition": p.partition,
+            "state": p.log_state,
+            "log_start_offset": p.log_start_offset,
+            "next_offset": p.next_offset,
+            "pending": None if p.pending is None else p.pending.append_id,
+            "index_keys": p.index_keys,
+            "compaction_cursor": p.compaction_cursor,
+            "compaction_lag": p.compaction_lag,
+            "last_compaction_ms": p.last_compaction_ms,
+        }
+        for p in desc.partitions
+    ]
+    if args.json:
+        print_json({
+            "topic": desc.meta.name,
+            "partitions": desc.meta.partitions,
+            "retention_ms": desc.meta.retention_ms,
+            "retention_bytes": desc.meta.retention_bytes,
+            "partition_info": rows,
+        })
+        return 0
+    cols = list(rows[0]) if rows else []
+    print("\t".join(cols))
+    for r in rows:
+        print("\t".join("-" if r[c] is None else str(r[c]) for c in cols))
+    return 0
+
+
+def _fence(args: argparse.Namespace) -> int:
+    with connection_from_args(args) as conn:
+        topics = Topics(conn)
+        st = (topics.fence if args.state == "fence" else topics.unfence)(args.topic, args.partition)
+    print(f"{args.topic}/{args.partition}: {st.control.log_state}")
+    return 0

@@ -1,0 +1,249 @@
+"""``Consumer``: reads a group's share of its topics from the committed offsets and
+commits what it has delivered — never more.
+
+Two modes:
+
+* **group** (default): members share the topics' partitions (:mod:`membership`);
+  commits are guarded by partition ownership, so a member that lost a partition
+  cannot move its offset.
+* **exclusive** (``exclusive=True``): one consumer reads every partition; starting it
+  bumps the group's epoch and commits are guarded by that epoch, so a zombie left over
+  from a failure can never move the committed offsets.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterable, Mapping, Sequence
+
+from llog.config import LlogConfig
+from llog.connection import Connection
+from llog.errors import CommitOutOfRange, InvalidInput, LlogError
+from llog.groups.epoch import bump_epoch
+from llog.groups.membership import Membership, TopicPartition
+from llog.groups.offsets import Committed, Fence, GroupOffsets
+from llog.names import check_group, check_topic
+from llog.reader import Reader
+from llog.records import ConsumedRecord
+from llog.timelookup import offset_for_timestamp
+
+log = logging.getLogger(__name__)
+
+StartFrom = str | int  # "earliest" | "latest" | timestamp in ms
+
+
+class Consumer:
+    """Consume ``topics`` as a member of ``group``.
+
+    >>> with Consumer(conn, "billing", ["orders"]) as c:          # doctest: +SKIP
+    ...     for rec in c.poll():
+    ...         process(rec)
+    ...     c.commit()          # commit-after-process: at least once
+    """
+
+    def __init__(
+        self,
+        conn: Connection | LlogConfig | None,
+        group: str,
+        topics: Sequence[str],
+        *,
+        exclusive: bool = False,
+        start_from: StartFrom = "earliest",
+        auto_commit_interval_s: float | None = None,
+        session_ttl_s: int = 10,
+        member_id: str | None = None,
+        rebalance_interval_s: float = 1.0,
+        poll_interval_s: float = 0.05,
+    ) -> None:
+        if isinstance(topics, str) or not topics:
+            raise InvalidInput("topics must be a non-empty list of topic names")
+        if not (start_from in ("earliest", "latest") or (isinstance(start_from, int) and start_from >= 0)):
+            raise InvalidInput(f"start_from must be 'earliest', 'latest' or a timestamp, got {start_from!r}")
+        self._owns_conn = not isinstance(conn, Connection)
+        self.conn = conn if isinstance(conn, Connection) else Connection(conn)
+        self.group = check_group(group)
+        self.topics = tuple(check_topic(t) for t in topics)
+        for t in self.topics:
+            self.conn.topic(t)
+        self.exclusive = exclusive
+        self.start_from = start_from
+        self.member_id = member_id or uuid.uuid4().hex[:12]
+        self.auto_commit_interval_s = auto_commit_interval_s
+        self.rebalance_interval_s = rebalance_interval_s
+        self.poll_interval_s = poll_interval_s
+        self.offsets = GroupOffsets(self.conn, self.group)
+        self.reader = Reader(self.conn)
+        self._positions: dict[TopicPartition, int] = {}
+        self._delivered: dict[TopicPartition, int] = {}
+        self._committed: dict[TopicPartition, int] = {}
+        self._rr = 0
+        self._last_rebalance = 0.0
+        self._last_commit = time.monotonic()
+        self._closed = False
+        self.membership: Membership | None = None
+        self.fence: Fence
+        if exclusive:
+            self.epoch = bump_epoch(self.conn, self.group, self.member_id)
+            self.fence = Fence(epoch=self.epoch)
+            self._assign(self._all_partitions())
+        else:
+            self.fence = Fence(owner=self.member_id)
+            self.membership = Membership(self.conn, self.group, self.member_id, ttl_s=session_ttl_s)
+            self.membership.join()
+            self._rebalance(force=True)
+
+    # -- assignment --------------------------------------------------------------
+    def _all_partitions(self) -> list[TopicPartition]:
+        return [(t, p) for t in self.topics for p in range(self.conn.topic(t, refresh=True).partitions)]
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._positions)
+
+    def _assign(self, tps: Iterable[TopicPartition]) -> None:
+        for tp in tps:
+            if tp not in self._positions:
+                pos = self._initial_position(*tp)
+                self._positions[tp] = pos
+                self._delivered[tp] = pos
+
+    def _initial_position(self, topic: str, partition: int) -> int:
+        c = self.offsets.get(topic, partition)
+        if c is not None:
+            self._committed[(topic, partition)] = c.offset
+            return c.offset
+        lso, nxt = self.reader.high_watermark(topic, partition)
+        if self.start_from == "earliest":
+            return lso
+        if self.start_from == "latest":
+            return nxt
+        assert isinstance(self.start_from, int)
+        found = offset_for_timestamp(self.reader, topic, partition, self.start_from)
+        return nxt if found is None else found
+
+    def _revoke(self, tps: set[TopicPartition]) -> None:
+        try:
+            self.commit({tp: self._delivered[tp] for tp in tps if tp in self._delivered})
+        except LlogError as exc:
+            log.warning("commit on revoke failed for %s: %s", sorted(tps), exc)
+        for tp in tps:
+            self._positions.pop(tp, None)
+            self._delivered.pop(tp, None)
+            self._committed.pop(tp, None)
+
+    def _rebalance(self, force: bool = False) -> None:
+        if self.membership is None:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_rebalance < self.rebalance_interval_s:
+            return
+        self._last_rebalance = now
+        if self.membership.lost:
+            log.warning("member %s lost its session; rejoining", self.member_id)
+            for tp in list(self._positions):
+                self._positions.pop(tp)
+                self._delivered.pop(tp, None)
+            self.membership.owned.clear()
+            self.membership.join()
+        owned = self.membership.sync(self._all_partitions(), self._revoke)
+        for tp in set(self._positions) - owned:
+            self._positions.pop(tp)
+            self._delivered.pop(tp, None)
+        self._assign(owned)
+
+    # -- consuming -----------------------------------------------------------------
+    def poll(self, max_records: int = 500, timeout_s: float = 1.0) -> list[ConsumedRecord]:
+        """Up to ``max_records`` records from the assigned partitions (round robin),
+        waiting up to ``timeout_s`` for any to arrive."""
+        if self._closed:
+            raise LlogError("consumer is closed")
+        deadline = time.monotonic() + timeout_s
+        while True:
+            self._rebalance()
+            out = self._fetch(max_records)
+            self._maybe_auto_commit()
+            if out or time.monotonic() >= deadline:
+                return out
+            time.sleep(min(self.poll_interval_s, max(0.0, deadline - time.monotonic())))
+
+    def _fetch(self, max_records: int) -> list[ConsumedRecord]:
+        tps = sorted(self._positions)
+        out: list[ConsumedRecord] = []
+        for i in range(len(tps)):
+            if len(out) >= max_records:
+                break
+            tp = tps[(self._rr + i) % len(tps)]
+            pos = self._positions[tp]
+            for rec in self.reader.scan(tp[0], tp[1], pos, pos + max_records - len(out)):
+                out.append(rec)
+                self._positions[tp] = rec.offset + 1
+                self._delivered[tp] = rec.offset + 1
+        self._rr += 1
+        return out
+
+    def seek(self, topic: str, partition: int, offset: int) -> None:
+        """Continue from ``offset`` (e.g. one stored with the application's output)."""
+        tp = (topic, partition)
+        if tp not in self._positions:
+            raise InvalidInput(f"{topic}/{partition} is not assigned to this consumer")
+        self._positions[tp] = offset
+        self._delivered[tp] = offset
+
+    def position(self, topic: str, partition: int) -> int:
+        return self._positions[(topic, partition)]
+
+    # -- committing ----------------------------------------------------------------
+    def commit(self, offsets: Mapping[TopicPartition, int] | None = None) -> list[Committed]:
+        """Commit ``offsets`` (default: everything delivered so far). An offset past
+        what this consumer delivered raises :class:`CommitOutOfRange`; nothing is
+        committed past delivery, so no record is silently skipped."""
+        todo = dict(self._delivered) if offsets is None else dict(offsets)
+        for (topic, partition), off in todo.items():
+            delivered = self._delivered.get((topic, partition))
+            if delivered is None or off > delivered:
+                raise CommitOutOfRange(
+                    self.group, topic, partition, off,
+                    f"past the delivered position {delivered}",
+                )
+        done = []
+        for (topic, partition), off in sorted(todo.items()):
+            if self._committed.get((topic, partition)) == off:
+                continue
+            c = self.offsets.commit(topic, partition, off, fence=self.fence, member=self.member_id)
+            self._committed[(topic, partition)] = off
+            done.append(c)
+        self._last_commit = time.monotonic()
+        return done
+
+    def _maybe_auto_commit(self) -> None:
+        if (
+            self.auto_commit_interval_s is not None
+            and time.monotonic() - self._last_commit >= self.auto_commit_interval_s
+        ):
+            self.commit()
+
+    def close(self, *, commit: bool | None = None) -> None:
+        """Leave the group; commits delivered offsets first when auto-commit is on
+        (or ``commit=True``)."""
+        if self._closed:
+            return
+        self._closed = True
+        do_commit = self.auto_commit_interval_s is not None if commit is None else commit
+        try:
+            if do_commit:
+                self.commit()
+        finally:
+            try:
+                if self.membership is not None:
+                    self.membership.leave()
+            finally:
+                self.reader.close()
+                if self._owns_conn:
+                    self.conn.close()
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

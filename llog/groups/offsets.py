@@ -1,0 +1,178 @@
+"""Committed offsets per (group, topic, partition), written with compare-and-swap.
+
+A commit is refused (and changes nothing) when it would move the offset backwards
+without ``reset=True`` (:class:`BackwardsCommit`), point past the partition's next
+offset (:class:`CommitOutOfRange`), carry a stale exclusive-consumer epoch
+(:class:`StaleEpoch`) or come from a member that no longer owns the partition
+(:class:`NotAssigned`). The guards ride in the same etcd transaction as the write.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llog.codec.meta import GroupEpoch, GroupOffset, MetaFormatError
+from llog.connection import Connection
+from llog.control import now_ms, read_control
+from llog.errors import (
+    BackwardsCommit,
+    CasConflict,
+    CommitOutOfRange,
+    CorruptMetadata,
+    InvalidInput,
+    NotAssigned,
+    StaleEpoch,
+)
+from llog.etcd import KV, Compare, Get, Put, mod_revision_is, value_is
+from llog.keys import prefix_range_end
+from llog.names import check_group, check_partition, check_topic
+
+
+@dataclass(frozen=True)
+class Committed:
+    topic: str
+    partition: int
+    offset: int
+    epoch: int
+    member: str
+    updated_at_ms: int
+
+
+def _decode_offset(kv: KV) -> GroupOffset:
+    try:
+        return GroupOffset.decode(kv.value)
+    except MetaFormatError as exc:
+        raise CorruptMetadata(kv.key, str(exc)) from exc
+
+
+def decode_epoch(kv: KV) -> GroupEpoch:
+    try:
+        return GroupEpoch.decode(kv.value)
+    except MetaFormatError as exc:
+        raise CorruptMetadata(kv.key, str(exc)) from exc
+
+
+@dataclass(frozen=True)
+class Fence:
+    """What a commit must prove: the exclusive epoch it runs under (the exact bytes of
+    the epoch key) and/or the member that must own the partition."""
+
+    epoch: GroupEpoch | None = None
+    owner: str | None = None
+
+
+class GroupOffsets:
+    """Read and commit one group's offsets."""
+
+    def __init__(self, conn: Connection, group: str) -> None:
+        self.conn = conn
+        self.group = check_group(group)
+
+    def get(self, topic: str, partition: int) -> Committed | None:
+        kv = self.conn.etcd.get(self.conn.keys.group_offset(self.group, topic, partition))
+        return None if kv is None else self._committed(topic, partition, kv)
+
+    def all(self) -> list[Committed]:
+        keys = self.conn.keys
+        prefix = keys.group_offset_prefix(self.group)
+        out = []
+        for kv in self.conn.etcd.scan(prefix, prefix_range_end(prefix)):
+            topic, _, part = kv.key[len(prefix) :].rpartition("/")
+            out.append(self._committed(topic, int(part), kv))
+        return out
+
+    def _committed(self, topic: str, partition: int, kv: KV) -> Committed:
+        g = _decode_offset(kv)
+        return Committed(topic, partition, g.offset, g.epoch, g.member, g.updated_at_ms)
+
+    def commit(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        fence: Fence = Fence(),
+        member: str = "",
+        reset: bool = False,
+    ) -> Committed:
+        """Set the committed offset (the next offset to consume) to ``offset``."""
+        check_topic(topic)
+        check_partition(topic, partition)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise InvalidInput(f"offset must be an int >= 0, got {offset!r}")
+        self.conn.check_partition(topic, partition)
+        keys, etcd = self.conn.keys, self.conn.etcd
+        key = keys.group_offset(self.group, topic, partition)
+        epoch_key = keys.group_epoch(self.group)
+        owner_key = keys.group_owner(self.group, topic, partition)
+        ctl = read_control(self.conn, topic, partition).control
+        if offset > ctl.next_offset:
+            raise CommitOutOfRange(
+                self.group, topic, partition, offset,
+                f"past the partition's next offset {ctl.next_offset}",
+            )
+        if offset < ctl.log_start_offset and not reset:
+            raise CommitOutOfRange(
+                self.group, topic, partition, offset,
+                f"below the partition's log start offset {ctl.log_start_offset}",
+            )
+        guards: list[Compare] = []
+        if fence.epoch is not None:
+            guards.append(value_is(epoch_key, fence.epoch.encode()))
+        if fence.owner is not None:
+            guards.append(value_is(owner_key, fence.owner.encode()))
+        kv = etcd.get(key)
+        for _ in range(self.conn.config.commit_max_attempts):
+            current = None if kv is None else _decode_offset(kv)
+            if current is not None and offset < current.offset and not reset:
+                raise BackwardsCommit(
+                    self.group, topic, partition, offset,
+                    f"below the committed offset {current.offset} (use reset to move back)",
+                )
+            value = GroupOffset(
+                offset, fence.epoch.epoch if fence.epoch else 0, member or (fence.owner or ""), now_ms()
+            )
+            r = etcd.txn(
+                [mod_revision_is(key, 0 if kv is None else kv.mod_revision), *guards],
+                [Put(key, value.encode())],
+                [Get(key), Get(epoch_key), Get(owner_key)],
+            )
+            if r.succeeded:
+                return Committed(topic, partition, value.offset, value.epoch, value.member, value.updated_at_ms)
+            got_offset, got_epoch, got_owner = r.responses
+            assert isinstance(got_offset, list) and isinstance(got_epoch, list)
+            assert isinstance(got_owner, list)
+            if fence.epoch is not None and (not got_epoch or got_epoch[0].value != fence.epoch.encode()):
+                now = decode_epoch(got_epoch[0]).epoch if got_epoch else 0
+                raise StaleEpoch(
+                    self.group, topic, partition, offset,
+                    f"epoch {fence.epoch.epoch} is stale (current epoch {now})",
+                )
+            if fence.owner is not None and (not got_owner or got_owner[0].value != fence.owner.encode()):
+                holder = got_owner[0].value.decode() if got_owner else "nobody"
+                raise NotAssigned(
+                    self.group, topic, partition, offset,
+                    f"member {fence.owner!r} does not own it (owner: {holder})",
+                )
+            kv = got_offset[0] if got_offset else None
+        raise CasConflict(key, self.conn.config.commit_max_attempts)
+
+    def delete(self) -> int:
+        """Forget the whole group (offsets, epoch, members, owners)."""
+        prefix = self.conn.keys.group_prefix(self.group)
+        return self.conn.etcd.delete_range(prefix, prefix_range_end(prefix))
+
+
+def list_groups(conn: Connection) -> list[str]:
+    """Every group with any state, by name (one ceiling lookup per group)."""
+    root = conn.keys.groups_prefix()
+    end = prefix_range_end(root)
+    out: list[str] = []
+    cursor = root
+    while True:
+        kv = conn.etcd.ceiling(cursor, end)
+        if kv is None:
+            return out
+        name = kv.key[len(root) :].split("/", 1)[0]
+        out.append(name)
+        cursor = prefix_range_end(conn.keys.group_prefix(name))

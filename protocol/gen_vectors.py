@@ -1,0 +1,336 @@
+"""Regenerate the golden vectors in ``protocol/vectors/`` from fixed inputs.
+
+    python protocol/gen_vectors.py           # (re)write every vector
+    python protocol/gen_vectors.py --check   # exit 1 if any file differs from what the codec makes
+
+Each vector is ``NAME.bin`` (the exact bytes) and ``NAME.json`` (what they mean). Every
+input is fixed (timestamps, blob ids, offsets), so two runs write identical files. In
+the JSON, byte strings are lowercase hex; ``null`` is an absent key. The files are
+the contract: ``tests/test_golden_vectors.py`` checks the codec against the committed
+files, so a change to the wire format shows up as a failing test and a diff here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import struct
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import msgpack
+
+from llog.codec import batch, blob
+from llog.codec.meta import (
+    COMPACTED,
+    FENCED,
+    OPEN,
+    CompactionCursor,
+    CompactionRecord,
+    Control,
+    IndexEntry,
+    Pending,
+    TopicMeta,
+)
+from llog.keys import KeyLayout
+from llog.records import Record
+
+VECTORS = Path(__file__).resolve().parent / "vectors"
+KEYS = KeyLayout("llog")
+BYTES_ENCODING = "hex"
+
+#: Fixed inputs: 2024-05-01T12:00:00Z and a little after.
+T0 = 1_714_564_800_000
+BLOB_ID = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+COMPACTED_ID = "c0ffee00c0ffee00c0ffee00c0ffee00"
+OWNER = "compactor-7f3a:4242"
+
+
+@dataclass(frozen=True)
+class Vector:
+    name: str
+    data: bytes
+    doc: dict[str, Any]
+
+
+# -- JSON forms ------------------------------------------------------------------
+
+
+def record_json(r: Record) -> dict[str, Any]:
+    return {
+        "timestamp": r.timestamp,
+        "key": None if r.key is None else r.key.hex(),
+        "value": r.value.hex(),
+        "headers": [{"key": k, "value": v.hex()} for k, v in r.headers],
+    }
+
+
+_BODY_HEADER = struct.Struct("<4sIIIIIII")
+
+
+def body_layout(body: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The 32-byte header fields and the section table of a ``bytes-batch-v1`` body,
+    worked out from the spec (protocol/README.md), not from the codec."""
+    magic, crc, n, flags, hcount, vlen, klen, reserved = _BODY_HEADER.unpack_from(body, 0)
+    header = {
+        "magic": magic.decode(),
+        "crc32": crc,
+        "count": n,
+        "flags": flags,
+        "header_count": hcount,
+        "values_length": vlen,
+        "keys_length": klen,
+        "reserved": reserved,
+    }
+    sections: list[dict[str, Any]] = []
+    pos = _BODY_HEADER.size
+
+    def add(name: str, length: int) -> None:
+        nonlocal pos
+        sections.append({"name": name, "offset": pos, "length": length})
+        pos += length + (-length & 7)
+
+    def last_i32(section: str) -> int:
+        s = next(x for x in sections if x["name"] == section)
+        value: int = struct.unpack_from("<i", body, s["offset"] + s["length"] - 4)[0]
+        return value
+
+    add("timestamps", 8 * n)
+    add("value_offsets", 4 * (n + 1))
+    if flags & 1:
+        add("key_validity", (n + 7) // 8)
+        add("key_offsets", 4 * (n + 1))
+    if flags & 2:
+        add("header_offsets", 4 * (n + 1))
+        add("header_key_offsets", 4 * (hcount + 1))
+        add("header_value_offsets", 4 * (hcount + 1))
+        add("header_keys", last_i32("header_key_offsets"))
+        add("header_values", last_i32("header_value_offsets"))
+    add("values", vlen)
+    if flags & 1:
+        add("keys", klen)
+    assert pos == len(body), (pos, len(body))
+    return header, sections
+
+
+# -- vectors ---------------------------------------------------------------------
+
+
+PLAIN = [
+    Record(b"hello", timestamp=T0),
+    Record(b"", timestamp=T0 + 1),
+    Record(bytes(range(256)) + b"\x00\xff", timestamp=T0 + 2),
+]
+KEYED = [
+    Record(b"order-1", key=b"customer-17", timestamp=T0, headers=(("trace", b"abc123"), ("retry", b"\x01"))),
+    Record(b"order-2", key=None, timestamp=T0 + 5),
+    Record(b"", key=b"", timestamp=T0 + 5, headers=(("empty", b""),)),
+    Record(b"\x00\x01\x02", key=b"\xff\xfe", timestamp=T0 + 9, headers=(("caf\u00e9", b"\xe2\x82\xac"),)),
+]
+KEYS_ONLY = [
+    Record(b"a", key=None, timestamp=T0),
+    Record(b"bb", key=b"k", timestamp=T0),
+]
+HEADERS_ONLY = [
+    Record(b"x", timestamp=T0, headers=(("h", b"1"), ("h", b"2"))),
+    Record(b"y", timestamp=T0),
+]
+BATCHES: list[tuple[str, str, list[Record]]] = [
+    ("batch-plain", "values only (flags 0): an empty value and all 256 byte values", PLAIN),
+    (
+        "batch-keys-headers",
+        "keys and headers (flags 3): a null key, an empty key, an empty header value, a UTF-8 header key",
+        KEYED,
+    ),
+    ("batch-keys-only", "keys without headers (flags 1), one null key", KEYS_ONLY),
+    ("batch-headers-only", "headers without keys (flags 2), a repeated header key", HEADERS_ONLY),
+]
+
+BLOB_GROUPS: list[tuple[str, int, list[Record]]] = [
+    ("orders", 0, [Record(b'{"id":1}', key=b"c-1", timestamp=T0),
+                   Record(b'{"id":2}', key=b"c-2", timestamp=T0 + 3)]),
+    ("clicks", 1, [Record(b"/home", timestamp=T0 + 1), Record(b"/cart", timestamp=T0 + 2),
+                   Record(b"/pay", timestamp=T0 + 2)]),
+    ("orders", 3, [Record(b'{"id":3}', timestamp=T0 + 4, headers=(("source", b"web"),))]),
+]
+
+
+def batch_vector(name: str, description: str, records: list[Record]) -> Vector:
+    body = batch.encode(records)
+    header, sections = body_layout(body)
+    return Vector(name, body, {
+        "name": name,
+        "kind": "batch",
+        "encoding": batch.ENCODING,
+        "description": description,
+        "bytes": BYTES_ENCODING,
+        "size": len(body),
+        "decoded": {"records": [record_json(r) for r in records]},
+        "header": header,
+        "sections": sections,
+    })
+
+
+def packed_blob() -> blob.PackedBlob:
+    bodies = [blob.BlobBody(t, p, len(rs), batch.encode(rs)) for t, p, rs in BLOB_GROUPS]
+    return blob.pack(bodies, T0 + 10)
+
+
+def blob_vector() -> Vector:
+    packed = packed_blob()
+    (hlen,) = struct.unpack_from(">I", packed.data, 4)
+    return Vector("wal-blob", packed.data, {
+        "name": "wal-blob",
+        "kind": "wal-blob",
+        "description": "a shared WAL blob: 3 partition bodies of 2 topics",
+        "bytes": BYTES_ENCODING,
+        "object_key": KEYS.wal_blob(BLOB_ID),
+        "key_args": {"blob_id": BLOB_ID},
+        "size": len(packed.data),
+        "decoded": {
+            "created_at_ms": packed.created_at_ms,
+            "header_length": hlen,
+            "header": {
+                "v": blob.VERSION,
+                "created_at_ms": packed.created_at_ms,
+                "parts": [
+                    {
+                        "topic": p.topic,
+                        "partition": p.partition,
+                        "msg_count": p.msg_count,
+                        "encoding": p.encoding,
+                        "body_offset": p.body_offset,
+                        "body_length": p.body_length,
+                        "crc": p.crc,
+                    }
+                    for p in packed.parts
+                ],
+            },
+            "bodies": [
+                {"topic": t, "partition": p, "records": [record_json(r) for r in rs]}
+                for t, p, rs in BLOB_GROUPS
+            ],
+        },
+    })
+
+
+def _orders0_pending() -> Pending:
+    """The append of the blob's orders/0 body, committed at offsets 40..41."""
+    part = packed_blob().parts[0]
+    return Pending(
+        append_id=f"{BLOB_ID}:0",
+        start_offset=40,
+        end_offset=41,
+        msg_count=part.msg_count,
+        data_key=KEYS.wal_blob(BLOB_ID),
+        byte_offset=part.body_offset,
+        byte_length=part.body_length,
+        created_at_ms=T0 + 10,
+        max_timestamp=T0 + 3,
+    )
+
+
+_COMPACTED_KEY = KEYS.compacted_blob("orders", 0, COMPACTED_ID)
+_COMPACTED_LENGTH = 3_912
+_COMPACTION = CompactionRecord(
+    stage="WRITING_COMPACTED_INDEX",
+    start_offset=0,
+    end_offset=41,
+    last_wal_start_offset=40,
+    msg_count=42,
+    data_key=_COMPACTED_KEY,
+    byte_length=_COMPACTED_LENGTH,
+    max_timestamp=T0 + 3,
+    created_at_ms=T0 + 60_000,
+    owner=OWNER,
+)
+
+
+def meta_vectors() -> list[Vector]:
+    pending = _orders0_pending()
+    cases: list[tuple[str, str, str, dict[str, Any], Any]] = [
+        ("control-open", "control: OPEN, no pending", "control",
+         {"topic": "orders", "partition": 0}, Control(OPEN, 42, 0, None)),
+        ("control-pending", "control right after the commit of the blob's orders/0 body (offsets 40..41)",
+         "control", {"topic": "orders", "partition": 0}, Control(OPEN, 42, 0, pending)),
+        ("control-fenced", "control: FENCED, log start advanced by retention, no pending", "control",
+         {"topic": "orders", "partition": 0}, Control(FENCED, 42, 10, None)),
+        ("index-wal", "index entry materialized from control-pending's pending", "index",
+         {"topic": "orders", "partition": 0, "end_offset": 41}, pending.index_entry()),
+        ("index-compacted", "index entry of a compacted range [0, 41] (no append_id)", "index",
+         {"topic": "orders", "partition": 0, "end_offset": 41},
+         IndexEntry(COMPACTED, 42, _COMPACTED_KEY, 0, _COMPACTED_LENGTH, T0 + 60_000, T0 + 3)),
+        ("topic", "topic record without retention", "topic_meta", {"topic": "orders"},
+         TopicMeta("orders", 4, T0 - 86_400_000)),
+        ("topic-retention", "topic record with time and size retention", "topic_meta", {"topic": "clicks"},
+         TopicMeta("clicks", 2, T0 - 86_400_000, 7 * 86_400_000, 10 * 2**30)),
+        ("compaction-cursor", "compaction cursor after compacting [0, 41]", "compaction_cursor",
+         {"topic": "orders", "partition": 0}, CompactionCursor(42)),
+    ]
+    for stage in ("WRITING_COMPACTED_INDEX", "DELETING_OLD", "UPDATING_CURSOR"):
+        cases.append((
+            f"compaction-{stage.lower().replace('_', '-')}",
+            f"in-flight compaction of [0, 41] at stage {stage}",
+            "compaction",
+            {"topic": "orders", "partition": 0},
+            _COMPACTION.at_stage(stage),
+        ))
+    out = []
+    for name, description, key_fn, key_args, value in cases:
+        key: str = getattr(KEYS, key_fn)(*key_args.values())
+        data: bytes = value.encode()
+        out.append(Vector(name, data, {
+            "name": name,
+            "kind": type(value).__name__,
+            "description": description,
+            "etcd_key": key,
+            "key_fn": key_fn,
+            "key_args": key_args,
+            "size": len(data),
+            # msgpack's own view of the bytes, field order as encoded
+            "decoded": msgpack.unpackb(data),
+        }))
+    return out
+
+
+def all_vectors() -> list[Vector]:
+    return [*(batch_vector(*b) for b in BATCHES), blob_vector(), *meta_vectors()]
+
+
+def render(v: Vector) -> dict[str, bytes]:
+    return {
+        f"{v.name}.bin": v.data,
+        f"{v.name}.json": (json.dumps(v.doc, indent=2, ensure_ascii=False) + "\n").encode(),
+    }
+
+
+def main(argv: list[str] | None = None, out: Callable[[str], None] = print) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--check", action="store_true", help="verify the files are current; write nothing")
+    args = ap.parse_args(argv)
+    wanted: dict[str, bytes] = {}
+    for v in all_vectors():
+        wanted.update(render(v))
+    present = {p.name for p in VECTORS.glob("*.bin")} | {p.name for p in VECTORS.glob("*.json")}
+    stale = sorted(name for name, data in wanted.items()
+                   if not (VECTORS / name).is_file() or (VECTORS / name).read_bytes() != data)
+    extra = sorted(present - set(wanted))
+    if args.check:
+        for name in stale:
+            out(f"stale or missing: {name}")
+        for name in extra:
+            out(f"not generated: {name}")
+        out(f"{len(wanted)} files, {len(stale)} stale, {len(extra)} extra")
+        return 1 if stale or extra else 0
+    VECTORS.mkdir(parents=True, exist_ok=True)
+    for name in stale:
+        (VECTORS / name).write_bytes(wanted[name])
+    out(f"{len(wanted)} files, {len(stale)} written")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

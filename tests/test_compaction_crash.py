@@ -1,0 +1,136 @@
+"""Acceptance: a compactor child process SIGKILLed after the blob PUT, after creating
+its record, and after each of the three stages, 20 rounds each; another compactor
+resumes, full scans before and after are byte-identical, and the index holds exactly
+one entry per covered range."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+from dataclasses import replace
+from pathlib import Path
+
+import llog
+from compactor import Compactor
+from compactor.compact import read_cursor
+from llog import AppendGroup, Record
+from llog.codec.meta import COMPACTED, CompactionRecord, IndexEntry
+from llog.control import read_control
+from tests.conftest import config_env
+
+WORKER = Path(__file__).parent / "workers" / "compactor_crash.py"
+TOPIC = "crash"
+ROUNDS = 20
+#: kill point -> the stage the record is left at (None: no record left).
+POINTS = {
+    "after_put": None,
+    "after_record": "WRITING_COMPACTED_INDEX",
+    "after_WRITING_COMPACTED_INDEX": "DELETING_OLD",
+    "after_DELETING_OLD": "UPDATING_CURSOR",
+    "after_UPDATING_CURSOR": None,
+}
+MAX_RECORDS = 4  # two appends of two records per compaction run
+
+
+Row = tuple[int, int, bytes | None, bytes, object]
+
+
+def _scan(conn: llog.Connection, p: int) -> list[Row]:
+    with llog.Reader(conn) as r:
+        return [(c.offset, c.timestamp, c.key, c.value, c.headers) for c in r.scan(TOPIC, p)]
+
+
+def _index(conn: llog.Connection, p: int) -> list[tuple[int, int, IndexEntry]]:
+    keys = conn.keys
+    out = []
+    for kv in conn.etcd.scan(keys.index_prefix(TOPIC, p), keys.index_range_end(TOPIC, p)):
+        e = IndexEntry.decode(kv.value)
+        end = keys.end_offset_of(kv.key)
+        out.append((end - e.msg_count + 1, end, e))
+    return out
+
+
+def _check_index(conn: llog.Connection, p: int) -> None:
+    """Entries tile [log_start, next_offset): one per covered range, no overlap, no
+    gap; everything below the cursor is compacted, nothing above it."""
+    ctl = read_control(conn, TOPIC, p).control
+    cursor = read_cursor(conn, TOPIC, p)[0] or 0
+    nxt = ctl.log_start_offset
+    for start, end, e in _index(conn, p):
+        assert start == nxt, f"partition {p}: entry [{start}, {end}] does not start at {nxt}"
+        assert (e.kind == COMPACTED) == (end < cursor), f"partition {p}: [{start}, {end}] {e.kind}"
+        nxt = end + 1
+    assert nxt == ctl.next_offset
+
+
+def _write(conn: llog.Connection, appends: int) -> None:
+    with llog.Writer(conn) as w:
+        for base in range(0, appends, 6):
+            w.append_shared([
+                AppendGroup(TOPIC, p, [
+                    Record(f"{p}/{i}".encode(), key=b"k", timestamp=i, headers=(("n", b"%d" % i),)),
+                    Record(b"second"),
+                ])
+                for i in range(base, base + 6) for p in range(len(POINTS))
+            ])
+
+
+def test_sigkill_at_every_step_then_resume(config: llog.LlogConfig) -> None:
+    cfg = replace(config, compact_min_age_ms=0, settle_after_ms=0, compact_max_records=MAX_RECORDS)
+    env = config_env(cfg) | {
+        "LLOG_COMPACT_MIN_AGE_MS": "0",
+        "LLOG_SETTLE_AFTER_MS": "0",
+        "LLOG_COMPACT_MAX_RECORDS": str(MAX_RECORDS),
+    }
+    points = list(POINTS)
+    with llog.Connection(cfg) as conn, Compactor(conn) as resumer:
+        llog.Topics(conn).create(TOPIC, len(points))
+        # Each round compacts two runs per partition (the child's, then the resumer's).
+        _write(conn, ROUNDS * 2 * 2 + 6)
+        before = {p: _scan(conn, p) for p in range(len(points))}
+        server = subprocess.Popen(
+            [sys.executable, str(WORKER), TOPIC], env=env, text=True,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+        )
+        assert server.stdin is not None and server.stdout is not None
+        assert server.stdout.readline().strip() == "ready"
+        try:
+            for rnd in range(ROUNDS):
+                # One child process per kill point, all at once (one partition each).
+                server.stdin.write(" ".join(f"{p}={pt}" for p, pt in enumerate(points)) + "\n")
+                server.stdin.flush()
+                statuses = json.loads(server.stdout.readline())
+                assert statuses == {str(p): [signal.SIGKILL, -1] for p in range(len(points))}, statuses
+                _verify_and_resume(conn, resumer, points, before, rnd)
+        finally:
+            server.stdin.close()
+            server.wait(30)
+        # The blobs the after_put kills left are unreferenced (vacuum's job), one per round.
+        p = points.index("after_put")
+        listed = {o.key for o in conn.store.list(conn.keys.compacted_prefix(TOPIC, p))}
+        referenced = {e.data_key for _, _, e in _index(conn, p) if e.kind == COMPACTED}
+        assert referenced <= listed
+        assert len(listed - referenced) == ROUNDS
+        assert conn.metrics.value("llog_compactor_recoveries_total", stage="DELETING_OLD") == ROUNDS
+
+
+def _verify_and_resume(
+    conn: llog.Connection, resumer: Compactor, points: list[str], before: dict[int, list[Row]], rnd: int
+) -> None:
+    for p, point in enumerate(points):
+        kv = conn.etcd.get(conn.keys.compaction(TOPIC, p))
+        left = CompactionRecord.decode(kv.value).stage if kv is not None else None
+        assert left == POINTS[point], f"round {rnd}, killed {point}: record at {left}"
+        assert _scan(conn, p) == before[p], f"round {rnd}: wrong records right after {point}"
+        res = resumer.compact_once(TOPIC, p)
+        if left is None:
+            assert res.recovered is None
+        else:
+            assert res.recovered is not None and res.recovered.stage == left
+            assert res.recovered.finished.outcome == "done"
+        assert res.outcome == "compacted", res
+        assert conn.etcd.get(conn.keys.compaction(TOPIC, p)) is None
+        assert _scan(conn, p) == before[p], f"round {rnd}: wrong records after resuming {point}"
+        _check_index(conn, p)
