@@ -1,7 +1,8 @@
 """Command-line entry points of the compactor, shared by ``python -m compactor`` and
 the ``llog`` CLI (``llog compactor``, ``llog compact``, ``llog vacuum``).
 
-Every flag overrides the matching ``LLOG_*`` variable (flag wins).
+Every flag overrides the matching ``LLOG_*`` variable (flag wins), including the
+``llog`` CLI's global ``--etcd``, ``--store`` and ``--root-prefix``.
 """
 
 from __future__ import annotations
@@ -21,6 +22,17 @@ from llog.connection import Connection
 from llog.errors import LlogError
 
 
+def _config(args: argparse.Namespace, **fields: Any) -> LlogConfig:
+    """``LLOG_*`` settings with the global connection flags (when the ``llog`` CLI
+    parsed them) and this command's ``fields`` applied."""
+    return LlogConfig.from_env(
+        etcd_endpoints=getattr(args, "etcd", None),
+        object_store=getattr(args, "store", None),
+        root_prefix=getattr(args, "root_prefix", None),
+        **fields,
+    )
+
+
 def add_service_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--host", help="HTTP bind host (LLOG_COMPACTOR_HOST)")
     p.add_argument("--port", type=int, help="HTTP port (LLOG_COMPACTOR_PORT)")
@@ -35,11 +47,13 @@ def add_service_args(p: argparse.ArgumentParser) -> None:
 
 def run_service(args: argparse.Namespace) -> int:
     """``llog compactor``: run the service until SIGTERM/SIGINT."""
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    level = args.log_level.upper()
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Under ``llog``, whose root logger is set up already, the service's own lines still show.
+    logging.getLogger("compactor").setLevel(level)
     logging.getLogger("apscheduler").setLevel(logging.WARNING)  # a line per job run otherwise
-    cfg = LlogConfig.from_env(
+    cfg = _config(
+        args,
         compactor_host=args.host,
         compactor_port=args.port,
         compactor_workers=args.workers,
@@ -67,7 +81,7 @@ def add_compact_args(p: argparse.ArgumentParser) -> None:
 def run_compact(args: argparse.Namespace) -> int:
     """``llog compact TOPIC [PARTITION]``: compact until nothing is ready, holding
     each partition's claim; a partition another compactor holds is reported busy."""
-    cfg = LlogConfig.from_env(compact_min_age_ms=args.min_age_ms)
+    cfg = _config(args, compact_min_age_ms=args.min_age_ms)
     status = 0
     with Connection(cfg) as conn, Compactor(conn) as comp:
         meta = conn.topic(args.topic, refresh=True)
@@ -105,7 +119,7 @@ def add_vacuum_args(p: argparse.ArgumentParser) -> None:
 
 def run_vacuum(args: argparse.Namespace) -> int:
     """``llog vacuum [--dry-run]``: print the report as JSON."""
-    cfg = LlogConfig.from_env(vacuum_grace_s=args.grace_s)
+    cfg = _config(args, vacuum_grace_s=args.grace_s)
     with Connection(cfg) as conn:
         report = vacuum(conn, dry_run=args.dry_run)
     print(json.dumps(report.to_json(), indent=2))

@@ -335,6 +335,24 @@ class Etcd:
         self.metrics.etcd_ops.labels("watch").inc()
         return lambda: client.cancel_watch(wid)
 
+    def watch_kvs(self, key: str, callback: Callable[[KV | None], None]) -> Callable[[], None]:
+        """Like :meth:`watch` on one key, but hand ``callback`` each put's new value;
+        ``None`` for a delete or a watch failure (re-read the key then). Returns a
+        cancel function."""
+        client = self._client
+
+        def on_event(response: Any) -> None:
+            events = getattr(response, "events", None)
+            if events is None:
+                callback(None)
+                return
+            for ev in events:
+                callback(_kv(ev) if type(ev).__name__ == "PutEvent" else None)
+
+        wid = client.add_watch_callback(key, on_event)
+        self.metrics.etcd_ops.labels("watch").inc()
+        return lambda: client.cancel_watch(wid)
+
     def status(self) -> dict[str, int]:
         """Revision and DB size of the member in use."""
         resp = self._call(

@@ -27,6 +27,7 @@ from llog.errors import (
     LlogError,
     ObjectNotFound,
     OffsetOutOfRange,
+    StoreError,
 )
 from llog.names import check_partition, check_topic
 from llog.records import ConsumedRecord
@@ -186,6 +187,13 @@ class Reader:
                         raise OffsetOutOfRange(topic, partition, done, st.control.log_start_offset) from None
                     fetches = self._fetches(self._slices(topic, partition, done, hi, st))
                     continue
+                except StoreError as exc:
+                    # A range past the object's end means the blob is shorter than the
+                    # index says: damage, not an outage.
+                    short = self._past_end(f)
+                    if short is None:
+                        raise
+                    raise short from exc
                 for s in f.slices:
                     rel = s.byte_offset - f.byte_offset
                     body = memoryview(data)[rel : rel + s.byte_length]
@@ -211,6 +219,18 @@ class Reader:
         data = self.conn.store.get_range(f.data_key, f.byte_offset, f.byte_length)
         self.conn.metrics.read_bytes.inc(len(data))
         return data
+
+    def _past_end(self, f: _Fetch) -> CorruptBlob | None:
+        """:class:`CorruptBlob` for the first slice of ``f`` past the end of its object."""
+        info = self.conn.store.head(f.data_key)
+        if info is None:
+            return None
+        for s in f.slices:
+            if s.byte_offset + s.byte_length > info.size:
+                return CorruptBlob(
+                    s.data_key, s.byte_offset, s.byte_length, f"the object ends at byte {info.size}"
+                )
+        return None
 
     def _maybe_settle(self, topic: str, partition: int, st: ControlState) -> None:
         try:

@@ -4,7 +4,8 @@ commit each partition with the pending protocol (protocol/README.md, "Commit pro
 Steady state costs one etcd transaction per partition-append: the writer caches each
 partition's control value and mod_revision from its own last commit, so it can CAS
 without a read, and the transaction that sets the new ``pending`` also materializes the
-previous one.
+previous one. Idempotent appends (``producer_id`` + ``sequence``) add the producer's
+key to that same transaction, cached the same way ("Idempotent produce" in the spec).
 """
 
 from __future__ import annotations
@@ -17,9 +18,10 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import TypeVar
 
 from llog.codec import batch, blob
-from llog.codec.meta import FENCED, Control, IndexEntry, Pending
+from llog.codec.meta import FENCED, Control, IndexEntry, MetaFormatError, Pending, ProducerState
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.control import (
@@ -32,19 +34,24 @@ from llog.control import (
     settle,
 )
 from llog.errors import (
+    AmbiguousCommit,
     CasConflict,
     CoordinationError,
+    CorruptMetadata,
     Fenced,
     InvalidInput,
     InvalidRecord,
     LlogError,
     RecordTooLarge,
+    SequenceError,
 )
-from llog.etcd import Get, Put, mod_revision_is
-from llog.names import check_partition, check_topic
+from llog.etcd import KV, Compare, Get, Op, Put, mod_revision_is
+from llog.names import TOPIC_NAME_RE, check_partition, check_topic
 from llog.records import AppendGroup, Headers, Record
 
 log = logging.getLogger(__name__)
+
+_T = TypeVar("_T")
 
 #: Called at protocol points ("after_put", "after_commit", "after_settle") with the
 #: data key; fault-injection tests use it to kill the process at an exact step.
@@ -85,6 +92,45 @@ class _Prepared:
     partition: int
     records: tuple[Record, ...]
     max_timestamp: int
+    producer: _Producer | None = None
+
+
+@dataclass(frozen=True)
+class _Producer:
+    """An idempotent group's producer id and sequence."""
+
+    id: str
+    sequence: int
+
+
+@dataclass(frozen=True)
+class _ProducerSnapshot:
+    """A producer key's value (``None``: absent) and its mod_revision (0: absent)."""
+
+    state: ProducerState | None
+    mod_revision: int
+
+
+def _check_producer(topic: str, partition: int, producer_id: object, sequence: object) -> _Producer | None:
+    if producer_id is None and sequence is None:
+        return None
+    # The id becomes an etcd key segment, so it follows the topic naming rule.
+    if not isinstance(producer_id, str) or TOPIC_NAME_RE.fullmatch(producer_id) is None:
+        raise InvalidInput(
+            f"producer_id for {topic}/{partition} must match [A-Za-z0-9._-]{{1,249}}, got {producer_id!r}"
+        )
+    if isinstance(sequence, bool) or not isinstance(sequence, int) or not 0 <= sequence < 2**63:
+        raise InvalidInput(f"sequence for {topic}/{partition} must be an int >= 0 with a producer_id, got {sequence!r}")
+    return _Producer(producer_id, sequence)
+
+
+def _decode_producer(key: str, kv: KV | None) -> _ProducerSnapshot:
+    if kv is None:
+        return _ProducerSnapshot(None, 0)
+    try:
+        return _ProducerSnapshot(ProducerState.decode(kv.value), kv.mod_revision)
+    except MetaFormatError as exc:
+        raise CorruptMetadata(key, str(exc)) from exc
 
 
 def normalize_record(topic: str, partition: int, r: object, now: int, limit: int) -> Record:
@@ -171,6 +217,8 @@ class Writer:
         self.config = self.conn.config
         self._fault = fault_hook
         self._cache: dict[tuple[str, int], ControlState] = {}
+        # Producer key -> its last known value, like the control cache.
+        self._producers: dict[str, _ProducerSnapshot] = {}
         self._cache_lock = threading.Lock()
         # One commit at a time per partition within this writer: concurrent callers then
         # CAS against each other's cached result instead of conflicting and re-reading.
@@ -204,9 +252,10 @@ class Writer:
             if len(g.records) == 0:
                 raise InvalidInput(f"empty group for {topic}/{partition}")
             recs = tuple(normalize_record(topic, partition, r, now, limit) for r in g.records)
+            producer = _check_producer(topic, partition, g.producer_id, g.sequence)
             self.conn.check_partition(topic, partition)
             prepared.append(
-                _Prepared(topic, partition, recs, max(r.timestamp or 0 for r in recs))
+                _Prepared(topic, partition, recs, max(r.timestamp or 0 for r in recs), producer)
             )
         if not prepared:
             raise InvalidInput("append_shared needs at least one group")
@@ -220,7 +269,10 @@ class Writer:
         Bad input (names, partitions, record types, sizes, unknown topics) raises before
         anything is written. Otherwise returns one outcome per group, in order: an
         :class:`AppendResult` with its offsets, or an :class:`AppendFailure` carrying a
-        typed error (:class:`Fenced`, :class:`CasConflict`, ...).
+        typed error (:class:`Fenced`, :class:`CasConflict`, :class:`SequenceError`,
+        :class:`AmbiguousCommit`, ...). A group with ``producer_id``/``sequence`` whose
+        sequence is the producer's last committed one gets that batch's original
+        :class:`AppendResult` back and appends nothing.
         """
         if self._closed:
             raise LlogError("writer is closed")
@@ -262,7 +314,7 @@ class Writer:
                     created_at_ms=created,
                     max_timestamp=g.max_timestamp,
                 )
-                outcomes[i] = self._commit(g.topic, g.partition, pending)
+                outcomes[i] = self._commit(g.topic, g.partition, pending, g.producer)
 
         tasks = list(by_partition.values())
         if len(tasks) == 1:
@@ -314,32 +366,53 @@ class Writer:
         with self._cache_lock:
             self._cache[(topic, partition)] = st
 
-    def _commit(self, topic: str, partition: int, pending: Pending) -> Outcome:
+    def _commit(self, topic: str, partition: int, pending: Pending, producer: _Producer | None) -> Outcome:
         with self._cache_lock:
             lock = self._partition_locks.setdefault((topic, partition), threading.Lock())
         try:
             with lock:
-                return self._commit_once(topic, partition, pending)
+                return self._commit_once(topic, partition, pending, producer)
         except LlogError as exc:
             self.conn.metrics.appends.labels(type(exc).__name__).inc()
             with self._cache_lock:
                 self._cache.pop((topic, partition), None)
+                if producer is not None:
+                    self._producers.pop(self.conn.keys.producer(topic, partition, producer.id), None)
             return AppendFailure(topic, partition, exc)
 
-    def _commit_once(self, topic: str, partition: int, pending: Pending) -> AppendResult:
+    def _commit_once(
+        self, topic: str, partition: int, pending: Pending, producer: _Producer | None
+    ) -> AppendResult:
         conn, keys = self.conn, self.conn.keys
         ckey = keys.control(topic, partition)
+        pkey = keys.producer(topic, partition, producer.id) if producer is not None else ""
         n = pending.msg_count
         st = self._cache.get((topic, partition)) or read_control(conn, topic, partition)
         fresh = (topic, partition) not in self._cache
+        ps = self._producer_state(pkey) if producer is not None else None
+        pfresh = pkey not in self._producers
         # Offsets an earlier attempt with an unknown outcome would have taken.
         unknown_starts: list[int] = []
         attempts = self.config.commit_max_attempts
         for attempt in range(attempts):
             ctl = st.control
-            found = _find_committed(conn, topic, partition, pending.append_id, ctl, unknown_starts, n)
-            if found is not None:
-                return self._ack(topic, partition, found, st)
+            if producer is not None and ps is not None:
+                verdict = _sequence_verdict(topic, partition, producer, ps.state, n)
+                if verdict is not None and not pfresh:
+                    # Only fresh state may refuse or short-circuit; a cached one may lag
+                    # behind another writer (or our own lost reply).
+                    ps, pfresh = self._producer_state(pkey, cached=False), True
+                    continue
+                if isinstance(verdict, ProducerState):
+                    if fresh:
+                        self._remember(topic, partition, st)
+                    return self._duplicate(topic, partition, verdict)
+                if verdict is not None:
+                    raise verdict
+            else:
+                found = _find_committed(conn, topic, partition, pending.append_id, ctl, unknown_starts, n)
+                if found is not None:
+                    return self._ack(topic, partition, found, st)
             if ctl.log_state == FENCED:
                 if fresh:
                     raise Fenced(topic, partition)
@@ -351,37 +424,74 @@ class Writer:
                 pending.byte_offset, pending.byte_length, pending.created_at_ms,
                 pending.max_timestamp,
             )
-            ops = materialize_ops(conn, topic, partition, ctl.pending) if ctl.pending else []
+            ops: list[Op] = materialize_ops(conn, topic, partition, ctl.pending) if ctl.pending else []
             new = Control(ctl.log_state, start + n, ctl.log_start_offset, mine)
             ops.append(Put(ckey, new.encode()))
+            compares: list[Compare] = [mod_revision_is(ckey, st.mod_revision)]
+            failure: list[Op] = [Get(ckey)]
+            new_ps: ProducerState | None = None
+            if producer is not None and ps is not None:
+                new_ps = ProducerState(
+                    producer.sequence, start, start + n - 1, pending.append_id, pending.data_key, now_ms()
+                )
+                compares.append(mod_revision_is(pkey, ps.mod_revision))
+                ops.append(Put(pkey, new_ps.encode()))
+                failure.append(Get(pkey))
             try:
-                r = conn.etcd.txn([mod_revision_is(ckey, st.mod_revision)], ops, [Get(ckey)])
+                r = conn.etcd.txn(compares, ops, failure)
             except CoordinationError as exc:
                 log.warning("commit of %s to %s/%s has an unknown outcome: %s",
                             pending.append_id, topic, partition, exc)
                 unknown_starts.append(start)
-                st, fresh = self._reread(topic, partition), True
+                where = (topic, partition, pending)
+                st, fresh = self._reread(lambda: read_control(conn, topic, partition), *where), True
+                if producer is not None:
+                    ps, pfresh = self._reread(lambda: self._producer_state(pkey, cached=False), *where), True
                 continue
             if r.succeeded:
                 after = ControlState(new, r.revision)
                 self._hook("after_commit", pending.data_key)
+                if new_ps is not None:
+                    self._producers[pkey] = _ProducerSnapshot(new_ps, r.revision)
                 return self._ack(topic, partition, mine, after)
             conn.metrics.commit_conflicts.inc()
             got = r.responses[0]
             assert isinstance(got, list)
             st, fresh = decode_control(ckey, got[0] if got else None), True
+            if producer is not None:
+                pgot = r.responses[1]
+                assert isinstance(pgot, list)
+                ps, pfresh = _decode_producer(pkey, pgot[0] if pgot else None), True
             if attempt >= 2:
                 # Contended: back off a little, jittered, so writers stop colliding.
                 time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** min(attempt, 6))))
+        if unknown_starts:
+            raise AmbiguousCommit(
+                f"commit of append {pending.append_id} to {topic}/{partition} has an unknown outcome "
+                f"and {attempts} attempts did not resolve it: the append may exist"
+            )
         raise CasConflict(ckey, attempts)
 
-    def _reread(self, topic: str, partition: int) -> ControlState:
-        for delay in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6):
+    def _producer_state(self, pkey: str, *, cached: bool = True) -> _ProducerSnapshot:
+        """The producer key's state: this writer's cached copy, else one read."""
+        if cached and pkey in self._producers:
+            return self._producers[pkey]
+        return _decode_producer(pkey, self.conn.etcd.get(pkey))
+
+    def _reread(self, read: Callable[[], _T], topic: str, partition: int, pending: Pending) -> _T:
+        """Read after an unknown outcome, with backoff; if etcd stays unreachable the
+        outcome stays unknown, which is :class:`AmbiguousCommit`, not a plain failure."""
+        for delay in (0.05, 0.1, 0.2, 0.4, 0.8, 1.6, None):
             try:
-                return read_control(self.conn, topic, partition)
-            except CoordinationError:
+                return read()
+            except CoordinationError as exc:
+                if delay is None:
+                    raise AmbiguousCommit(
+                        f"commit of append {pending.append_id} to {topic}/{partition} has an unknown "
+                        f"outcome and etcd is unreachable: the append may exist ({exc})"
+                    ) from exc
                 time.sleep(delay)
-        return read_control(self.conn, topic, partition)
+        raise AssertionError("unreachable")
 
     def _ack(self, topic: str, partition: int, p: Pending, st: ControlState) -> AppendResult:
         self._remember(topic, partition, st)
@@ -397,6 +507,33 @@ class Writer:
             data_key=p.data_key,
             append_id=p.append_id,
         )
+
+    def _duplicate(self, topic: str, partition: int, ps: ProducerState) -> AppendResult:
+        """A retried batch that already committed: its original result, nothing written."""
+        self.conn.metrics.appends.labels("duplicate").inc()
+        return AppendResult(
+            topic=topic,
+            partition=partition,
+            start_offset=ps.start_offset,
+            end_offset=ps.end_offset,
+            count=ps.msg_count,
+            index_key=self.conn.keys.index(topic, partition, ps.end_offset),
+            data_key=ps.data_key,
+            append_id=ps.append_id,
+        )
+
+
+def _sequence_verdict(
+    topic: str, partition: int, producer: _Producer, last: ProducerState | None, n: int
+) -> ProducerState | SequenceError | None:
+    """``None``: append; the last state: a retry of the committed batch; else the error.
+
+    An unknown producer may start at any sequence."""
+    if last is None or producer.sequence == last.sequence + 1:
+        return None
+    if producer.sequence == last.sequence and n == last.msg_count:
+        return last
+    return SequenceError(topic, partition, producer.id, last.sequence + 1, producer.sequence)
 
 
 def _find_committed(

@@ -33,6 +33,7 @@ from llog.codec.meta import (
     Control,
     IndexEntry,
     Pending,
+    ProducerState,
     TopicMeta,
 )
 from llog.keys import KeyLayout
@@ -47,6 +48,7 @@ T0 = 1_714_564_800_000
 BLOB_ID = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
 COMPACTED_ID = "c0ffee00c0ffee00c0ffee00c0ffee00"
 OWNER = "compactor-7f3a:4242"
+PRODUCER_ID = "checkout-svc-3"
 
 
 @dataclass(frozen=True)
@@ -269,6 +271,10 @@ def meta_vectors() -> list[Vector]:
          TopicMeta("clicks", 2, T0 - 86_400_000, 7 * 86_400_000, 10 * 2**30)),
         ("compaction-cursor", "compaction cursor after compacting [0, 41]", "compaction_cursor",
          {"topic": "orders", "partition": 0}, CompactionCursor(42)),
+        ("producer-state", "idempotent producer whose batch 7 is control-pending's append (offsets 40..41)",
+         "producer", {"topic": "orders", "partition": 0, "producer_id": PRODUCER_ID},
+         ProducerState(7, pending.start_offset, pending.end_offset, pending.append_id, pending.data_key,
+                       T0 + 11)),
     ]
     for stage in ("WRITING_COMPACTED_INDEX", "DELETING_OLD", "UPDATING_CURSOR"):
         cases.append((

@@ -156,3 +156,14 @@ def config_env(cfg: LlogConfig) -> dict[str, str]:
     if cfg.s3_endpoint_url:
         env["LLOG_S3_ENDPOINT_URL"] = cfg.s3_endpoint_url
     return env
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    """One ``local[2]`` SparkSession (UI off, 2 shuffle partitions) for every Spark test:
+    starting the JVM costs far more than any one test."""
+    from llog.spark import local_session  # pyspark is imported only by Spark tests
+
+    session = local_session("llog-tests")
+    yield session
+    session.stop()

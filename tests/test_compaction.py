@@ -205,6 +205,47 @@ def test_interrupted_compaction_is_finished_by_the_next(
     assert _cursor(cconn) == 16
 
 
+POINTS = ("after_put", "after_record", "after_WRITING_COMPACTED_INDEX", "after_DELETING_OLD",
+          "after_UPDATING_CURSOR")
+
+
+def test_readers_are_right_at_every_instant_of_the_stage_sequence(cconn: llog.Connection) -> None:
+    """At each protocol point: a fresh full scan, point reads across the compacted
+    range and its edges, and a scan that resolved its first slices before compaction
+    began (drained only now) all return exactly the records written."""
+    conn = llog.Connection(replace(cconn.config, compact_max_records=10, read_prefetch=1))
+    try:
+        _write(conn, 8, per_blob=1)  # 16 records; the run is [0, 9], five WAL entries
+        expected = _scan(conn)
+        seen: list[str] = []
+        with llog.Reader(conn) as r:
+            early = {pt: r.scan(TOPIC, 0) for pt in POINTS}
+            for i, it in enumerate(early.values()):
+                for _ in range(2 * i + 1):  # each stopped somewhere else in the range
+                    next(it)
+
+            def check(ev: StageEvent) -> None:
+                seen.append(ev.point)
+                assert _scan(conn) == expected, ev.point
+                for off in (0, 1, 7, 8, 9, 10, 15):
+                    c = r.read(TOPIC, 0, off)
+                    assert c is not None
+                    assert (c.offset, c.timestamp, c.key, c.value, c.headers) == expected[off], ev.point
+                rest = [(c.offset, c.timestamp, c.key, c.value, c.headers) for c in early[ev.point]]
+                start = 2 * POINTS.index(ev.point) + 1
+                assert rest == expected[start:], ev.point
+
+            with Compactor(conn, hook=check) as c:
+                res = c.compact_once(TOPIC, 0)
+        assert res.outcome == COMPACTED and res.record is not None
+        assert (res.record.start_offset, res.record.end_offset) == (0, 9)
+        assert seen == list(POINTS)
+        assert _scan(conn) == expected
+        _assert_tiles(conn)
+    finally:
+        conn.close()
+
+
 def test_stale_claim_cannot_finish_a_stage(cconn: llog.Connection) -> None:
     _write(cconn, 4)
     before = _scan(cconn)

@@ -1,7 +1,8 @@
 """Acceptance: a compactor child process SIGKILLed after the blob PUT, after creating
 its record, and after each of the three stages, 20 rounds each; another compactor
-resumes, full scans before and after are byte-identical, and the index holds exactly
-one entry per covered range."""
+resumes; a full scan right after the kill and one after the resume both return exactly
+the records written (so they are byte-identical), and the index holds exactly one entry
+per covered range."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from compactor.compact import read_cursor
 from llog import AppendGroup, Record
 from llog.codec.meta import COMPACTED, CompactionRecord, IndexEntry
 from llog.control import read_control
+from llog.records import Headers
 from tests.conftest import config_env
 
 WORKER = Path(__file__).parent / "workers" / "compactor_crash.py"
@@ -32,9 +34,11 @@ POINTS = {
     "after_UPDATING_CURSOR": None,
 }
 MAX_RECORDS = 4  # two appends of two records per compaction run
+#: Each round compacts two runs per partition (the child's, then the resumer's).
+APPENDS_PER_ROUND = 4
 
 
-Row = tuple[int, int, bytes | None, bytes, object]
+Row = tuple[int, int, bytes | None, bytes, Headers]
 
 
 def _scan(conn: llog.Connection, p: int) -> list[Row]:
@@ -65,16 +69,21 @@ def _check_index(conn: llog.Connection, p: int) -> None:
     assert nxt == ctl.next_offset
 
 
-def _write(conn: llog.Connection, appends: int) -> None:
-    with llog.Writer(conn) as w:
-        for base in range(0, appends, 6):
-            w.append_shared([
-                AppendGroup(TOPIC, p, [
-                    Record(f"{p}/{i}".encode(), key=b"k", timestamp=i, headers=(("n", b"%d" % i),)),
-                    Record(b"second"),
-                ])
-                for i in range(base, base + 6) for p in range(len(POINTS))
-            ])
+def _write(w: llog.Writer, expected: dict[int, list[Row]], rnd: int) -> None:
+    """Append this round's records: two runs' worth per partition, in one shared blob.
+    Writing per round (not all up front) keeps each full scan short."""
+    groups = []
+    for p in range(len(POINTS)):
+        for n in range(rnd * APPENDS_PER_ROUND, (rnd + 1) * APPENDS_PER_ROUND):
+            records = [
+                Record(f"{p}/{n}".encode(), key=b"k", timestamp=n, headers=(("n", b"%d" % n),)),
+                Record(b"second", timestamp=n),
+            ]
+            groups.append(AppendGroup(TOPIC, p, records))
+            rows = expected[p]
+            base = len(rows)
+            rows.extend((base + i, n, r.key, r.value, r.headers) for i, r in enumerate(records))
+    w.append_shared(groups)
 
 
 def test_sigkill_at_every_step_then_resume(config: llog.LlogConfig) -> None:
@@ -85,11 +94,9 @@ def test_sigkill_at_every_step_then_resume(config: llog.LlogConfig) -> None:
         "LLOG_COMPACT_MAX_RECORDS": str(MAX_RECORDS),
     }
     points = list(POINTS)
-    with llog.Connection(cfg) as conn, Compactor(conn) as resumer:
+    expected: dict[int, list[Row]] = {p: [] for p in range(len(points))}
+    with llog.Connection(cfg) as conn, Compactor(conn) as resumer, llog.Writer(conn) as w:
         llog.Topics(conn).create(TOPIC, len(points))
-        # Each round compacts two runs per partition (the child's, then the resumer's).
-        _write(conn, ROUNDS * 2 * 2 + 6)
-        before = {p: _scan(conn, p) for p in range(len(points))}
         server = subprocess.Popen(
             [sys.executable, str(WORKER), TOPIC], env=env, text=True,
             stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -98,12 +105,13 @@ def test_sigkill_at_every_step_then_resume(config: llog.LlogConfig) -> None:
         assert server.stdout.readline().strip() == "ready"
         try:
             for rnd in range(ROUNDS):
+                _write(w, expected, rnd)
                 # One child process per kill point, all at once (one partition each).
                 server.stdin.write(" ".join(f"{p}={pt}" for p, pt in enumerate(points)) + "\n")
                 server.stdin.flush()
                 statuses = json.loads(server.stdout.readline())
                 assert statuses == {str(p): [signal.SIGKILL, -1] for p in range(len(points))}, statuses
-                _verify_and_resume(conn, resumer, points, before, rnd)
+                _verify_and_resume(conn, resumer, points, expected, rnd)
         finally:
             server.stdin.close()
             server.wait(30)
@@ -117,13 +125,13 @@ def test_sigkill_at_every_step_then_resume(config: llog.LlogConfig) -> None:
 
 
 def _verify_and_resume(
-    conn: llog.Connection, resumer: Compactor, points: list[str], before: dict[int, list[Row]], rnd: int
+    conn: llog.Connection, resumer: Compactor, points: list[str], expected: dict[int, list[Row]], rnd: int
 ) -> None:
     for p, point in enumerate(points):
         kv = conn.etcd.get(conn.keys.compaction(TOPIC, p))
         left = CompactionRecord.decode(kv.value).stage if kv is not None else None
         assert left == POINTS[point], f"round {rnd}, killed {point}: record at {left}"
-        assert _scan(conn, p) == before[p], f"round {rnd}: wrong records right after {point}"
+        assert _scan(conn, p) == expected[p], f"round {rnd}: wrong records right after {point}"
         res = resumer.compact_once(TOPIC, p)
         if left is None:
             assert res.recovered is None
@@ -132,5 +140,5 @@ def _verify_and_resume(
             assert res.recovered.finished.outcome == "done"
         assert res.outcome == "compacted", res
         assert conn.etcd.get(conn.keys.compaction(TOPIC, p)) is None
-        assert _scan(conn, p) == before[p], f"round {rnd}: wrong records after resuming {point}"
+        assert _scan(conn, p) == expected[p], f"round {rnd}: wrong records after resuming {point}"
         _check_index(conn, p)

@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import llog
+from compactor import StageEvent, compact_once
 from compactor.service import CompactorService, parse_targets
 from llog import AppendGroup
 from llog.codec.meta import COMPACTED, CompactionRecord, IndexEntry
@@ -110,24 +111,85 @@ def test_service_discovers_compacts_serves_http_and_prunes(config: llog.LlogConf
         root = conn.keys.all_prefix()
         keys = conn.etcd.keys(root, llog.keys.prefix_range_end(root))
         assert [k for k in keys if k.endswith("/meta/compactor-claim")] == []
-    with llog.Reader(llog.Connection(cfg)) as r:
+    with llog.Connection(cfg) as conn, llog.Reader(conn) as r:
         assert [c.value for c in r.scan("seeded", 1)] == [b"s%d" % i for i in range(5)]
 
 
-def test_one_shot_commands(config: llog.LlogConfig) -> None:
-    """``python -m compactor compact`` / ``vacuum --dry-run`` (what ``llog compact`` and
-    ``llog vacuum`` run)."""
-    env = config_env(config) | {"LLOG_SETTLE_AFTER_MS": "0"}
+@pytest.mark.parametrize("finishes", [True, False], ids=["finishes", "abandons"])
+def test_graceful_stop_finishes_or_safely_abandons_inflight_work(
+    config: llog.LlogConfig, finishes: bool
+) -> None:
+    """A stop during a compaction either lets it finish (within the shutdown timeout)
+    or revokes the lease under it: its next stage then fails its claim guard and the
+    record stays for the next compactor, which finishes it. Nothing is lost either way."""
+    cfg = replace(
+        config, compact_min_age_ms=0, settle_after_ms=0, compactor_port=0, compactor_pass_interval_s=0.1,
+        compactor_discovery_interval_s=0.2, vacuum_interval_s=0, compactor_max_runs_per_task=1,
+        compactor_shutdown_timeout_s=60 if finishes else 0.1,
+    )
+    entered, release = threading.Event(), threading.Event()
+
+    def hold(ev: StageEvent) -> None:
+        if ev.point == "after_record" and not entered.is_set():
+            entered.set()
+            assert release.wait(60)
+
+    with llog.Connection(cfg) as conn:
+        llog.Topics(conn).create("g", 1)
+        with llog.Writer(conn) as w:
+            for i in range(4):
+                w.append("g", 0, [b"%d" % i])
+        svc = CompactorService(cfg, hook=hold).start()
+        stopper = threading.Thread(target=svc.stop)
+        try:
+            assert entered.wait(30)
+            stopper.start()
+            claim = conn.keys.compactor_claim("g", 0)
+            if finishes:
+                _wait_until(lambda: not svc.health()[0], 10, "the stop to begin")
+                assert conn.etcd.get(claim) is not None  # still waiting for the task
+            else:
+                _wait_until(lambda: conn.etcd.get(claim) is None, 10, "the lease revoked at the timeout")
+        finally:
+            release.set()
+            if stopper.ident is None:  # never got as far as stopping it
+                svc.stop()
+            else:
+                stopper.join(60)
+        assert not stopper.is_alive()
+        assert conn.etcd.get(conn.keys.compactor_claim("g", 0)) is None
+        kv = conn.etcd.get(conn.keys.compaction("g", 0))
+        if finishes:
+            assert kv is None
+            assert _all_compacted(conn, "g", 1)
+        else:
+            assert kv is not None and CompactionRecord.decode(kv.value).stage == "WRITING_COMPACTED_INDEX"
+            res = compact_once(conn, "g", 0)
+            assert res.recovered is not None and res.recovered.finished.outcome == "done"
+            assert _all_compacted(conn, "g", 1)
+        with llog.Reader(conn) as r:
+            assert [c.value for c in r.scan("g", 0)] == [b"%d" % i for i in range(4)]
+
+
+def test_cli_commands(config: llog.LlogConfig) -> None:
+    """``llog compact``, ``llog vacuum --dry-run``, ``llog topics describe`` and the
+    ``llog compactor`` service, as child processes (``python -m compactor compact``
+    runs the same code)."""
+    env = config_env(config) | {"LLOG_SETTLE_AFTER_MS": "0", "LLOG_COMPACTOR_PORT": "0"}
     with llog.Connection(config) as conn:
         llog.Topics(conn).create("cli", 2)
         with llog.Writer(conn) as w:
             for i in range(4):
                 w.append("cli", 1, [b"%d" % i])
 
-        def run(*args: str) -> subprocess.CompletedProcess[str]:
-            return subprocess.run([sys.executable, "-m", "compactor", *args], env=env, text=True,
+        def run(*args: str, module: str = "llog", **extra: str) -> subprocess.CompletedProcess[str]:
+            return subprocess.run([sys.executable, "-m", module, *args], env=env | extra, text=True,
                                   capture_output=True, timeout=60)
 
+        out = run("topics", "describe", "cli", "--json")
+        assert out.returncode == 0, out.stderr
+        p1 = json.loads(out.stdout)["partition_info"][1]
+        assert (p1["compaction_cursor"], p1["compaction_lag"], p1["last_compaction_ms"]) == (0, 4, None)
         out = run("compact", "cli", "--min-age-ms", "0")
         assert out.returncode == 0, out.stderr
         lines = [json.loads(x) for x in out.stdout.splitlines()]
@@ -135,13 +197,34 @@ def test_one_shot_commands(config: llog.LlogConfig) -> None:
             (0, "ok", 0, 0), (1, "ok", 1, 4)
         ]
         assert _all_compacted(conn, "cli", 2)
-        out = run("vacuum", "--dry-run", "--grace-s", "0")
+        out = run("topics", "describe", "cli", "--json")
+        p1 = json.loads(out.stdout)["partition_info"][1]
+        assert (p1["compaction_cursor"], p1["compaction_lag"]) == (4, 0) and p1["last_compaction_ms"]
+        # The global --root-prefix flag wins over LLOG_ROOT_PREFIX.
+        out = run("--root-prefix", config.root_prefix, "vacuum", "--dry-run", "--grace-s", "0",
+                  LLOG_ROOT_PREFIX="elsewhere")
         assert out.returncode == 0, out.stderr
         report = json.loads(out.stdout)
         assert report["dry_run"] and report["deleted_count"] == 4  # the four WAL blobs
         assert len(list(conn.store.list(conn.keys.wal_prefix()))) == 4
-        bad = run("compact", "no-such-topic")
+        bad = run("compact", "no-such-topic", module="compactor")
         assert bad.returncode != 0 and "no-such-topic" in bad.stderr
+
+        svc = subprocess.Popen([sys.executable, "-m", "llog", "compactor", "--vacuum-interval", "0"],
+                               env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            assert svc.stdout is not None
+            line = svc.stdout.readline()
+            assert line.startswith("compactor serving on http://"), line
+            port = int(line.rsplit(":", 1)[1])
+            status, body = _get(port, "/health")
+            assert status == 200 and json.loads(body)["status"] == "ok"
+            svc.send_signal(signal.SIGTERM)
+            assert svc.wait(60) == 0
+        finally:
+            if svc.poll() is None:
+                svc.kill()
+                svc.wait()
 
 
 def _start(

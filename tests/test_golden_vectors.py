@@ -19,7 +19,15 @@ import msgpack
 import pytest
 
 from llog.codec import batch, blob
-from llog.codec.meta import CompactionCursor, CompactionRecord, Control, IndexEntry, Pending, TopicMeta
+from llog.codec.meta import (
+    CompactionCursor,
+    CompactionRecord,
+    Control,
+    IndexEntry,
+    Pending,
+    ProducerState,
+    TopicMeta,
+)
 from llog.keys import KeyLayout
 from llog.records import Record
 
@@ -197,6 +205,7 @@ def _meta_object(kind: str, m: dict[str, Any]) -> Any:
         "TopicMeta": TopicMeta,
         "CompactionCursor": CompactionCursor,
         "CompactionRecord": CompactionRecord,
+        "ProducerState": ProducerState,
     }
     return classes[kind](**m)
 

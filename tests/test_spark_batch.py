@@ -1,5 +1,5 @@
 """Spark batch reads and writes of the ``llog`` format against the real etcd + S3
-servers, in one ``local[2]`` SparkSession for the module.
+servers, in the suite's one ``local[2]`` SparkSession (the ``spark`` fixture).
 
 The data: 3 topics x 8 partitions, 6 appends of 5 records per partition (one shared
 blob per round). Then on every partition of topic ``a`` the compactor rewrites the
@@ -13,7 +13,7 @@ from __future__ import annotations
 import uuid
 from collections.abc import Iterator
 from dataclasses import replace
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 import pytest
@@ -27,7 +27,6 @@ from llog.connection import Connection
 from llog.control import read_control
 from llog.reader import Reader
 from llog.records import AppendGroup, Record
-from llog.spark import local_session
 from llog.topics import Topics
 from llog.writer import Writer
 
@@ -39,13 +38,6 @@ PER_ROUND = 5
 BASE_TS = 1_700_000_000_000
 
 Row = tuple[str, int, int, bytes]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    s = local_session("llog-test-batch")
-    yield s
-    s.stop()
 
 
 @pytest.fixture(scope="module")
@@ -259,7 +251,10 @@ def test_write_then_read_round_trip(spark: SparkSession, cfg: LlogConfig, writte
         (b"k-keyed", b"v-keyed", None, [], ts),
         # neither key nor partition
         (None, b"v-free", None, None, None),
-    ] + [(f"bulk{i}".encode(), f"bulk-{i}".encode(), i % 4, [("n", str(i).encode())], ts) for i in range(200)]
+    ] + [
+        (f"bulk{i}".encode(), f"bulk-{i}".encode(), i % 4, [("n", str(i).encode())], ts + timedelta(milliseconds=i))
+        for i in range(200)
+    ]
     schema = (
         "key binary, value binary, partition int, "
         "headers array<struct<key: string, value: binary>>, timestamp timestamp"
@@ -274,10 +269,11 @@ def test_write_then_read_round_trip(spark: SparkSession, cfg: LlogConfig, writte
             bytes(r.key) if r.key is not None else None,
             bytes(r.value),
             tuple((h.key, bytes(h.value)) for h in r.headers),
+            r.timestamp if r.value != b"v-free" else None,
         )
         for r in back
     }
-    want = {(k, v, tuple(h or ())) for k, v, _, h, _ in data}
+    want = {(k, v, tuple(h or ()), t) for k, v, _, h, t in data}
     assert got == want
     by_value = {bytes(r.value): r for r in back}
     assert by_value[b"v-explicit"].partition == 2

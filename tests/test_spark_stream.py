@@ -1,12 +1,13 @@
 """Spark streaming reads and writes of the ``llog`` format against the real etcd + S3
-servers, in one ``local[2]`` SparkSession for the module."""
+servers, in the suite's one ``local[2]`` SparkSession (the ``spark`` fixture)."""
 
 from __future__ import annotations
 
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +17,6 @@ from pyspark.sql import SparkSession
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.records import AppendGroup
-from llog.spark import local_session
 from llog.topics import Topics
 from llog.writer import AppendResult, Writer
 
@@ -25,13 +25,6 @@ PARTITIONS = 4
 MAX_PER_TRIGGER = 1000
 
 Row = tuple[str, int, int, bytes]
-
-
-@pytest.fixture(scope="module")
-def spark() -> Iterator[SparkSession]:
-    s = local_session("llog-test-stream")
-    yield s
-    s.stop()
 
 
 @pytest.fixture
@@ -106,6 +99,10 @@ def data_batches(query: Any) -> int:
     return sum(1 for p in query.recentProgress if p["numInputRows"] > 0)
 
 
+def has_data(query: Any) -> bool:
+    return data_batches(query) >= 1
+
+
 def test_stream_restarted_three_times_holds_every_record_once(
     spark: SparkSession, config: LlogConfig, opts: dict[str, str], tmp_path: Path
 ) -> None:
@@ -156,7 +153,7 @@ def test_stream_restarted_three_times_holds_every_record_once(
                 producer.add_topic("s-2")
             q = start(processingTime="100 milliseconds")
             try:
-                wait_for(f"a micro-batch with data in run {run}", lambda q=q: data_batches(q) >= 1)
+                wait_for(f"a micro-batch with data in run {run}", partial(has_data, q))
             finally:
                 q.stop()
             assert q.exception() is None

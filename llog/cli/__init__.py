@@ -21,7 +21,9 @@ COMMAND_MODULES = (
     "llog.cli.dev",
     "llog.cli.admin",
     "llog.cli.data",
+    "llog.cli.groups",
     "llog.cli.compactor",
+    "llog.cli.broker",
 )
 
 

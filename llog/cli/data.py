@@ -17,6 +17,7 @@ from collections.abc import Iterator
 from typing import IO, Any
 
 from llog.cli.common import connection_from_args
+from llog.cli.progress import Progress
 from llog.errors import InvalidInput
 from llog.partitioner import partition_for_key
 from llog.reader import Reader
@@ -31,6 +32,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("-p", "--partition", type=int, help="partition (default: by key, else 0)")
     p.add_argument("--key-separator", help="split each line into KEY<sep>VALUE")
     p.add_argument("--batch", type=int, default=1000, help="lines per shared append (default 1000)")
+    p.add_argument("--progress", action="store_true", default=None, help="rate lines on stderr (default: on a tty)")
     p.set_defaults(func=_produce)
 
     p = subparsers.add_parser("consume", help="print records of a partition")
@@ -40,6 +42,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("-n", "--max", type=int, help="stop after this many records")
     p.add_argument("-f", "--follow", action="store_true", help="keep waiting for new records")
     p.add_argument("--json", action="store_true", help="JSON lines with offset, timestamp, key, value, headers")
+    p.add_argument("--progress", action="store_true", default=None, help="rate lines on stderr (default: on a tty)")
     p.set_defaults(func=_consume)
 
 
@@ -56,21 +59,21 @@ def _produce(args: argparse.Namespace) -> int:
     if args.batch <= 0:
         raise InvalidInput(f"--batch must be positive, got {args.batch}")
     sep = args.key_separator.encode() if args.key_separator else None
-    total = 0
+    progress = Progress("produced", enabled=args.progress)
     with connection_from_args(args) as conn, Writer(conn) as writer:
         partitions = conn.topic(args.topic).partitions
         pending: dict[int, list[Record]] = {}
         buffered = 0
 
         def flush() -> None:
-            nonlocal total, buffered
+            nonlocal buffered
             if not pending:
                 return
             groups = [AppendGroup(args.topic, p, recs) for p, recs in sorted(pending.items())]
             for out in writer.append_shared(groups):
                 if isinstance(out, AppendFailure):
                     raise out.error
-                total += out.count
+            progress.add(sum(map(len, pending.values())), sum(len(r.value) for recs in pending.values() for r in recs))
             pending.clear()
             buffered = 0
 
@@ -90,7 +93,7 @@ def _produce(args: argparse.Namespace) -> int:
             if buffered >= args.batch:
                 flush()
         flush()
-    print(f"produced {total} record(s) to {args.topic}", file=sys.stderr)
+    progress.done()
     return 0
 
 
@@ -120,6 +123,7 @@ def _print(rec: ConsumedRecord, as_json: bool, out: IO[str]) -> None:
 def _consume(args: argparse.Namespace) -> int:
     stop = threading.Event()
     seen = 0
+    progress = Progress("consumed", enabled=args.progress)
     with connection_from_args(args) as conn, Reader(conn) as reader:
         low, high = reader.high_watermark(args.topic, args.partition)
         if args.start == "earliest":
@@ -136,6 +140,7 @@ def _consume(args: argparse.Namespace) -> int:
                 _print(rec, args.json, sys.stdout)
                 offset = rec.offset + 1
                 seen += 1
+                progress.add(1, len(rec.value))
                 if args.max is not None and seen >= args.max:
                     return 0
             sys.stdout.flush()

@@ -376,7 +376,12 @@ class ProducerState:
     start_offset: int
     end_offset: int
     append_id: str
+    data_key: str
     updated_at_ms: int
+
+    @property
+    def msg_count(self) -> int:
+        return self.end_offset - self.start_offset + 1
 
     def encode(self) -> bytes:
         return _pack(
@@ -385,6 +390,7 @@ class ProducerState:
                 "start_offset": self.start_offset,
                 "end_offset": self.end_offset,
                 "append_id": self.append_id,
+                "data_key": self.data_key,
                 "updated_at_ms": self.updated_at_ms,
             }
         )
@@ -392,10 +398,14 @@ class ProducerState:
     @classmethod
     def decode(cls, raw: bytes) -> ProducerState:
         m = _unpack(raw)
-        return cls(
+        s = cls(
             sequence=_field(m, "sequence", int),
             start_offset=_field(m, "start_offset", int),
             end_offset=_field(m, "end_offset", int),
             append_id=_field(m, "append_id", str),
+            data_key=_field(m, "data_key", str),
             updated_at_ms=_field(m, "updated_at_ms", int),
         )
+        if s.sequence < 0 or s.start_offset < 0 or s.end_offset < s.start_offset:
+            raise MetaFormatError("producer state has a negative sequence or an empty range")
+        return s

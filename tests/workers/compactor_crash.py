@@ -6,8 +6,10 @@ Reads lines ``PARTITION=POINT PARTITION=POINT ...`` on stdin; for each line fork
 child process per pair, each running ``compact_once`` on its partition and killing
 itself with SIGKILL when the compaction reaches POINT, waits for all of them and
 prints their wait statuses as one JSON line (``{"partition": [signal, exit code]}``).
-Forking from a process that has imported everything but opened no connection keeps a
-round cheap; each child opens its own. Configuration comes from ``LLOG_*``.
+Forking keeps a round cheap: the parent imports everything and builds the object
+store client (the slow part of a connection) without ever using it, so each child
+inherits an idle client with no sockets open; each child opens its own etcd channel.
+Configuration comes from ``LLOG_*``.
 """
 
 from __future__ import annotations
@@ -19,19 +21,25 @@ import sys
 
 import llog
 from compactor import StageEvent, compact_once
+from llog.metrics import Metrics
+from llog.store import ObjectStore, open_store
 
 
-def run_child(topic: str, partition: int, point: str) -> None:
+def run_child(config: llog.LlogConfig, store: ObjectStore, metrics: Metrics, topic: str, partition: int,
+              point: str) -> None:
     def hook(ev: StageEvent) -> None:
         if ev.point == point:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    with llog.connect() as conn:
+    with llog.Connection(config, store=store, metrics=metrics) as conn:
         compact_once(conn, topic, partition, hook=hook)
 
 
 def main() -> None:
     topic = sys.argv[1]
+    config = llog.LlogConfig.from_env()
+    metrics = Metrics()
+    store = open_store(config, metrics)
     print("ready", flush=True)
     for line in sys.stdin:
         pids: dict[int, int] = {}
@@ -41,7 +49,7 @@ def main() -> None:
             if pid == 0:
                 code = 0
                 try:
-                    run_child(topic, int(part), point)
+                    run_child(config, store, metrics, topic, int(part), point)
                 except BaseException:
                     code = 3
                 os._exit(code)

@@ -1,0 +1,71 @@
+"""Run the broker under uvicorn until SIGINT/SIGTERM."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from types import FrameType
+
+import uvicorn
+
+from llog.broker.app import create_app
+from llog.config import LlogConfig
+
+
+class _Server(uvicorn.Server):
+    """uvicorn re-raises a captured SIGTERM after its graceful shutdown, killing the
+    process with the signal; :func:`serve` handles signals itself to exit with 0."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
+def serve(
+    config: LlogConfig,
+    *,
+    host: str | None = None,
+    port: int | None = None,
+    max_request_bytes: int = 16 * 1024 * 1024,
+    send_timeout_s: float = 5.0,
+    tail_cache_bytes: int = 64 * 1024 * 1024,
+    on_ready: Callable[[str], None] | None = None,
+) -> None:
+    """Serve until stopped; ``on_ready(url)`` runs once the broker accepts requests.
+    ``port=0`` picks a free port (the URL tells which)."""
+    # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say so; without
+    # it every response waits ~40 ms for Nagle against the client's delayed ACK.
+    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind((host or config.broker_host, config.broker_port if port is None else port))
+    # Listening before startup: early clients queue in the backlog instead of failing.
+    sock.listen(2048)
+    bound_host, bound_port = sock.getsockname()[:2]
+    url = f"http://{bound_host}:{bound_port}"
+    app = create_app(
+        config,
+        max_request_bytes=max_request_bytes,
+        send_timeout_s=send_timeout_s,
+        tail_cache_bytes=tail_cache_bytes,
+        on_ready=None if on_ready is None else (lambda: on_ready(url)),
+    )
+    server = _Server(uvicorn.Config(
+        app, log_level="warning", lifespan="on", timeout_graceful_shutdown=10, access_log=False,
+    ))
+
+    def stop(sig: int, _frame: FrameType | None) -> None:
+        # A second Ctrl-C skips the graceful wait.
+        server.force_exit = server.should_exit and sig == signal.SIGINT
+        if not server.should_exit:
+            app.begin_shutdown()
+        server.should_exit = True
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        server.run(sockets=[sock])
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        sock.close()

@@ -1,0 +1,103 @@
+"""A bounded in-process cache of records this broker committed, by partition and
+offset, so consumers at the tail are served without an etcd or S3 round trip.
+
+Entries are exact (committed offsets from ``AppendResult``), but a partition's entries
+may have gaps where other brokers wrote; a lookup returns only the contiguous run that
+starts at the requested offset, and the caller reads the rest from storage.
+"""
+
+from __future__ import annotations
+
+import bisect
+import threading
+from collections import deque
+from dataclasses import dataclass
+
+from llog.records import ConsumedRecord, Record
+from llog.writer import AppendResult
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class _Segment:
+    start: int
+    records: tuple[ConsumedRecord, ...]
+    nbytes: int
+
+    @property
+    def end(self) -> int:  # exclusive
+        return self.start + len(self.records)
+
+
+def _size(r: ConsumedRecord) -> int:
+    return len(r.value) + (len(r.key) if r.key is not None else 0)
+
+
+class TailCache:
+    """Thread-safe; evicts the oldest appends first once over ``max_bytes``."""
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max_bytes
+        self._lock = threading.Lock()
+        # Per partition: segment start offsets (sorted, for bisect) and the segments.
+        self._parts: dict[TopicPartition, tuple[list[int], list[_Segment]]] = {}
+        self._order: deque[tuple[TopicPartition, _Segment]] = deque()
+        self._bytes = 0
+
+    @property
+    def nbytes(self) -> int:
+        return self._bytes
+
+    def put(self, result: AppendResult, records: list[Record]) -> None:
+        tp = (result.topic, result.partition)
+        recs = tuple(
+            ConsumedRecord(result.topic, result.partition, result.start_offset + i,
+                           r.timestamp or 0, r.key, r.value, r.headers)
+            for i, r in enumerate(records)
+        )
+        seg = _Segment(result.start_offset, recs, sum(map(_size, recs)))
+        if seg.nbytes > self.max_bytes:
+            return
+        with self._lock:
+            starts, segs = self._parts.setdefault(tp, ([], []))
+            i = bisect.bisect_left(starts, seg.start)
+            if i < len(starts) and starts[i] == seg.start:
+                return  # already cached
+            starts.insert(i, seg.start)  # commits arrive in offset order: i is the end
+            segs.insert(i, seg)
+            self._order.append((tp, seg))
+            self._bytes += seg.nbytes
+            while self._bytes > self.max_bytes:
+                old_tp, old = self._order.popleft()
+                old_starts, old_segs = self._parts[old_tp]
+                j = bisect.bisect_left(old_starts, old.start)
+                del old_starts[j], old_segs[j]
+                if not old_segs:
+                    del self._parts[old_tp]
+                self._bytes -= old.nbytes
+
+    def get(self, topic: str, partition: int, offset: int, max_bytes: int) -> list[ConsumedRecord] | None:
+        """Records from ``offset`` on while they are contiguous, at least one and then
+        up to ``max_bytes``; ``None`` when ``offset`` itself is not cached."""
+        with self._lock:
+            part = self._parts.get((topic, partition))
+            if part is None:
+                return None
+            starts, segs = part
+            i = bisect.bisect_right(starts, offset) - 1
+            if i < 0 or segs[i].end <= offset:
+                return None
+            out: list[ConsumedRecord] = []
+            used = 0
+            want = offset
+            while i < len(segs) and segs[i].start <= want < segs[i].end:
+                for r in segs[i].records[want - segs[i].start:]:
+                    size = _size(r)
+                    if out and used + size > max_bytes:
+                        return out
+                    out.append(r)
+                    used += size
+                want = segs[i].end
+                i += 1
+            return out

@@ -1,0 +1,171 @@
+"""What the broker knows about each partition's tail, and how waiting consumers
+wake up.
+
+Each partition a consumer touches gets an etcd watch on its control key, registered
+before the first control read. From then on the partition's ``(log_start_offset,
+next_offset)`` is kept current without reading etcd: the watch hands over every new
+control value (commits by any broker, fences, retention), and local commits raise
+``next_offset`` as soon as they are acknowledged. ``next_offset`` only grows, so
+taking the maximum makes the order of those two sources irrelevant. Every change wakes
+the consumers long-polling on that partition; their waiting happens on the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from llog.codec.meta import Control, MetaFormatError
+from llog.connection import Connection
+from llog.etcd import KV
+
+log = logging.getLogger(__name__)
+
+TopicPartition = tuple[str, int]
+
+
+@dataclass
+class _Tail:
+    next_offset: int | None = None  # None: not known, read etcd
+    log_start_offset: int = 0
+    confirmed_at: float = 0.0  # monotonic time of the last etcd read or watch event
+    cancel_watch: Callable[[], None] | None = None
+
+
+class PartitionTails:
+    def __init__(
+        self, conn: Connection, loop: asyncio.AbstractEventLoop, *, max_watches: int = 4096, trust_s: float = 5.0
+    ) -> None:
+        self._conn = conn
+        self._trust_s = trust_s
+        self._loop = loop
+        self._max_watches = max_watches
+        self._lock = threading.Lock()
+        self._watch_lock = threading.Lock()  # one registration at a time
+        self._tails: dict[TopicPartition, _Tail] = {}
+        self._watches = 0
+        # Loop-thread only:
+        self._versions: dict[TopicPartition, int] = {}
+        self._events: dict[TopicPartition, asyncio.Event] = {}
+        self._stopping = False
+
+    # -- state, any thread ---------------------------------------------------------
+    def known(self, tp: TopicPartition) -> tuple[int, int] | None:
+        """``(log_start_offset, next_offset)`` if tracked, else ``None``."""
+        with self._lock:
+            t = self._tails.get(tp)
+            if t is None or t.next_offset is None or t.cancel_watch is None:
+                return None
+            # A watch can die without telling (etcd3's watcher thread may crash when
+            # its stream ends): past this age, re-read etcd rather than trust silence.
+            if time.monotonic() - t.confirmed_at > self._trust_s:
+                return None
+            return t.log_start_offset, t.next_offset
+
+    def watch(self, tp: TopicPartition) -> None:
+        """Start tracking the partition (call before reading its control key)."""
+        with self._watch_lock:
+            with self._lock:
+                t = self._tails.setdefault(tp, _Tail())
+                if t.cancel_watch is not None or self._watches >= self._max_watches:
+                    return
+            cancel = self._conn.etcd.watch_kvs(self._conn.keys.control(*tp), lambda kv: self._remote(tp, kv))
+            with self._lock:
+                self._watches += 1
+                t.cancel_watch = cancel
+
+    def learn(self, tp: TopicPartition, log_start: int, next_offset: int) -> None:
+        """Record a control read made after :meth:`watch`."""
+        with self._lock:
+            t = self._tails.setdefault(tp, _Tail())
+            t.next_offset = max(next_offset, t.next_offset or 0)
+            t.log_start_offset = max(log_start, t.log_start_offset)
+            t.confirmed_at = time.monotonic()
+
+    def local_commit(self, tp: TopicPartition, next_offset: int) -> None:
+        with self._lock:
+            t = self._tails.get(tp)
+            if t is not None and t.next_offset is not None:
+                t.next_offset = max(t.next_offset, next_offset)
+        self._conn.metrics.tail_wakeups.labels("local").inc()
+        self._signal(tp)
+
+    def _remote(self, tp: TopicPartition, kv: KV | None) -> None:
+        ctl: Control | None = None
+        if kv is not None:
+            try:
+                ctl = Control.decode(kv.value)
+            except MetaFormatError as exc:
+                log.warning("undecodable control value for %s/%s: %s", *tp, exc)
+        with self._lock:
+            t = self._tails.setdefault(tp, _Tail())
+            if ctl is None:
+                # Deleted, corrupt, or the watch failed: forget, so the next fetch
+                # re-reads etcd and registers a new watch.
+                t.next_offset = None
+                if t.cancel_watch is not None:
+                    self._watches -= 1
+                    t.cancel_watch = None
+            elif t.next_offset is not None:
+                t.next_offset = max(t.next_offset, ctl.next_offset)
+                t.log_start_offset = max(t.log_start_offset, ctl.log_start_offset)
+                t.confirmed_at = time.monotonic()
+        self._conn.metrics.tail_wakeups.labels("watch").inc()
+        self._signal(tp)
+
+    def close(self) -> None:
+        with self._lock:
+            cancels = [t.cancel_watch for t in self._tails.values() if t.cancel_watch]
+            self._tails.clear()
+        for c in cancels:
+            try:
+                c()
+            except Exception as exc:  # a closing etcd client may refuse; nothing to undo
+                log.debug("watch cancel failed: %s", exc)
+
+    def release_waiters(self) -> None:
+        """Shutting down: end every long-poll now and skip future waits."""
+        with contextlib.suppress(RuntimeError):
+            self._loop.call_soon_threadsafe(self._release_all)
+
+    def _release_all(self) -> None:
+        self._stopping = True
+        for ev in self._events.values():
+            ev.set()
+        self._events.clear()
+
+    def _signal(self, tp: TopicPartition) -> None:
+        with contextlib.suppress(RuntimeError):  # loop closed: nobody is waiting any more
+            self._loop.call_soon_threadsafe(self._fire, tp)
+
+    # -- waiting, loop thread ------------------------------------------------------------
+    def _fire(self, tp: TopicPartition) -> None:
+        self._versions[tp] = self._versions.get(tp, 0) + 1
+        ev = self._events.pop(tp, None)
+        if ev is not None:
+            ev.set()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stopping
+
+    def versions(self, tps: list[TopicPartition]) -> list[int]:
+        return [self._versions.get(tp, 0) for tp in tps]
+
+    async def wait(self, tps: list[TopicPartition], seen: list[int], timeout: float) -> None:
+        """Return when any of ``tps`` changed since ``seen`` (from :meth:`versions`),
+        or after ``timeout`` seconds."""
+        if self._stopping or self.versions(tps) != seen or timeout <= 0:
+            return
+        events = {self._events.setdefault(tp, asyncio.Event()) for tp in tps}
+        waiters = [asyncio.ensure_future(e.wait()) for e in events]
+        try:
+            await asyncio.wait(waiters, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for w in waiters:
+                w.cancel()

@@ -1,0 +1,43 @@
+"""``llog broker``: the HTTP produce/consume API (see ``GET /openapi.json``)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from llog.cli.common import config_from_args
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser(
+        "broker", help="run the HTTP broker",
+        description="Serve POST /produce and /consume (plus /health, /metrics, /openapi.json) until "
+                    "Ctrl-C. A bearer token is required when LLOG_BROKER_TOKEN is set.",
+    )
+    p.add_argument("--host", help="listen address (LLOG_BROKER_HOST)")
+    p.add_argument("--port", type=int, help="listen port, 0 for any free one (LLOG_BROKER_PORT)")
+    p.add_argument("--max-request-bytes", type=int, default=16 * 1024 * 1024,
+                   help="largest request body accepted (413 beyond)")
+    p.add_argument("--send-timeout", type=float, default=5.0,
+                   help="seconds a produce waits for room in the batch buffer before 503")
+    p.add_argument("--tail-cache-bytes", type=int, default=64 * 1024 * 1024,
+                   help="bytes of recently written records kept for tail consumers")
+    p.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from llog.broker.server import serve
+
+    def ready(url: str) -> None:
+        print(f"llog broker listening on {url}", flush=True)
+
+    serve(
+        config_from_args(args),
+        host=args.host,
+        port=args.port,
+        max_request_bytes=args.max_request_bytes,
+        send_timeout_s=args.send_timeout,
+        tail_cache_bytes=args.tail_cache_bytes,
+        on_ready=ready,
+    )
+    return 0

@@ -1,0 +1,149 @@
+"""BatchingProducer: many threads send records; one flusher coalesces them into
+shared WAL appends.
+
+>>> with BatchingProducer(conn) as p:                       # doctest: +SKIP
+...     fut = p.send("orders", None, b"hello", key=b"customer-7")
+...     fut.result()                                          # the record's offset
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Sequence
+from concurrent.futures import Future, wait
+from typing import Any
+
+from llog.config import LlogConfig
+from llog.connection import Connection
+from llog.control import now_ms
+from llog.errors import InvalidInput
+from llog.names import check_partition, check_topic
+from llog.partitioner import partition_for_key
+from llog.producer.accumulator import Accumulator, Pending, record_size
+from llog.producer.sender import CommitListener, Sender
+from llog.records import Headers, Record
+from llog.writer import AppendResult, Writer, normalize_record
+
+__all__ = ["BatchingProducer"]
+
+
+def _future() -> Future[Any]:
+    # Running futures cannot be cancelled: an accepted record is sent regardless, and
+    # a waiter giving up (an HTTP client going away) must not cancel it.
+    f: Future[Any] = Future()
+    f.set_running_or_notify_cancel()
+    return f
+
+
+class BatchingProducer:
+    """Thread-safe; see the module docstring.
+
+    Batches close at ``config.batch_max_bytes`` or ``config.batch_max_delay_ms`` after
+    their first record; at most ``config.batch_max_buffered_bytes`` are buffered or in
+    flight, beyond which ``send`` blocks up to ``send_timeout_s`` and then raises
+    :class:`~llog.errors.BackPressure`.
+    """
+
+    def __init__(
+        self,
+        target: Writer | Connection | LlogConfig | None = None,
+        *,
+        send_timeout_s: float | None = 30.0,
+        on_commit: CommitListener | None = None,
+    ) -> None:
+        self._owns_writer = not isinstance(target, Writer)
+        self.writer = target if isinstance(target, Writer) else Writer(target)
+        self.conn = self.writer.conn
+        cfg = self.writer.config
+        self.send_timeout_s = send_timeout_s
+        self._acc = Accumulator(
+            cfg.batch_max_bytes, cfg.batch_max_delay_ms / 1000.0, cfg.batch_max_buffered_bytes, self.conn.metrics
+        )
+        self._sender = Sender(self.writer, self._acc, self.conn.metrics, on_commit)
+        self._closed = False
+        self._close_lock = threading.Lock()
+
+    def send(
+        self,
+        topic: str,
+        partition: int | None,
+        value: bytes,
+        key: bytes | None = None,
+        headers: Headers | None = None,
+        timestamp: int | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Future[int]:
+        """Buffer one record; the future resolves to its offset. ``partition=None``
+        picks the partition from ``key`` (:func:`llog.partitioner.partition_for_key`).
+        Bad input raises here; nothing is buffered then."""
+        check_topic(topic)
+        if partition is None:
+            if key is None:
+                raise InvalidInput(f"send to {topic!r} needs a partition or a key")
+            partition = partition_for_key(key, self.conn.topic(topic).partitions)
+        rec = self._check(topic, partition, [Record(value, key, timestamp, headers or ())])[0]
+        fut: Future[int] = _future()
+        self._acc.add(
+            Pending(topic, partition, [rec], [(fut, 0)], record_size(rec)),
+            self._timeout(timeout),
+            single=True,
+        )
+        return fut
+
+    def send_group(
+        self,
+        topic: str,
+        partition: int,
+        records: Sequence[Record | bytes],
+        *,
+        producer_id: str | None = None,
+        sequence: int | None = None,
+        timeout: float | None = None,
+    ) -> Future[AppendResult]:
+        """Buffer ``records`` as one append (contiguous offsets); the future resolves to
+        its :class:`~llog.writer.AppendResult` or raises the partition's error."""
+        if not records:
+            raise InvalidInput(f"empty group for {topic}/{partition}")
+        recs = self._check(topic, partition, records)
+        fut: Future[AppendResult] = _future()
+        group = Pending(
+            topic, partition, recs, [(fut, None)], sum(map(record_size, recs)),
+            producer_id=producer_id, sequence=sequence,
+        )
+        self._acc.add(group, self._timeout(timeout), single=False)
+        return fut
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything buffered now and wait until it has resolved."""
+        futures: list[Future[Any]] = self._acc.pending_futures() + self._sender.inflight_futures()
+        self._acc.request_flush()
+        wait(futures, timeout)
+
+    def close(self) -> None:
+        """Refuse new sends, send everything accepted, resolve every future."""
+        with self._close_lock:  # a second caller waits for the drain too
+            if self._closed:
+                return
+            self._acc.close()
+            self._sender.join()
+            if self._owns_writer:
+                self.writer.close()
+            self._closed = True
+
+    def __enter__(self) -> BatchingProducer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _timeout(self, timeout: float | None) -> float | None:
+        return self.send_timeout_s if timeout is None else timeout
+
+    def _check(self, topic: str, partition: int, records: Sequence[Record | bytes]) -> list[Record]:
+        check_topic(topic)
+        check_partition(topic, partition)
+        self.conn.check_partition(topic, partition)
+        now, limit = now_ms(), self.writer.config.max_record_bytes
+        # Stamp append time now, so every buffered record carries its final timestamp.
+        return [normalize_record(topic, partition, r, now, limit) for r in records]

@@ -1,0 +1,179 @@
+"""The producer's buffer: pending groups per topic-partition, bounded in bytes.
+
+Single-record sends to one partition share an open group (one ``AppendGroup``);
+whole-group sends (the broker's, idempotent ones) stay groups of their own so their
+offsets come back contiguous. Buffered bytes are released only when a flush has
+resolved them, so the bound covers bytes in flight too.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Any
+
+from llog.errors import BackPressure, LlogError
+from llog.metrics import Metrics
+from llog.records import Record
+
+TopicPartition = tuple[str, int]
+
+
+def record_size(r: Record) -> int:
+    return len(r.value) + (len(r.key) if r.key is not None else 0) + sum(
+        len(k) + len(v) for k, v in r.headers
+    )
+
+
+@dataclass
+class Pending:
+    """One future group: ``records`` resolve together through one ``AppendGroup``.
+
+    ``futures`` pairs each waiting future with the index of its record, or ``None``
+    for a future that wants the whole ``AppendResult``.
+    """
+
+    topic: str
+    partition: int
+    records: list[Record] = field(default_factory=list)
+    futures: list[tuple[Future[Any], int | None]] = field(default_factory=list)
+    nbytes: int = 0
+    producer_id: str | None = None
+    sequence: int | None = None
+
+
+@dataclass(frozen=True)
+class Drained:
+    groups: list[Pending]
+    nbytes: int
+    reason: str
+
+
+class Accumulator:
+    """Thread-safe buffer between many senders and the one flusher."""
+
+    def __init__(self, max_batch_bytes: int, max_delay_s: float, max_buffered_bytes: int, metrics: Metrics) -> None:
+        self.max_batch_bytes = max_batch_bytes
+        self.max_delay_s = max_delay_s
+        self.max_buffered_bytes = max_buffered_bytes
+        self._metrics = metrics
+        self._cond = threading.Condition()
+        self._groups: deque[Pending] = deque()
+        self._open: dict[TopicPartition, Pending] = {}
+        self._ready_bytes = 0  # buffered, not yet drained
+        self._held_bytes = 0  # buffered or in flight
+        self._first_at: float | None = None
+        self._flush_requested = 0
+        self._closed = False
+
+    # -- senders -----------------------------------------------------------------
+    def add(self, group: Pending, timeout: float | None, *, single: bool) -> None:
+        """Buffer ``group`` (or merge its one record into the partition's open group);
+        block while the buffer is full, up to ``timeout`` seconds, then raise."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._cond:
+            # A group larger than the whole buffer still gets in once the buffer is empty.
+            while not self._closed and self._held_bytes > 0 and (
+                self._held_bytes + group.nbytes > self.max_buffered_bytes
+            ):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    self._metrics.producer_backpressure.inc()
+                    raise BackPressure(
+                        f"producer buffer full ({self._held_bytes} of {self.max_buffered_bytes} bytes) "
+                        f"for {group.topic}/{group.partition}; nothing was accepted"
+                    )
+                self._cond.wait(left)
+            if self._closed:
+                raise LlogError(f"producer is closed; {group.topic}/{group.partition} not accepted")
+            key = (group.topic, group.partition)
+            target = self._open.get(key) if single else None
+            if target is not None:
+                base = len(target.records)
+                target.records.extend(group.records)
+                target.futures.extend((f, None if i is None else base + i) for f, i in group.futures)
+                target.nbytes += group.nbytes
+            else:
+                self._groups.append(group)
+                if single:
+                    self._open[key] = group
+            if self._first_at is None:
+                # The flusher sleeps until a batch exists; start its delay clock.
+                self._first_at = time.monotonic()
+                self._cond.notify_all()
+            self._ready_bytes += group.nbytes
+            self._held_bytes += group.nbytes
+            self._metrics.producer_queue_bytes.inc(group.nbytes)
+            self._metrics.producer_queue_records.inc(len(group.records))
+            if self._ready_bytes >= self.max_batch_bytes:
+                self._cond.notify_all()
+
+    def request_flush(self) -> None:
+        with self._cond:
+            self._flush_requested += 1
+            self._cond.notify_all()
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+    def pending_futures(self) -> list[Future[Any]]:
+        with self._cond:
+            return [f for g in self._groups for f, _ in g.futures]
+
+    # -- the flusher ---------------------------------------------------------------
+    def drain(self, limit_bytes: int) -> Drained | None:
+        """Wait until a batch is due (size, delay from the first buffered record, a
+        flush, or close) and take up to ``limit_bytes`` of groups, oldest first.
+        Returns ``None`` once closed and empty."""
+        with self._cond:
+            while True:
+                if not self._groups:
+                    if self._closed:
+                        return None
+                    self._flush_requested = 0
+                    self._cond.wait()
+                    continue
+                reason = self._due()
+                if reason is not None:
+                    break
+                assert self._first_at is not None
+                self._cond.wait(max(0.0, self._first_at + self.max_delay_s - time.monotonic()))
+            taken: list[Pending] = []
+            nbytes = 0
+            while self._groups and (not taken or nbytes + self._groups[0].nbytes <= limit_bytes):
+                g = self._groups.popleft()
+                if self._open.get((g.topic, g.partition)) is g:
+                    del self._open[(g.topic, g.partition)]
+                taken.append(g)
+                nbytes += g.nbytes
+            self._ready_bytes -= nbytes
+            self._first_at = time.monotonic() if self._groups else None
+            if not self._groups:
+                self._flush_requested = 0
+            self._metrics.producer_queue_records.dec(sum(len(g.records) for g in taken))
+            return Drained(taken, nbytes, reason)
+
+    def _due(self) -> str | None:
+        if self._ready_bytes >= self.max_batch_bytes:
+            return "size"
+        if self._closed:
+            return "close"
+        if self._flush_requested:
+            return "flush"
+        assert self._first_at is not None
+        if time.monotonic() - self._first_at >= self.max_delay_s:
+            return "delay"
+        return None
+
+    def release(self, nbytes: int) -> None:
+        """A drained batch is resolved: its bytes no longer count against the bound."""
+        with self._cond:
+            self._held_bytes -= nbytes
+            self._metrics.producer_queue_bytes.dec(nbytes)
+            self._cond.notify_all()
+

@@ -1,0 +1,71 @@
+"""A broker child process (``python -m llog broker``) and a tiny JSON-over-HTTP client
+for the broker tests."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+from urllib.parse import urlsplit
+
+from llog.config import LlogConfig
+from tests.conftest import config_env
+
+
+class BrokerProcess:
+    def __init__(self, proc: subprocess.Popen[str], url: str) -> None:
+        self.proc = proc
+        self.url = url
+        parts = urlsplit(url)
+        self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
+
+    def request(
+        self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
+        headers: dict[str, str] | None = None, timeout: float = 120.0,
+    ) -> tuple[int, Any]:
+        """``(status, decoded JSON body or text)``; ``raw`` sends bytes as they are."""
+        data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        try:
+            conn.request(method, path, body=data, headers={"content-type": "application/json", **(headers or {})})
+            resp = conn.getresponse()
+            text = resp.read().decode()
+        finally:
+            conn.close()
+        try:
+            return resp.status, json.loads(text)
+        except ValueError:
+            return resp.status, text
+
+    def post(self, path: str, body: Any, **kw: Any) -> tuple[int, Any]:
+        return self.request("POST", path, body, **kw)
+
+    def metric(self, name: str) -> float:
+        status, snap = self.request("GET", "/metrics")
+        assert status == 200
+        return sum(float(s["value"]) for s in snap.get(name, []))
+
+
+@contextmanager
+def broker_process(cfg: LlogConfig, *args: str, **env: str) -> Iterator[BrokerProcess]:
+    """Start a broker on a free port; stop it with SIGTERM and require a clean exit."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llog", "broker", "--port", "0", *args],
+        env={**config_env(cfg), **env}, stdout=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "listening on " in line, f"broker did not start: {line!r}"
+        yield BrokerProcess(proc, line.rsplit(" ", 1)[1].strip())
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

@@ -1,0 +1,256 @@
+"""Idempotent produce (protocol/README.md, "Idempotent produce"): a producer id and a
+per-partition sequence ride in the commit transaction, so a retry of a batch whose
+acknowledgement was lost returns the original offsets instead of appending again."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import llog
+from llog import AppendGroup
+from llog.codec.meta import ProducerState
+from llog.devstack import EtcdServer
+from llog.errors import AmbiguousCommit, InvalidInput, SequenceError
+from llog.etcd import KV
+from llog.keys import prefix_range_end
+from llog.writer import AppendFailure, AppendResult
+
+PARTITIONS = 8
+BATCHES = 1000
+
+
+class LostReply(Exception):
+    """The commit went through but its reply never reached the caller."""
+
+
+class LoseNextReply:
+    """A fault hook that raises :class:`LostReply` after the next successful commit
+    and remembers the data key of that commit."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.lost: list[str] = []
+
+    def __call__(self, point: str, data_key: str) -> None:
+        if point == "after_commit" and self.armed:
+            self.armed = False
+            self.lost.append(data_key)
+            raise LostReply(data_key)
+
+
+def _batch(producer: str, seq: int) -> list[bytes]:
+    return [f"{producer}/{seq}/{i}".encode() for i in range(1 + seq % 3)]
+
+
+def _partition_keys(conn: llog.Connection, topic: str, partition: int) -> list[KV]:
+    prefix = conn.keys.partition_prefix(topic, partition)
+    return conn.etcd.range(prefix, prefix_range_end(prefix))
+
+
+def _scan(conn: llog.Connection, topic: str, partition: int) -> list[tuple[int, bytes]]:
+    with llog.Reader(conn) as r:
+        return [(rec.offset, rec.value) for rec in r.scan(topic, partition)]
+
+
+def _append(w: llog.Writer, topic: str, partition: int, records: list[bytes], pid: str, seq: int) -> AppendResult:
+    [out] = w.append_shared([AppendGroup(topic, partition, records, pid, seq)])
+    if isinstance(out, AppendFailure):
+        raise out.error
+    return out
+
+
+def _produce_with_lost_replies(
+    conn: llog.Connection, topic: str, partition: int, batches: int
+) -> list[tuple[list[bytes], AppendResult, str]]:
+    """One producer on one partition: every batch's first reply is lost, then it is
+    retried with the same sequence, every 10th time through a brand-new writer."""
+    hook = LoseNextReply()
+    pid = f"prod-{partition}"
+    out = []
+    with llog.Writer(conn, fault_hook=hook) as w:
+        for seq in range(batches):
+            records = _batch(pid, seq)
+            hook.armed = True
+            with pytest.raises(LostReply):
+                _append(w, topic, partition, records, pid, seq)
+            if seq % 10 == 9:
+                with llog.Writer(conn) as fresh:
+                    res = _append(fresh, topic, partition, records, pid, seq)
+            else:
+                res = _append(w, topic, partition, records, pid, seq)
+            out.append((records, res, hook.lost[-1]))
+    return out
+
+
+def test_retries_after_lost_replies_keep_each_record_once(conn: llog.Connection) -> None:
+    llog.Topics(conn).create("idem", PARTITIONS)
+    per_partition = BATCHES // PARTITIONS
+    with ThreadPoolExecutor(PARTITIONS) as pool:
+        runs = list(pool.map(lambda p: _produce_with_lost_replies(conn, "idem", p, per_partition),
+                             range(PARTITIONS)))
+    assert sum(len(r) for r in runs) == BATCHES
+    dup = conn.metrics.registry.get_sample_value("llog_partition_appends_total", {"outcome": "duplicate"})
+    assert dup == BATCHES
+    for partition, run in enumerate(runs):
+        log = _scan(conn, "idem", partition)
+        expected = [v for records, _, _ in run for v in records]
+        # Each record exactly once, in batch order, and nothing else in the log.
+        assert [v for _, v in log] == expected
+        assert [o for o, _ in log] == list(range(len(expected)))
+        by_offset = dict(log)
+        for records, res, lost_key in run:
+            # The retry got the original commit's offsets and blob, not its own.
+            assert res.data_key == lost_key
+            assert res.append_id.startswith(lost_key.rsplit("/", 1)[1] + ":")
+            assert res.count == len(records)
+            assert [by_offset[o] for o in range(res.start_offset, res.end_offset + 1)] == records
+        ps = ProducerState.decode(
+            conn.etcd.get(conn.keys.producer("idem", partition, f"prod-{partition}")).value  # type: ignore[union-attr]
+        )
+        assert (ps.sequence, ps.end_offset) == (per_partition - 1, len(expected) - 1)
+
+
+def test_out_of_order_sequence_is_rejected_and_writes_nothing(conn: llog.Connection) -> None:
+    llog.Topics(conn).create("seq", 1)
+    with llog.Writer(conn) as w:
+        for seq in range(3):
+            _append(w, "seq", 0, [b"x%d" % seq], "p", seq)
+        before = _partition_keys(conn, "seq", 0)
+        for bad in (4, 1, 0):
+            with pytest.raises(SequenceError) as err:
+                _append(w, "seq", 0, [b"bad"], "p", bad)
+            assert (err.value.topic, err.value.partition, err.value.producer_id) == ("seq", 0, "p")
+            assert (err.value.expected, err.value.got) == (3, bad)
+            assert "seq/0" in str(err.value) and "'p'" in str(err.value)
+        # The last sequence again but with a different batch size is not a retry.
+        with pytest.raises(SequenceError):
+            _append(w, "seq", 0, [b"x2", b"extra"], "p", 2)
+    # A writer without cached state reaches the same verdict from etcd.
+    with llog.Writer(conn) as fresh, pytest.raises(SequenceError):
+        _append(fresh, "seq", 0, [b"bad"], "p", 5)
+    assert _partition_keys(conn, "seq", 0) == before
+    assert [v for _, v in _scan(conn, "seq", 0)] == [b"x0", b"x1", b"x2"]
+
+
+def test_two_producers_interleave_on_one_partition(conn: llog.Connection) -> None:
+    llog.Topics(conn).create("inter", 1)
+    n = 40
+    results: dict[str, list[AppendResult]] = {"a": [], "b": []}
+    barrier = threading.Barrier(2)
+
+    def produce(pid: str) -> None:
+        with llog.Writer(conn) as w:
+            barrier.wait()
+            for seq in range(n):
+                res = _append(w, "inter", 0, _batch(pid, seq), pid, seq)
+                results[pid].append(res)
+                if seq % 4 == 0:  # a plain retry of an acknowledged batch
+                    assert _append(w, "inter", 0, _batch(pid, seq), pid, seq) == res
+
+    with ThreadPoolExecutor(2) as pool:
+        for f in [pool.submit(produce, "a"), pool.submit(produce, "b")]:
+            f.result()
+    log = _scan(conn, "inter", 0)
+    spans = sorted((r.start_offset, r.end_offset) for rs in results.values() for r in rs)
+    # Acknowledged ranges tile the log: no gap, no overlap, no duplicate.
+    assert spans[0][0] == 0 and spans[-1][1] == len(log) - 1
+    assert all(b[0] == a[1] + 1 for a, b in itertools.pairwise(spans))
+    for pid, rs in results.items():
+        assert [v for _, v in log if v.startswith(pid.encode() + b"/")] == [
+            v for seq in range(n) for v in _batch(pid, seq)
+        ]
+        assert [v for _, v in log[rs[-1].start_offset : rs[-1].end_offset + 1]] == _batch(pid, n - 1)
+
+
+def test_new_producer_starts_anywhere_and_plain_appends_still_work(conn: llog.Connection) -> None:
+    llog.Topics(conn).create("start", 1)
+    with llog.Writer(conn) as w:
+        first = _append(w, "start", 0, [b"a"], "late", 100)
+        plain = w.append("start", 0, [b"b"])
+        assert _append(w, "start", 0, [b"c"], "late", 101).start_offset == plain.end_offset + 1
+        assert _append(w, "start", 0, [b"z"], "late", 101).start_offset == 2
+        with pytest.raises(SequenceError):
+            _append(w, "start", 0, [b"d"], "late", 100)
+    assert first.start_offset == 0
+    assert [v for _, v in _scan(conn, "start", 0)] == [b"a", b"b", b"c"]
+
+
+def test_steady_state_is_one_txn_and_no_read_per_append(conn: llog.Connection) -> None:
+    llog.Topics(conn).create("steady", 2)
+
+    def ops(op: str) -> float:
+        return conn.metrics.registry.get_sample_value("llog_etcd_ops_total", {"op": op}) or 0.0
+
+    with llog.Writer(conn) as w:
+        for p in range(2):
+            _append(w, "steady", p, [b"warm"], "s", 0)
+        before = {op: ops(op) for op in ("txn", "get", "range")}
+        for seq in range(1, 21):
+            for p in range(2):
+                _append(w, "steady", p, [b"v%d" % seq], "s", seq)
+        assert {op: ops(op) - before[op] for op in before} == {"txn": 40, "get": 0, "range": 0}
+
+
+@pytest.mark.parametrize(
+    ("pid", "seq"), [("p", None), (None, 0), ("p", -1), ("p", True), ("a/b", 0), ("", 0), ("p", "1")]
+)
+def test_bad_producer_fields_are_rejected_before_any_write(conn: llog.Connection, pid: object, seq: object) -> None:
+    llog.Topics(conn).create("bad", 1)
+    with llog.Writer(conn) as w, pytest.raises(InvalidInput):
+        w.append_shared([AppendGroup("bad", 0, [b"x"], pid, seq)])  # type: ignore[arg-type]
+    assert _partition_keys(conn, "bad", 0) == []
+    assert list(conn.store.list(conn.keys.wal_prefix())) == []
+
+
+@pytest.fixture
+def private_etcd(tmp_path: Path) -> Iterator[list[EtcdServer]]:
+    """An etcd of this test's own, so the test can stop it mid-commit and restart it."""
+    servers = [EtcdServer(tmp_path)]
+    try:
+        servers[0].wait_ready()
+        yield servers
+    finally:
+        servers[-1].stop()
+
+
+def test_unresolvable_outcome_is_ambiguous_then_the_retry_resolves(
+    config: llog.LlogConfig, private_etcd: list[EtcdServer], tmp_path: Path
+) -> None:
+    etcd = private_etcd[0]
+    cfg = replace(config, etcd_endpoints=(etcd.endpoint,))
+    put: list[str] = []
+
+    def stop_etcd(point: str, data_key: str) -> None:
+        if point == "after_put" and armed and not put:
+            put.append(data_key)
+            etcd.stop()
+
+    armed = False
+    with llog.Connection(cfg) as c:
+        llog.Topics(c).create("amb", 1)
+        with llog.Writer(c, fault_hook=stop_etcd) as w:
+            # Warm the writer's cache so the next commit is a txn with no read before it.
+            _append(w, "amb", 0, [b"w"], "p", 0)
+            armed = True
+            [out] = w.append_shared([AppendGroup("amb", 0, [b"x"], "p", 1)])
+    # The txn never reached etcd, but the writer cannot know that: the append may exist.
+    assert isinstance(out, AppendFailure)
+    assert isinstance(out.error, AmbiguousCommit)
+    blob_id = put[0].rsplit("/", 1)[1]
+    assert "amb/0" in str(out.error) and f"{blob_id}:0" in str(out.error)
+
+    # Same data dir and client port: the cluster comes back with its state.
+    private_etcd.append(EtcdServer(tmp_path, port=int(etcd.endpoint.rsplit(":", 1)[1])))
+    private_etcd[-1].wait_ready()
+    with llog.Connection(cfg) as c, llog.Writer(c) as w:
+        retry = _append(w, "amb", 0, [b"x"], "p", 1)
+        assert (retry.start_offset, retry.end_offset) == (1, 1)
+        assert _append(w, "amb", 0, [b"x"], "p", 1) == retry
+        assert [v for _, v in _scan(c, "amb", 0)] == [b"w", b"x"]
