@@ -22,7 +22,9 @@ from __future__ import annotations
 
 import http.client
 import json
+import multiprocessing
 import os
+import queue
 import random
 import signal
 import subprocess
@@ -133,28 +135,34 @@ def sdk_produce(prod: BatchingProducer, clients: int, requests: int, records: in
     return run_clients(clients, requests, send)
 
 
+def tail_consumer(url: str, topic: str, stop: Any, out: Any) -> None:
+    """In its own process (no GIL shared with the producers): long-poll every partition
+    of ``topic`` and report ``(value, monotonic time seen)`` for each record."""
+    conn = Client(url)
+    offsets = {p: 0 for p in range(PARTITIONS)}
+    out.put(("", 0.0))  # ready: the producers start now
+    while not stop.is_set():
+        _, resp = conn.post("/consume", {"topic_partitions": [
+            {"topic": topic, "partition": p, "fetch_offset": o} for p, o in offsets.items()],
+            "max_wait_ms": 200})
+        now = time.monotonic()
+        for part in resp["topic_partitions"]:
+            for r in part["records"]:
+                out.put((r["value"], now))
+            offsets[part["partition"]] = part["next_offset"]
+    conn.close()
+    out.put(None)
+
+
 def end_to_end(url: str, rate: float, seconds: float) -> tuple[list[float], list[float]]:
     """Produce one record per tick at ``rate``/s; return (ack latencies, e2e latencies) in ms."""
     ack: list[float] = []
-    seen: dict[str, float] = {}
     sent: dict[str, float] = {}
-    stop = threading.Event()
-    offsets = {p: 0 for p in range(PARTITIONS)}
-    consumer_conn = Client(url)
-
-    def consume() -> None:
-        while not stop.is_set():
-            _, resp = consumer_conn.post("/consume", {"topic_partitions": [
-                {"topic": "e", "partition": p, "fetch_offset": o} for p, o in offsets.items()],
-                "max_wait_ms": 200})
-            now = time.perf_counter()
-            for part in resp["topic_partitions"]:
-                for r in part["records"]:
-                    seen.setdefault(r["value"], now)
-                offsets[part["partition"]] = part["next_offset"]
-
-    consumer = threading.Thread(target=consume)
+    ctx = multiprocessing.get_context("spawn")
+    stop, seen_q = ctx.Event(), ctx.Queue()
+    consumer = ctx.Process(target=tail_consumer, args=(url, "e", stop, seen_q))
     consumer.start()
+    assert seen_q.get(timeout=60) == ("", 0.0)
     producers = [Client(url) for _ in range(4)]
     lock = threading.Lock()
     ticks = int(rate * seconds)
@@ -162,32 +170,39 @@ def end_to_end(url: str, rate: float, seconds: float) -> tuple[list[float], list
     def produce(c: int) -> None:
         for i in range(c, ticks, len(producers)):
             due = t0 + i / rate
-            delay = due - time.perf_counter()
+            delay = due - time.monotonic()
             if delay > 0:
                 time.sleep(delay)  # pacing the offered load, not synchronisation
             key = f"r{i}"
-            t = time.perf_counter()
+            t = time.monotonic()
             producers[c].post("/produce", {"topic_partitions": [
                 {"topic": "e", "partition": i % PARTITIONS, "records": [key]}]})
-            done = time.perf_counter()
+            done = time.monotonic()
             with lock:
                 sent[key] = t
                 ack.append((done - t) * 1000)
 
-    t0 = time.perf_counter()
+    t0 = time.monotonic()
     threads = [threading.Thread(target=produce, args=(c,)) for c in range(len(producers))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    deadline = time.perf_counter() + 10
-    while len(seen) < len(sent) and time.perf_counter() < deadline:
-        time.sleep(0.01)
+    seen: dict[str, float] = {}
+    deadline = time.monotonic() + 30
+    while len(seen) < len(sent) and time.monotonic() < deadline:
+        try:
+            item = seen_q.get(timeout=1)
+        except queue.Empty:
+            continue
+        if item is not None:
+            seen.setdefault(item[0], item[1])
     stop.set()
+    while seen_q.get() is not None:  # drain until the consumer's end marker
+        pass
     consumer.join()
     for p in producers:
         p.close()
-    consumer_conn.close()
     e2e = [(seen[k] - sent[k]) * 1000 for k in sent if k in seen]
     return ack, e2e
 

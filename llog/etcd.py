@@ -14,14 +14,21 @@ import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any, Literal
 
 import etcd3
+import etcd3.watch
 import grpc
 from etcd3 import etcdrpc
 
 from llog.errors import CoordinationError
 from llog.metrics import Metrics
+
+# python3-etcd3 0.13's watch.py calls six.itervalues() without importing six, so a watch
+# stream that ends kills its thread with NameError and leaves the callbacks un-notified.
+if not hasattr(etcd3.watch, "six"):
+    etcd3.watch.six = SimpleNamespace(itervalues=lambda d: iter(d.values()))
 
 log = logging.getLogger(__name__)
 

@@ -43,7 +43,7 @@ class Servers:
 
 def _docker_answers() -> bool:
     try:
-        import docker  # type: ignore[import-not-found]
+        import docker
 
         docker.from_env().ping()
         return True
@@ -52,8 +52,8 @@ def _docker_answers() -> bool:
 
 
 def _containers(stack: list[object]) -> tuple[str, str]:
-    from testcontainers.core.container import DockerContainer  # type: ignore[import-not-found]
-    from testcontainers.core.waiting_utils import wait_for_logs  # type: ignore[import-not-found]
+    from testcontainers.core.container import DockerContainer
+    from testcontainers.core.waiting_utils import wait_for_logs
 
     etcd = (
         DockerContainer("quay.io/coreos/etcd:v3.5.17")

@@ -3,17 +3,22 @@
 from __future__ import annotations
 
 import json
+import signal
+import socket
 import subprocess
 import sys
+import urllib.request
+from pathlib import Path
 
 import pytest
 
 from llog.cli import build_parser
 from llog.config import LlogConfig
-from llog.connection import Connection
+from llog.connection import Connection, connect
 from llog.groups.offsets import GroupOffsets
 from llog.partitioner import partition_for_key
 from llog.reader import Reader
+from llog.topics import Topics
 from tests.conftest import config_env
 
 
@@ -95,3 +100,41 @@ def test_groups_list_describe_reset(config: LlogConfig, conn: Connection) -> Non
     llog_cli(config, "groups", "reset", "billing", "gt", "-p", "1", "--to", "earliest")
     committed = GroupOffsets(conn, "billing").get("gt", 1)
     assert committed is not None and committed.offset == 0
+
+
+def test_dev_up_serves_a_stack_with_a_broker_and_stops_cleanly(tmp_path: Path) -> None:
+    env_file = tmp_path / "dev.env"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llog", "dev", "up", "--broker-port", "0", "--dir", str(tmp_path / "stack"),
+         "--env-file", str(env_file)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines = []
+        while not lines or not lines[-1].startswith("# broker: "):
+            line = proc.stdout.readline()
+            assert line, f"dev up ended early: {proc.stderr.read() if proc.stderr else ''}"
+            lines.append(line.strip())
+        exports = dict(x[len("export "):].split("=", 1) for x in lines if x.startswith("export "))
+        assert exports == dict(
+            x[len("export "):].split("=", 1) for x in env_file.read_text().splitlines() if x.startswith("export ")
+        )
+        url = lines[-1].split()[2]
+        cfg = LlogConfig.from_env(exports)
+        with connect(cfg) as conn:
+            Topics(conn).create("devt", 1)
+        req = urllib.request.Request(
+            f"{url}/produce", method="POST", headers={"content-type": "application/json"},
+            data=json.dumps({"topic_partitions": [{"topic": "devt", "partition": 0, "records": ["a", "b"]}]}).encode(),
+        )
+        with urllib.request.urlopen(req, timeout=60) as resp:
+            assert json.loads(resp.read())["success_count"] == 1
+        with connect(cfg) as conn, Reader(conn) as r:
+            assert [rec.value for rec in r.scan("devt", 0)] == [b"a", b"b"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    etcd_port = int(exports["LLOG_ETCD_ENDPOINTS"].rsplit(":", 1)[1])
+    with socket.socket() as s:
+        assert s.connect_ex(("127.0.0.1", etcd_port)) != 0  # etcd stopped with it

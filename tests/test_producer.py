@@ -13,12 +13,12 @@ import pytest
 
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.errors import BackPressure, Fenced, LlogError, UnknownPartition
+from llog.errors import BackPressure, Fenced, InvalidInput, LlogError, UnknownPartition
 from llog.partitioner import partition_for_key
 from llog.producer import BatchingProducer
 from llog.reader import Reader
 from llog.topics import Topics
-from llog.writer import AppendResult
+from llog.writer import AppendResult, Writer
 
 
 def _conn(config: LlogConfig, **batch: Any) -> Connection:
@@ -191,3 +191,23 @@ def test_close_under_load_resolves_every_future(config: LlogConfig) -> None:
             assert f.exception() is None
             assert by_part[p][f.result()] == v
         assert sum(len(vs) for vs in by_part.values()) == len(futures)
+
+
+def test_a_group_the_writer_rejects_fails_alone(slow_conn: Connection) -> None:
+    class PickyWriter(Writer):
+        """Rejects any call holding the value b"bad" up front, as a writer-side check
+        the producer did not repeat would (e.g. a stale topic definition)."""
+
+        def validate(self, groups: Any) -> Any:
+            groups = list(groups)
+            if any(r.value == b"bad" for g in groups for r in g.records):
+                raise InvalidInput("bad record")
+            return super().validate(groups)
+
+    with PickyWriter(slow_conn) as w, BatchingProducer(w) as prod:
+        good = prod.send_group("p", 0, [b"ok"])
+        bad = prod.send_group("p", 1, [b"bad"])
+        prod.flush()
+        assert good.result().start_offset == 0
+        with pytest.raises(InvalidInput):
+            bad.result()

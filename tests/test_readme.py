@@ -49,3 +49,15 @@ def test_readme_lists_every_setting() -> None:
         if f"`LLOG_{f.name.upper()}`" not in text
     ]
     assert missing == []
+
+
+def test_readme_producer_example_runs(config: LlogConfig) -> None:
+    blocks = _python_blocks()
+    setup = blocks[0]
+    producer = next(b for b in blocks if "BatchingProducer" in b)
+    script = setup + "\n" + producer + "\nprint(len(offsets), len(set(offsets)) > 1)\n"
+    out = subprocess.run(
+        [sys.executable, "-c", script], env=config_env(config), capture_output=True, text=True, timeout=120
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines()[-1] == "1000 True"

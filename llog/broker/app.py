@@ -154,6 +154,7 @@ class Broker:
         if known is None:
             if not io:
                 raise _NeedsIO
+            self.conn.check_partition(fp.topic, fp.partition)  # no watches on names that do not exist
             self.tails.watch(tp)
             known = self.reader.high_watermark(fp.topic, fp.partition)
             self.tails.learn(tp, *known)

@@ -6,7 +6,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import hashlib
+import os
 import signal
+import subprocess
 import sys
 import threading
 import time
@@ -14,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from llog.connection import connect
-from llog.devstack import LocalStack
+from llog.devstack import DevStackError, LocalStack
 from llog.reader import Reader
 from llog.records import AppendGroup, Record
 from llog.topics import Topics
@@ -28,6 +30,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--s3", action="store_true", help="serve objects from a local S3 server (moto), not a directory")
     p.add_argument("--dir", type=Path, help="working directory (default: a new temp dir)")
     p.add_argument("--env-file", type=Path, help="also write the LLOG_* variables to this file")
+    p.add_argument("--broker-port", type=int, default=8080, help="HTTP broker port (default 8080, 0: any free)")
+    p.add_argument("--no-broker", action="store_true", help="do not start an HTTP broker")
     p.set_defaults(func=_up)
 
     p = subparsers.add_parser("demo", help="start a local stack, produce and read back records, stop")
@@ -41,14 +45,49 @@ def _up(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with LocalStack(args.dir, s3=args.s3) as stack:
-        lines = [f"export {k}={v}" for k, v in sorted(stack.env().items())]
-        if args.env_file:
-            args.env_file.write_text("\n".join(lines) + "\n")
-        print("\n".join(lines), flush=True)
-        print(f"# llog dev stack in {stack.workdir}; Ctrl-C stops it", file=sys.stderr, flush=True)
-        with contextlib.suppress(KeyboardInterrupt):
-            stop.wait()
+        env = stack.env()
+        broker = None if args.no_broker else _start_broker(env, args.broker_port)
+        try:
+            lines = [f"export {k}={v}" for k, v in sorted(env.items())]
+            if broker is not None:
+                lines.append(f"# broker: {broker[1]}  (POST /produce, /consume; GET /openapi.json)")
+            if args.env_file:
+                args.env_file.write_text("\n".join(lines) + "\n")
+            print("\n".join(lines), flush=True)
+            print(f"# llog dev stack in {stack.workdir}; Ctrl-C stops it", file=sys.stderr, flush=True)
+            with contextlib.suppress(KeyboardInterrupt):
+                while not stop.wait(0.5):
+                    if broker is not None and broker[0].poll() is not None:
+                        print(f"# broker exited with {broker[0].returncode}", file=sys.stderr)
+                        return 1
+        finally:
+            if broker is not None:
+                _stop_child(broker[0])
     return 0
+
+
+def _start_broker(env: dict[str, str], port: int) -> tuple[subprocess.Popen[str], str]:
+    """``llog broker`` as a child on the stack; returns it and its URL once it listens."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llog", "broker", "--port", str(port)],
+        env={**os.environ, **env}, stdout=subprocess.PIPE, text=True, start_new_session=True,
+    )
+    assert proc.stdout is not None
+    line = proc.stdout.readline()
+    if "listening on " not in line:
+        _stop_child(proc)
+        raise DevStackError(f"broker did not start (exit {proc.returncode}): {line!r}")
+    return proc, line.rsplit(" ", 1)[1].strip()
+
+
+def _stop_child(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _demo(args: argparse.Namespace) -> int:

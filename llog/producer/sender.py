@@ -9,6 +9,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any
 
+from llog.errors import InvalidInput
 from llog.metrics import Metrics
 from llog.producer.accumulator import Accumulator, Pending
 from llog.records import AppendGroup, Record
@@ -68,6 +69,14 @@ class Sender:
             outcomes = self._writer.append_shared([
                 AppendGroup(g.topic, g.partition, g.records, g.producer_id, g.sequence) for g in groups
             ])
+        except InvalidInput as exc:
+            if len(groups) == 1:
+                _fail(groups[0], exc)
+            else:
+                # One sender's bad group must not fail the others coalesced with it.
+                for g in groups:
+                    self._send([g])
+            return
         except BaseException as exc:  # every future must resolve, whatever went wrong
             log.warning("producer flush of %d groups failed: %s", len(groups), exc)
             for g in groups:
