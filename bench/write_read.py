@@ -37,7 +37,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
@@ -60,6 +60,7 @@ from llog.codec import batch, blob
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.control import decode_index, now_ms
+from llog.producer import BatchingProducer
 from llog.store import ObjectStore
 
 PARTITIONS = 16
@@ -201,6 +202,86 @@ def measure_produce(
         txn_per_append=txns / appends if appends else float("nan"),
         cpu_ms=prod_cpu * per_flush_ms,
         raw_cpu_ms=put_cpu * per_flush_ms,
+    )
+
+
+@dataclass(frozen=True)
+class PipelineRow:
+    store: str
+    inflight: int  # BatchingProducer max_inflight: blobs staged or committing at once
+    blob_bytes: int  # mean blob the producer wrote
+    mib_s: float
+    raw_put_mib_s: float  # bare PUTs, ``inflight`` at a time
+    raw_seq_put_mib_s: float  # bare PUTs, one at a time
+    ratio: float  # against ``raw_put_mib_s``
+    seq_ratio: float  # against ``raw_seq_put_mib_s``
+    flushes_s: float
+    txn_per_append: float
+
+
+def measure_pipelined(
+    conn: Connection, label: str, blob_mib: float, flushes: int, runs: int, inflight: int
+) -> PipelineRow:
+    """``BatchingProducer.send_group`` of every group of ``flushes`` flushes from one
+    thread, the producer sized so each drain takes one flush's 16 groups (one blob of
+    about ``blob_mib``), with ``inflight`` blobs in flight; against bare PUTs of that blob
+    size ``inflight`` at a time (same concurrency) and one at a time."""
+    topic = f"produce-pipelined-{inflight}-{blob_mib}"
+    Topics(conn).create(topic, PARTITIONS)
+    work = make_flushes(topic, blob_mib, flushes, shared=True)
+    data = payload(work)
+    raw = packed_like(work[0])
+    group_bytes = data // (flushes * PARTITIONS)
+    # A drain takes at most max_blob_bytes // 2 bytes of records: one flush, not two.
+    cfg = replace(conn.config, batch_max_bytes=data // flushes, max_blob_bytes=2 * (data // flushes) + group_bytes)
+    freeze_heap()
+    store = conn.store
+    prod_s: list[float] = []
+    put_s: list[float] = []
+    seq_s: list[float] = []
+    txns = appends = puts = blob_bytes = 0.0
+    with Connection(cfg) as pconn, BatchingProducer(pconn, max_inflight=inflight) as prod:
+        pm = pconn.metrics
+        for g in work[0]:  # warm: control values cached, connections open
+            prod.send_group(g.topic, g.partition, g.records)
+        prod.flush()
+        store.put(f"{conn.keys.root}/raw/warm", raw)
+
+        def produce() -> None:
+            futures = [prod.send_group(g.topic, g.partition, g.records) for groups in work for g in groups]
+            for f in futures:
+                f.result()
+
+        def timed_raw(out: list[float], run: int, streams: int) -> None:
+            out.append(seconds(lambda: run_all(
+                lambda i: store.put(f"{conn.keys.root}/raw/p{streams}/{run}/{i}", raw), flushes, streams
+            )))
+
+        for run in range(runs):
+            raws = [(put_s, inflight), (seq_s, 1)]
+            for out, streams in raws if run % 2 else reversed(raws):
+                timed_raw(out, run, streams)
+            t0 = pm.value("llog_etcd_ops_total", op="txn")
+            a0 = pm.value("llog_partition_appends_total", outcome="ok")
+            p0 = pm.value("llog_s3_ops_total", op="put")
+            b0 = pm.value("llog_s3_bytes_total", direction="in")
+            prod_s.append(seconds(produce))
+            txns += pm.value("llog_etcd_ops_total", op="txn") - t0
+            appends += pm.value("llog_partition_appends_total", outcome="ok") - a0
+            puts += pm.value("llog_s3_ops_total", op="put") - p0
+            blob_bytes += pm.value("llog_s3_bytes_total", direction="in") - b0
+    raw_bytes = len(raw) * flushes
+    return PipelineRow(
+        store=label,
+        inflight=inflight,
+        blob_bytes=int(blob_bytes / puts) if puts else 0,
+        mib_s=median([mib_s(data, s) for s in prod_s]),
+        raw_put_mib_s=median([mib_s(raw_bytes, s) for s in put_s]),
+        raw_seq_put_mib_s=median([mib_s(raw_bytes, s) for s in seq_s]),
+        ratio=median_ratio(data, prod_s, raw_bytes, put_s),
+        seq_ratio=median_ratio(data, prod_s, raw_bytes, seq_s),
+        flushes_s=median([puts / runs / s for s in prod_s]),
+        txn_per_append=txns / appends if appends else float("nan"),
     )
 
 

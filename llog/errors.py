@@ -129,7 +129,16 @@ class CoordinationError(LlogError):
 
 
 class AmbiguousCommit(CoordinationError):
-    """A commit's outcome could not be determined; the append may or may not exist."""
+    """A commit's outcome could not be determined; the append may or may not exist.
+    Retry it with the same ``producer_id``/``sequence`` to resolve it without a duplicate."""
+
+    def __init__(
+        self, message: str, *, topic: str | None = None, partition: int | None = None, append_id: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.partition = partition
+        self.append_id = append_id
 
 
 class ConfigError(LlogError, ValueError):

@@ -104,6 +104,15 @@ class _Producer:
 
 
 @dataclass(frozen=True)
+class StagedBlob:
+    """A shared blob that is PUT but not committed: its groups and, per group, the
+    pending value (offsets still zero) its commit will fill in."""
+
+    groups: tuple[_Prepared, ...]
+    pendings: tuple[Pending, ...]
+
+
+@dataclass(frozen=True)
 class _ProducerSnapshot:
     """A producer key's value (``None``: absent) and its mod_revision (0: absent)."""
 
@@ -274,6 +283,15 @@ class Writer:
         sequence is the producer's last committed one gets that batch's original
         :class:`AppendResult` back and appends nothing.
         """
+        return self.commit_staged(self.stage_shared(groups))
+
+    def stage_shared(
+        self, groups: Iterable[AppendGroup | tuple[str, int, Sequence[Record | bytes]]]
+    ) -> StagedBlob:
+        """The first half of :meth:`append_shared`: validate, encode and PUT the shared
+        blob. Nothing is committed (or visible) until :meth:`commit_staged`; a staged
+        blob that is never committed is an orphan for vacuum. Pipelining callers stage
+        the next blob while the previous one commits."""
         if self._closed:
             raise LlogError("writer is closed")
         prepared = self.validate(groups)
@@ -293,7 +311,28 @@ class Writer:
         self.conn.store.put(data_key, packed.data)
         self.conn.metrics.blob_bytes.observe(len(packed.data))
         self._hook("after_put", data_key)
+        pendings = tuple(
+            Pending(
+                append_id=f"{blob_id}:{i}",
+                start_offset=0,
+                end_offset=0,
+                msg_count=len(g.records),
+                data_key=data_key,
+                byte_offset=part.body_offset,
+                byte_length=part.body_length,
+                created_at_ms=created,
+                max_timestamp=g.max_timestamp,
+            )
+            for i, (g, part) in enumerate(zip(prepared, packed.parts, strict=True))
+        )
+        return StagedBlob(tuple(prepared), pendings)
 
+    def commit_staged(self, staged: StagedBlob) -> list[Outcome]:
+        """The second half of :meth:`append_shared`: commit every group of a staged
+        blob (protocol step W2) and return one outcome per group, in order. Callers
+        that stage several blobs commit them in staging order, so each partition's
+        appends land in the order they were handed in."""
+        prepared = staged.groups
         # Groups of one partition commit in order; different partitions in parallel.
         by_partition: dict[tuple[str, int], list[int]] = {}
         for i, g in enumerate(prepared):
@@ -302,19 +341,8 @@ class Writer:
 
         def run(indexes: list[int]) -> None:
             for i in indexes:
-                g, part = prepared[i], packed.parts[i]
-                pending = Pending(
-                    append_id=f"{blob_id}:{i}",
-                    start_offset=0,
-                    end_offset=0,
-                    msg_count=len(g.records),
-                    data_key=data_key,
-                    byte_offset=part.body_offset,
-                    byte_length=part.body_length,
-                    created_at_ms=created,
-                    max_timestamp=g.max_timestamp,
-                )
-                outcomes[i] = self._commit(g.topic, g.partition, pending, g.producer)
+                g = prepared[i]
+                outcomes[i] = self._commit(g.topic, g.partition, staged.pendings[i], g.producer)
 
         tasks = list(by_partition.values())
         if len(tasks) == 1:

@@ -1,5 +1,6 @@
 """The broker's HTTP API (starlette): produce through a shared BatchingProducer,
-consume with long-polling on the tail. Shapes and status codes: ``schemas.py`` and
+consume with long-polling on the tail, consumer-group offsets (commit, describe,
+consume from the committed offset). Shapes and status codes: ``schemas.py`` and
 ``GET /openapi.json``."""
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from typing import Any, cast
 
 import anyio.to_thread
@@ -25,20 +27,27 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llog.broker.filecache import FileTailCache
 from llog.broker.schemas import (
+    CommitRequest,
     ConsumeRequest,
     FetchPartition,
     InvalidRequest,
+    OffsetsQuery,
     ProduceRequest,
     encode_bytes,
     openapi_document,
+    parse_commit,
     parse_consume,
+    parse_offsets_query,
     parse_produce,
 )
 from llog.broker.tailcache import TailCache
 from llog.broker.wakeup import PartitionTails
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.errors import BackPressure, LlogError, OffsetOutOfRange, UnknownTopic
+from llog.errors import BackPressure, LlogError, OffsetOutOfRange, StaleEpoch, UnknownTopic
+from llog.groups.admin import describe_group
+from llog.groups.epoch import current_epoch
+from llog.groups.offsets import Fence, GroupOffsets
 from llog.producer import BatchingProducer
 from llog.reader import Reader
 from llog.records import ConsumedRecord, Record
@@ -47,7 +56,7 @@ from llog.writer import AppendResult
 
 log = logging.getLogger(__name__)
 
-ROUTES = ("/produce", "/consume", "/health", "/metrics", "/metrics/prometheus", "/openapi.json")
+ROUTES = ("/produce", "/consume", "/commit", "/offsets", "/health", "/metrics", "/metrics/prometheus", "/openapi.json")
 _OPEN_ROUTES = {"/health", "/openapi.json"}  # no token needed
 
 
@@ -127,15 +136,45 @@ class Broker:
             Topics(self.conn).create(topic, self.config.default_partitions)
 
     # -- consume (worker thread) ----------------------------------------------------
-    def fetch(self, req: ConsumeRequest, *, io: bool) -> tuple[list[dict[str, Any]], int]:
-        """Every partition's records. Without ``io`` (on the event loop) raise
-        :class:`_NeedsIO` as soon as a partition needs etcd or S3."""
+    def resolve(self, req: ConsumeRequest) -> tuple[ConsumeRequest, dict[int, LlogError]]:
+        """Start offsets for the partitions given without ``fetch_offset``: the group's
+        committed offset, else ``auto_offset_reset``. Returns the request with them
+        filled in, and the errors of partitions that could not be resolved (by index)."""
+        assert req.group is not None
+        offsets = GroupOffsets(self.conn, req.group)
+        parts = list(req.topic_partitions)
+        failed: dict[int, LlogError] = {}
+        for i, fp in enumerate(parts):
+            if fp.fetch_offset is not None:
+                continue
+            try:
+                self.conn.check_partition(fp.topic, fp.partition)
+                committed = offsets.get(fp.topic, fp.partition)
+                if committed is not None:
+                    start = committed.offset
+                else:
+                    low, high = self.reader.high_watermark(fp.topic, fp.partition)
+                    start = low if req.auto_offset_reset == "earliest" else high
+            except LlogError as exc:
+                failed[i] = exc
+                continue
+            parts[i] = replace(fp, fetch_offset=start)
+        return replace(req, topic_partitions=tuple(parts)), failed
+
+    def fetch(
+        self, req: ConsumeRequest, *, io: bool, failed: dict[int, LlogError] | None = None
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Every partition's records (``failed``: partitions :meth:`resolve` could not
+        place). Without ``io`` (on the event loop) raise :class:`_NeedsIO` as soon as a
+        partition needs etcd or S3."""
         budget = req.max_bytes
         out: list[dict[str, Any]] = []
         total = 0
-        for fp in req.topic_partitions:
+        for i, fp in enumerate(req.topic_partitions):
             try:
-                part, used = self._fetch_one(fp, budget, io)
+                if fp.fetch_offset is None:
+                    raise (failed or {})[i]
+                part, used = self._fetch_one(fp, fp.fetch_offset, budget, io)
             except LlogError as exc:
                 out.append({"topic": fp.topic, "partition": fp.partition, "ok": False,
                             "error_type": type(exc).__name__, "error": str(exc)})
@@ -147,7 +186,7 @@ class Broker:
         self.conn.metrics.consume_bytes.inc(total)
         return out, total
 
-    def _fetch_one(self, fp: FetchPartition, budget: int, io: bool) -> tuple[dict[str, Any], int]:
+    def _fetch_one(self, fp: FetchPartition, offset: int, budget: int, io: bool) -> tuple[dict[str, Any], int]:
         tp = (fp.topic, fp.partition)
         assert self.tails is not None
         known = self.tails.known(tp)
@@ -159,33 +198,33 @@ class Broker:
             known = self.reader.high_watermark(fp.topic, fp.partition)
             self.tails.learn(tp, *known)
         log_start, hwm = known
-        if fp.fetch_offset < log_start:
-            raise OffsetOutOfRange(fp.topic, fp.partition, fp.fetch_offset, log_start)
+        if offset < log_start:
+            raise OffsetOutOfRange(fp.topic, fp.partition, offset, log_start)
         limit = min(fp.partition_max_bytes, budget)
         records: list[ConsumedRecord] = []
-        if fp.fetch_offset < hwm and budget > 0:
-            cached = self.cache.get(fp.topic, fp.partition, fp.fetch_offset, limit)
+        if offset < hwm and budget > 0:
+            cached = self.cache.get(fp.topic, fp.partition, offset, limit)
             if not cached and not io:
                 raise _NeedsIO
             source = "hit"
             if not cached and self.files is not None:
-                cached = self.files.get(fp.topic, fp.partition, fp.fetch_offset, limit)
+                cached = self.files.get(fp.topic, fp.partition, offset, limit)
                 source = "file"
             self.conn.metrics.tail_cache_lookups.labels(source if cached else "miss").inc()
-            records = cached if cached else self._read(fp, hwm, limit)
+            records = cached if cached else self._read(fp, offset, hwm, limit)
         used = sum(len(r.value) + (len(r.key) if r.key is not None else 0) for r in records)
         return {
             "topic": fp.topic, "partition": fp.partition, "ok": True,
             "high_watermark": hwm, "log_start_offset": log_start,
-            "next_offset": records[-1].offset + 1 if records else fp.fetch_offset,
+            "next_offset": records[-1].offset + 1 if records else offset,
             "records": [_record_json(r) for r in records],
         }, used
 
-    def _read(self, fp: FetchPartition, hwm: int, limit: int) -> list[ConsumedRecord]:
+    def _read(self, fp: FetchPartition, offset: int, hwm: int, limit: int) -> list[ConsumedRecord]:
         out: list[ConsumedRecord] = []
         used = 0
         scan = cast(Generator[ConsumedRecord, None, None],
-                    self.reader.scan(fp.topic, fp.partition, fp.fetch_offset, hwm))
+                    self.reader.scan(fp.topic, fp.partition, offset, hwm))
         try:
             for r in scan:
                 size = len(r.value) + (len(r.key) if r.key is not None else 0)
@@ -196,6 +235,49 @@ class Broker:
         finally:
             scan.close()
         return out
+
+    # -- consumer groups (worker thread) -------------------------------------------------
+    def commit(self, req: CommitRequest) -> list[dict[str, Any]]:
+        """Commit each offset on its own; a refused one leaves that partition unchanged."""
+        offsets = GroupOffsets(self.conn, req.group)
+        fence = Fence(owner=req.member)
+        stale = None
+        if req.epoch is not None:
+            current = current_epoch(self.conn, req.group)
+            if current is None or current.epoch != req.epoch:
+                stale = f"epoch {req.epoch} is not the current epoch {0 if current is None else current.epoch}"
+            else:
+                # The guard compares the epoch key's exact bytes: a bump after this read still fences.
+                fence = replace(fence, epoch=current)
+        out: list[dict[str, Any]] = []
+        for c in req.offsets:
+            base = {"topic": c.topic, "partition": c.partition}
+            try:
+                if stale is not None:
+                    raise StaleEpoch(req.group, c.topic, c.partition, c.offset, stale)
+                done = offsets.commit(
+                    c.topic, c.partition, c.offset, fence=fence, member=req.member or "", reset=req.reset
+                )
+            except LlogError as exc:
+                out.append({**base, "ok": False, "error_type": type(exc).__name__, "error": str(exc)})
+                continue
+            out.append({**base, "ok": True, "offset": done.offset, "epoch": done.epoch,
+                        "member": done.member, "updated_at_ms": done.updated_at_ms})
+        return out
+
+    def describe(self, query: OffsetsQuery) -> dict[str, Any]:
+        topics = None if query.topic is None else [query.topic]
+        d = describe_group(self.conn, query.group, topics)
+        rows = [p for p in d.partitions if query.topic is None or p.topic == query.topic]
+        return {
+            "group": d.group, "members": list(d.members), "epoch": d.epoch, "epoch_owner": d.epoch_owner,
+            "partitions": [{
+                "topic": p.topic, "partition": p.partition, "committed": p.committed,
+                "log_start_offset": p.log_start_offset, "next_offset": p.next_offset, "lag": p.lag,
+                "owner": p.owner,
+            } for p in rows],
+            "total_lag": sum(p.lag for p in rows),
+        }
 
 
 class _NeedsIO(Exception):
@@ -364,15 +446,19 @@ def create_app(
             return _error(400, "InvalidRequest", str(exc), field=exc.field)
         b = broker()
         assert b.tails is not None
+        unresolved: dict[int, LlogError] = {}
+        if any(fp.fetch_offset is None for fp in req.topic_partitions):
+            # Once per request: the long-poll below re-fetches from the same start.
+            req, unresolved = await anyio.to_thread.run_sync(b.resolve, req)
         tps = [(fp.topic, fp.partition) for fp in req.topic_partitions]
         deadline = time.monotonic() + req.max_wait_ms / 1000.0
         while True:
             # Versions first: a change landing during the fetch then ends the wait at once.
             seen = b.tails.versions(tps)
             try:
-                parts, total = b.fetch(req, io=False)
+                parts, total = b.fetch(req, io=False, failed=unresolved)
             except _NeedsIO:
-                parts, total = await anyio.to_thread.run_sync(lambda: b.fetch(req, io=True))
+                parts, total = await anyio.to_thread.run_sync(lambda: b.fetch(req, io=True, failed=unresolved))
             failed = sum(1 for p in parts if not p["ok"])
             left = deadline - time.monotonic()
             if total >= req.min_bytes or failed or left <= 0 or b.tails.stopping:
@@ -383,6 +469,29 @@ def create_app(
             {"topic_partitions": parts, "success_count": len(parts) - failed, "error_count": failed},
             status_code=409 if failed else 200,
         )
+
+    async def commit(request: Request) -> Response:
+        try:
+            req = parse_commit(await _body(request, max_request_bytes))
+        except InvalidRequest as exc:
+            return _error(400, "InvalidRequest", str(exc), field=exc.field)
+        results = await anyio.to_thread.run_sync(broker().commit, req)
+        failed = sum(1 for r in results if not r["ok"])
+        return JSONResponse(
+            {"group": req.group, "results": results, "success_count": len(results) - failed,
+             "error_count": failed},
+            status_code=409 if failed else 200,
+        )
+
+    async def offsets(request: Request) -> Response:
+        try:
+            query = parse_offsets_query(request.query_params.multi_items())
+        except InvalidRequest as exc:
+            return _error(400, "InvalidRequest", str(exc), field=exc.field)
+        try:
+            return JSONResponse(await anyio.to_thread.run_sync(broker().describe, query))
+        except UnknownTopic as exc:
+            return _error(404, "UnknownTopic", str(exc))
 
     async def health(_request: Request) -> Response:
         return JSONResponse({"status": "ok"})
@@ -413,6 +522,8 @@ def create_app(
         routes=[
             Route("/produce", produce, methods=["POST"]),
             Route("/consume", consume, methods=["POST"]),
+            Route("/commit", commit, methods=["POST"]),
+            Route("/offsets", offsets, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
             Route("/metrics", metrics_json, methods=["GET"]),
             Route("/metrics/prometheus", metrics_prometheus, methods=["GET"]),

@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from llog.errors import InvalidInput, InvalidTopicName
-from llog.names import check_topic
+from llog.names import TOPIC_NAME_RE, check_group, check_topic
 
 MAX_TOPIC_PARTITIONS = 10_000
 MAX_WAIT_MS = 60_000
 DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
+AUTO_OFFSET_RESETS = ("earliest", "latest")
+MAX_MEMBER_CHARS = 256
 
 
 class InvalidRequest(InvalidInput):
@@ -46,7 +48,7 @@ class ProduceRequest:
 class FetchPartition:
     topic: str
     partition: int
-    fetch_offset: int
+    fetch_offset: int | None  # None: the group's committed offset (resolved before fetching)
     partition_max_bytes: int
 
 
@@ -56,6 +58,30 @@ class ConsumeRequest:
     max_wait_ms: int
     min_bytes: int
     max_bytes: int
+    group: str | None = None
+    auto_offset_reset: str = "earliest"  # where a group partition with no commit starts
+
+
+@dataclass(frozen=True)
+class CommitOffset:
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True)
+class CommitRequest:
+    group: str
+    offsets: tuple[CommitOffset, ...]
+    reset: bool = False
+    epoch: int | None = None  # exclusive-consumer epoch the commit runs under
+    member: str | None = None  # member that must own every partition
+
+
+@dataclass(frozen=True)
+class OffsetsQuery:
+    group: str
+    topic: str | None = None
 
 
 def load_json(body: bytes) -> dict[str, Any]:
@@ -82,8 +108,8 @@ def parse_produce(body: bytes) -> ProduceRequest:
         recs = _list(tp, "records", f"{where}.")
         values = tuple(_record(r, f"{where}.records[{j}]") for j, r in enumerate(recs))
         pid = tp.get("producer_id")
-        if pid is not None and (not isinstance(pid, str) or not 0 < len(pid) <= 256):
-            raise InvalidRequest(f"{where}.producer_id", "must be a string of 1 to 256 characters")
+        if pid is not None and (not isinstance(pid, str) or TOPIC_NAME_RE.fullmatch(pid) is None):
+            raise InvalidRequest(f"{where}.producer_id", "must match [A-Za-z0-9._-]{1,249}")
         seq = _int(tp, "sequence", where, required=False)
         if (pid is None) != (seq is None):
             raise InvalidRequest(f"{where}.sequence", "producer_id and sequence go together")
@@ -94,7 +120,13 @@ def parse_produce(body: bytes) -> ProduceRequest:
 
 def parse_consume(body: bytes) -> ConsumeRequest:
     doc = load_json(body)
-    _only(doc, "body", {"topic_partitions", "max_wait_ms", "min_bytes", "max_bytes"})
+    _only(doc, "body", {"topic_partitions", "max_wait_ms", "min_bytes", "max_bytes", "group", "auto_offset_reset"})
+    group = _group(doc) if "group" in doc else None
+    reset = doc.get("auto_offset_reset", "earliest")
+    if "auto_offset_reset" in doc and group is None:
+        raise InvalidRequest("auto_offset_reset", "only applies with a group")
+    if reset not in AUTO_OFFSET_RESETS:
+        raise InvalidRequest("auto_offset_reset", f"must be one of {', '.join(AUTO_OFFSET_RESETS)}")
     tps = _list(doc, "topic_partitions", "")
     out = []
     for i, tp in enumerate(tps):
@@ -104,9 +136,9 @@ def parse_consume(body: bytes) -> ConsumeRequest:
         _only(tp, where, {"topic", "partition", "fetch_offset", "partition_max_bytes"})
         topic = _topic(tp, where)
         partition = _int(tp, "partition", where, required=True)
-        offset = _int(tp, "fetch_offset", where, required=True)
+        offset = _int(tp, "fetch_offset", where, required=group is None)
         pmax = _int(tp, "partition_max_bytes", where, required=False, minimum=1)
-        assert partition is not None and offset is not None
+        assert partition is not None
         out.append(FetchPartition(topic, partition, offset,
                                   DEFAULT_PARTITION_MAX_BYTES if pmax is None else pmax))
     wait = _int(doc, "max_wait_ms", "", required=False, maximum=MAX_WAIT_MS)
@@ -117,7 +149,53 @@ def parse_consume(body: bytes) -> ConsumeRequest:
         500 if wait is None else wait,
         1 if min_bytes is None else min_bytes,
         DEFAULT_MAX_BYTES if max_bytes is None else max_bytes,
+        group,
+        reset,
     )
+
+
+def parse_commit(body: bytes) -> CommitRequest:
+    doc = load_json(body)
+    _only(doc, "body", {"group", "offsets", "reset", "epoch", "member"})
+    group = _group(doc)
+    entries = _list(doc, "offsets", "")
+    out: list[CommitOffset] = []
+    seen: set[tuple[str, int]] = set()
+    for i, entry in enumerate(entries):
+        where = f"offsets[{i}]"
+        if not isinstance(entry, dict):
+            raise InvalidRequest(where, f"must be an object, got {_kind(entry)}")
+        _only(entry, where, {"topic", "partition", "offset"})
+        topic = _topic(entry, where)
+        partition = _int(entry, "partition", where, required=True)
+        offset = _int(entry, "offset", where, required=True)
+        assert partition is not None and offset is not None
+        if (topic, partition) in seen:  # which of two offsets wins would be a guess
+            raise InvalidRequest(where, f"{topic}/{partition} appears twice")
+        seen.add((topic, partition))
+        out.append(CommitOffset(topic, partition, offset))
+    reset = doc.get("reset", False)
+    if not isinstance(reset, bool):
+        raise InvalidRequest("reset", f"must be a boolean, got {_kind(reset)}")
+    member = doc.get("member")
+    if member is not None and (not isinstance(member, str) or not 0 < len(member) <= MAX_MEMBER_CHARS):
+        raise InvalidRequest("member", f"must be a string of 1 to {MAX_MEMBER_CHARS} characters")
+    return CommitRequest(group, tuple(out), reset, _int(doc, "epoch", "", required=False, minimum=1), member)
+
+
+def parse_offsets_query(params: list[tuple[str, str]]) -> OffsetsQuery:
+    """``GET /offsets`` query parameters: ``group`` (required) and ``topic``."""
+    got: dict[str, str] = {}
+    for name, value in params:
+        if name not in ("group", "topic"):
+            raise InvalidRequest(name, "unknown query parameter")
+        if name in got:
+            raise InvalidRequest(name, "given more than once")
+        got[name] = value
+    if "group" not in got:
+        raise InvalidRequest("group", "is required")
+    group = _group(got)
+    return OffsetsQuery(group, None if "topic" not in got else _topic(got, ""))
 
 
 def encode_bytes(b: bytes) -> str | dict[str, str]:
@@ -155,7 +233,14 @@ def _topic(tp: dict[str, Any], where: str) -> str:
     try:
         return check_topic(topic)
     except InvalidTopicName as exc:
-        raise InvalidRequest(f"{where}.topic", str(exc)) from None
+        raise InvalidRequest(f"{where}.topic" if where else "topic", str(exc)) from None
+
+
+def _group(doc: dict[str, Any]) -> str:
+    try:
+        return check_group(doc.get("group"))
+    except InvalidInput as exc:
+        raise InvalidRequest("group", str(exc)) from None
 
 
 def _int(
@@ -199,6 +284,7 @@ _ERROR = {"type": "object", "required": ["error", "error_type"], "properties": {
 }}
 _TP = {"topic": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,249}$"},
        "partition": {"type": "integer", "minimum": 0}}
+_GROUP = {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,249}$"}
 
 
 def _errors(*codes: str) -> dict[str, Any]:
@@ -214,7 +300,7 @@ def openapi_document() -> dict[str, Any]:
         "topic_partitions": {"type": "array", "minItems": 1, "maxItems": MAX_TOPIC_PARTITIONS, "items": {
             "type": "object", "required": ["topic", "partition", "records"], "additionalProperties": False,
             "properties": {**_TP, "records": {"type": "array", "minItems": 1, "items": _BYTES},
-                           "producer_id": {"type": "string", "minLength": 1, "maxLength": 256},
+                           "producer_id": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,249}$"},
                            "sequence": {"type": "integer", "minimum": 0}},
         }},
     }}
@@ -229,17 +315,22 @@ def openapi_document() -> dict[str, Any]:
     }}
     consume_req = {"type": "object", "required": ["topic_partitions"], "additionalProperties": False, "properties": {
         "topic_partitions": {"type": "array", "minItems": 1, "maxItems": MAX_TOPIC_PARTITIONS, "items": {
-            "type": "object", "required": ["topic", "partition", "fetch_offset"], "additionalProperties": False,
-            "properties": {**_TP, "fetch_offset": {"type": "integer", "minimum": 0},
+            "type": "object", "required": ["topic", "partition"], "additionalProperties": False,
+            "properties": {**_TP, "fetch_offset": {
+                "type": "integer", "minimum": 0,
+                "description": "required without group; with group, omitted means the committed offset"},
                            "partition_max_bytes": {"type": "integer", "minimum": 1}},
         }},
+        "group": _GROUP,
+        "auto_offset_reset": {"type": "string", "enum": list(AUTO_OFFSET_RESETS), "default": "earliest",
+                              "description": "with group: start of a partition the group never committed"},
         "max_wait_ms": {"type": "integer", "minimum": 0, "maximum": MAX_WAIT_MS, "default": 500},
         "min_bytes": {"type": "integer", "minimum": 0, "default": 1},
         "max_bytes": {"type": "integer", "minimum": 1, "default": DEFAULT_MAX_BYTES},
     }}
     record = {"type": "object", "properties": {
         "offset": {"type": "integer"}, "timestamp": {"type": "integer"},
-        "key": {"oneOf": [_BYTES, {"type": "null"}]}, "value": _BYTES,
+        "key": {**_BYTES, "nullable": True}, "value": _BYTES,
         "headers": {"type": "array", "items": {"type": "array", "items": {}}},
     }}
     consume_res = {"type": "object", "properties": {
@@ -250,6 +341,38 @@ def openapi_document() -> dict[str, Any]:
             "error_type": {"type": "string"}, "error": {"type": "string"},
         }}},
         "success_count": {"type": "integer"}, "error_count": {"type": "integer"},
+    }}
+    commit_req = {"type": "object", "required": ["group", "offsets"], "additionalProperties": False, "properties": {
+        "group": _GROUP,
+        "offsets": {"type": "array", "minItems": 1, "maxItems": MAX_TOPIC_PARTITIONS, "items": {
+            "type": "object", "required": ["topic", "partition", "offset"], "additionalProperties": False,
+            "properties": {**_TP, "offset": {"type": "integer", "minimum": 0,
+                                             "description": "the next offset to consume"}},
+        }},
+        "reset": {"type": "boolean", "default": False, "description": "allow moving backwards"},
+        "epoch": {"type": "integer", "minimum": 1, "description": "fence: the group's current exclusive epoch"},
+        "member": {"type": "string", "minLength": 1, "maxLength": MAX_MEMBER_CHARS,
+                   "description": "fence: the member that must own every partition"},
+    }}
+    commit_res = {"type": "object", "properties": {
+        "group": {"type": "string"},
+        "results": {"type": "array", "items": {"type": "object", "properties": {
+            **_TP, "ok": {"type": "boolean"}, "offset": {"type": "integer"}, "epoch": {"type": "integer"},
+            "member": {"type": "string"}, "updated_at_ms": {"type": "integer"},
+            "error_type": {"type": "string"}, "error": {"type": "string"},
+        }}},
+        "success_count": {"type": "integer"}, "error_count": {"type": "integer"},
+    }}
+    nullable_int = {"type": "integer", "nullable": True}
+    offsets_res = {"type": "object", "properties": {
+        "group": {"type": "string"}, "members": {"type": "array", "items": {"type": "string"}},
+        "epoch": nullable_int, "epoch_owner": {"type": "string", "nullable": True},
+        "partitions": {"type": "array", "items": {"type": "object", "properties": {
+            **_TP, "committed": nullable_int, "log_start_offset": {"type": "integer"},
+            "next_offset": {"type": "integer"}, "lag": {"type": "integer"},
+            "owner": {"type": "string", "nullable": True},
+        }}},
+        "total_lag": {"type": "integer"},
     }}
     plain = {"200": {"description": "ok", **_json({"type": "object"})}}
     return {
@@ -272,6 +395,24 @@ def openapi_document() -> dict[str, Any]:
                 "responses": {"200": {"description": "records", **_json(consume_res)},
                               "409": {"description": "some partition failed", **_json(consume_res)},
                               **_errors("400", "401", "413")},
+            }},
+            "/commit": {"post": {
+                "summary": "Commit a consumer group's offsets (monotonic unless reset; optionally fenced)",
+                "requestBody": {"required": True, **_json(commit_req)},
+                "responses": {"200": {"description": "every offset committed", **_json(commit_res)},
+                              "409": {"description": "some commit refused; those offsets are unchanged",
+                                      **_json(commit_res)},
+                              **_errors("400", "401", "413")},
+            }},
+            "/offsets": {"get": {
+                "summary": "A group's committed offsets with next offset and lag per partition",
+                "parameters": [
+                    {"name": "group", "in": "query", "required": True, "schema": _GROUP},
+                    {"name": "topic", "in": "query", "required": False, "schema": _TP["topic"],
+                     "description": "only this topic; lists its partitions with no commit too"},
+                ],
+                "responses": {"200": {"description": "the group", **_json(offsets_res)},
+                              **_errors("400", "401", "404")},
             }},
             "/health": {"get": {"security": [], "responses": plain}},
             "/metrics": {"get": {"responses": plain}},

@@ -24,6 +24,7 @@ COMMAND_MODULES = (
     "llog.cli.groups",
     "llog.cli.compactor",
     "llog.cli.broker",
+    "llog.cli.loadtest",
 )
 
 

@@ -11,8 +11,9 @@ from llog.cli.common import config_from_args
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser(
         "broker", help="run the HTTP broker",
-        description="Serve POST /produce and /consume (plus /health, /metrics, /openapi.json) until "
-                    "Ctrl-C. A bearer token is required when LLOG_BROKER_TOKEN is set.",
+        description="Serve POST /produce, /consume and /commit and GET /offsets (plus /health, /metrics, "
+                    "/metrics/prometheus, /openapi.json) until Ctrl-C. A bearer token is required when "
+                    "LLOG_BROKER_TOKEN is set.",
     )
     p.add_argument("--host", help="listen address (LLOG_BROKER_HOST)")
     p.add_argument("--port", type=int, help="listen port, 0 for any free one (LLOG_BROKER_PORT)")

@@ -1,5 +1,7 @@
-"""BatchingProducer: many threads send records; one flusher coalesces them into
-shared WAL appends.
+"""BatchingProducer: many threads send records; one draining thread coalesces them
+into shared WAL appends, pipelined (``llog.producer.sender``): the next blob's encode
+and PUT overlap the previous blob's commits, and each partition's batches commit in
+the order they were accepted.
 
 >>> with BatchingProducer(conn) as p:                       # doctest: +SKIP
 ...     fut = p.send("orders", None, b"hello", key=b"customer-7")
@@ -41,7 +43,8 @@ class BatchingProducer:
     Batches close at ``config.batch_max_bytes`` or ``config.batch_max_delay_ms`` after
     their first record; at most ``config.batch_max_buffered_bytes`` are buffered or in
     flight, beyond which ``send`` blocks up to ``send_timeout_s`` and then raises
-    :class:`~llog.errors.BackPressure`.
+    :class:`~llog.errors.BackPressure`. Up to ``max_inflight`` batches are staged
+    (encoded and PUT) or committing at once; ``1`` sends one batch at a time.
     """
 
     def __init__(
@@ -50,6 +53,7 @@ class BatchingProducer:
         *,
         send_timeout_s: float | None = 30.0,
         on_commit: CommitListener | None = None,
+        max_inflight: int = 2,
     ) -> None:
         self._owns_writer = not isinstance(target, Writer)
         self.writer = target if isinstance(target, Writer) else Writer(target)
@@ -59,7 +63,7 @@ class BatchingProducer:
         self._acc = Accumulator(
             cfg.batch_max_bytes, cfg.batch_max_delay_ms / 1000.0, cfg.batch_max_buffered_bytes, self.conn.metrics
         )
-        self._sender = Sender(self.writer, self._acc, self.conn.metrics, on_commit)
+        self._sender = Sender(self.writer, self._acc, self.conn.metrics, on_commit, max_inflight=max_inflight)
         self._closed = False
         self._close_lock = threading.Lock()
 
@@ -102,7 +106,12 @@ class BatchingProducer:
         timeout: float | None = None,
     ) -> Future[AppendResult]:
         """Buffer ``records`` as one append (contiguous offsets); the future resolves to
-        its :class:`~llog.writer.AppendResult` or raises the partition's error."""
+        its :class:`~llog.writer.AppendResult` or raises the partition's error.
+
+        Without ``producer_id``, groups for one partition in one batch may share one
+        partition-append (one etcd transaction): the result's offsets and count are
+        this group's own, while ``index_key``, ``data_key`` and ``append_id`` are the
+        shared append's."""
         if not records:
             raise InvalidInput(f"empty group for {topic}/{partition}")
         recs = self._check(topic, partition, records)

@@ -45,7 +45,7 @@ class Pending:
     sequence: int | None = None
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)  # compared by identity: the sender tracks it in flight
 class Drained:
     groups: list[Pending]
     nbytes: int
@@ -53,7 +53,7 @@ class Drained:
 
 
 class Accumulator:
-    """Thread-safe buffer between many senders and the one flusher."""
+    """Thread-safe buffer between many senders and the one draining thread."""
 
     def __init__(self, max_batch_bytes: int, max_delay_s: float, max_buffered_bytes: int, metrics: Metrics) -> None:
         self.max_batch_bytes = max_batch_bytes

@@ -1,24 +1,62 @@
-"""The producer's one flusher thread: drain a batch, ``append_shared`` it, resolve
-every future with its offset (or ``AppendResult``) or the partition's error."""
+"""The producer's send pipeline: drain a batch, stage it (encode + PUT the shared blob),
+commit it, resolve every future with its offset (or ``AppendResult``) or the
+partition's error. A batch's groups for one partition share one partition-append
+where they can (:func:`_merge`); each still gets its own contiguous offsets.
+
+Up to ``max_inflight`` batches are in flight. Staging runs on a small pool, so the next
+blob's encode and PUT overlap the previous blob's etcd commits; commits run on one
+committer thread strictly in drain order, so a partition's second batch commits only
+after its first has resolved and offsets follow acceptance order.
+"""
 
 from __future__ import annotations
 
 import logging
+import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import replace
 from typing import Any
 
 from llog.errors import InvalidInput
 from llog.metrics import Metrics
-from llog.producer.accumulator import Accumulator, Pending
+from llog.producer.accumulator import Accumulator, Drained, Pending
 from llog.records import AppendGroup, Record
-from llog.writer import AppendFailure, AppendResult, Writer
+from llog.writer import AppendFailure, AppendResult, StagedBlob, Writer
 
 log = logging.getLogger(__name__)
 
-#: Called on the flusher thread for every committed group, before its futures resolve.
+#: Called on the committer thread for every committed group, before its futures
+#: resolve; calls for one partition come in offset order.
 CommitListener = Callable[[AppendResult, list[Record]], None]
+
+#: A batch's groups merged into partition-appends (see :func:`_merge`).
+_Units = list[list[Pending]]
+#: A staged batch: pieces to commit in order, each a blob or the error that failed it.
+_Staged = list[tuple[_Units, StagedBlob | BaseException]]
+
+
+def _merge(groups: list[Pending]) -> _Units:
+    """Coalesce a partition's groups into one partition-append (one etcd txn instead
+    of one per group): each keeps its records contiguous and gets its own offsets
+    back. Groups with a producer id stay apart (their sequence names one batch), and
+    nothing merges across one, so a partition's records keep their order."""
+    units: _Units = []
+    open_units: dict[tuple[str, int], list[Pending]] = {}
+    for g in groups:
+        key = (g.topic, g.partition)
+        unit = open_units.get(key) if g.producer_id is None else None
+        if unit is not None:
+            unit.append(g)
+            continue
+        unit = [g]
+        units.append(unit)
+        if g.producer_id is None:
+            open_units[key] = unit
+        else:
+            open_units.pop(key, None)
+    return units
 
 
 class Sender:
@@ -28,74 +66,130 @@ class Sender:
         acc: Accumulator,
         metrics: Metrics,
         on_commit: CommitListener | None = None,
+        *,
+        max_inflight: int = 2,
     ) -> None:
         self._writer = writer
         self._acc = acc
         self._metrics = metrics
         self._on_commit = on_commit
-        self._inflight: list[Pending] = []
+        self._inflight: list[Drained] = []
         self._lock = threading.Lock()
+        self._slots = threading.Semaphore(max(1, max_inflight))
         # Bounded by the shared blob limit (with room for framing) so a drain never
         # builds a blob the writer refuses.
         self._limit = max(1, writer.config.max_blob_bytes // 2)
+        self._stagers = ThreadPoolExecutor(max(1, max_inflight), thread_name_prefix="llog-producer-stage")
+        # Drain order; ``None`` ends the committer.
+        self._order: queue.SimpleQueue[tuple[Drained, Future[_Staged]] | None] = queue.SimpleQueue()
+        self._committer = threading.Thread(target=self._commit_loop, name="llog-producer-commit", daemon=True)
         self._thread = threading.Thread(target=self._run, name="llog-producer-sender", daemon=True)
+        self._committer.start()
         self._thread.start()
 
     def inflight_futures(self) -> list[Future[Any]]:
         with self._lock:
-            return [f for g in self._inflight for f, _ in g.futures]
+            return [f for b in self._inflight for g in b.groups for f, _ in g.futures]
 
     def join(self, timeout: float | None = None) -> None:
+        """Wait until the accumulator is closed and drained and every batch resolved."""
         self._thread.join(timeout)
+        self._committer.join(timeout)
+        if not self._committer.is_alive():
+            self._stagers.shutdown(wait=True)
 
     def _run(self) -> None:
-        while True:
-            batch = self._acc.drain(self._limit)
-            if batch is None:
-                return
-            with self._lock:
-                self._inflight = batch.groups
-            try:
+        try:
+            while True:
+                # Wait for a free slot before draining: while the pipeline is full,
+                # records keep coalescing into the next, larger batch.
+                self._slots.acquire()
+                batch = self._acc.drain(self._limit)
+                if batch is None:
+                    self._slots.release()
+                    return
                 self._metrics.producer_flushes.labels(batch.reason).inc()
                 self._metrics.producer_flush_bytes.observe(batch.nbytes)
-                self._send(batch.groups)
-            finally:
                 with self._lock:
-                    self._inflight = []
-                self._acc.release(batch.nbytes)
+                    self._inflight.append(batch)
+                self._order.put((batch, self._stagers.submit(self._stage, batch.groups)))
+        finally:
+            self._order.put(None)
 
-    def _send(self, groups: list[Pending]) -> None:
+    def _stage(self, groups: list[Pending]) -> _Staged:
+        units = _merge(groups)
         try:
-            outcomes = self._writer.append_shared([
-                AppendGroup(g.topic, g.partition, g.records, g.producer_id, g.sequence) for g in groups
-            ])
+            return [(units, self._writer.stage_shared([
+                AppendGroup(
+                    u[0].topic, u[0].partition,
+                    u[0].records if len(u) == 1 else [r for g in u for r in g.records],
+                    u[0].producer_id, u[0].sequence,
+                )
+                for u in units
+            ]))]
         except InvalidInput as exc:
             if len(groups) == 1:
-                _fail(groups[0], exc)
-            else:
-                # One sender's bad group must not fail the others coalesced with it.
-                for g in groups:
-                    self._send([g])
+                return [(units, exc)]
+            # One sender's bad group must not fail the others coalesced with it.
+            return [piece for g in groups for piece in self._stage([g])]
+        except Exception as exc:
+            return [(units, exc)]
+
+    def _commit_loop(self) -> None:
+        while (item := self._order.get()) is not None:
+            batch, staged = item
+            try:
+                for groups, blob in staged.result():
+                    self._commit(groups, blob)
+            except BaseException as exc:  # every future must resolve, whatever went wrong
+                for g in batch.groups:
+                    _fail(g, exc)
+                if not isinstance(exc, Exception):
+                    raise
+            finally:
+                with self._lock:
+                    self._inflight.remove(batch)
+                self._acc.release(batch.nbytes)
+                self._slots.release()
+
+    def _commit(self, units: _Units, staged: StagedBlob | BaseException) -> None:
+        if isinstance(staged, BaseException):
+            if not isinstance(staged, InvalidInput):
+                log.warning("producer flush of %d groups failed: %s", sum(map(len, units)), staged)
+            for u in units:
+                for g in u:
+                    _fail(g, staged)
             return
-        except BaseException as exc:  # every future must resolve, whatever went wrong
-            log.warning("producer flush of %d groups failed: %s", len(groups), exc)
-            for g in groups:
-                _fail(g, exc)
-            if not isinstance(exc, Exception):
-                raise
+        try:
+            outcomes = self._writer.commit_staged(staged)
+        except Exception as exc:
+            log.warning("producer commit of %d groups failed: %s", sum(map(len, units)), exc)
+            for u in units:
+                for g in u:
+                    _fail(g, exc)
             return
-        for g, out in zip(groups, outcomes, strict=True):
-            if isinstance(out, AppendFailure):
-                _fail(g, out.error)
-                continue
-            if self._on_commit is not None:
-                try:
-                    self._on_commit(out, g.records)
-                except Exception:
-                    log.exception("commit listener failed for %s/%s", g.topic, g.partition)
-            for f, i in g.futures:
-                if not f.done():
-                    f.set_result(out if i is None else out.start_offset + i)
+        for u, out in zip(units, outcomes, strict=True):
+            start = out.start_offset if isinstance(out, AppendResult) else 0
+            for g in u:
+                if isinstance(out, AppendFailure):
+                    _fail(g, out.error)
+                    continue
+                # A merged group's own slice of the shared partition-append.
+                mine = out if len(u) == 1 else replace(
+                    out, start_offset=start, end_offset=start + len(g.records) - 1, count=len(g.records)
+                )
+                start += len(g.records)
+                self._resolve(g, mine)
+
+    def _resolve(self, g: Pending, out: AppendResult) -> None:
+        if self._on_commit is not None:
+            try:
+                self._on_commit(out, g.records)
+            except Exception:
+                log.exception("commit listener failed for %s/%s", g.topic, g.partition)
+        for f, i in g.futures:
+            if not f.done():
+                f.set_result(out if i is None else out.start_offset + i)
 
 
 def _fail(g: Pending, exc: BaseException) -> None:

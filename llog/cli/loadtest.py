@@ -1,0 +1,79 @@
+"""``llog loadtest up|run|status|down``: a local cluster under load (see loadtest/README.md)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from llog.loadtest import orchestrator
+from llog.loadtest.scenario import load_scenario
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("loadtest", help="local cluster load test with reconciliation")
+    sub = p.add_subparsers(dest="loadtest_command", metavar="ACTION", required=True)
+    results = {"type": Path, "default": orchestrator.DEFAULT_RESULTS,
+               "help": "results root (default loadtest/results)"}
+
+    q = sub.add_parser("run", help="start a cluster, drive the scenario, reconcile, stop; exit 1 on a mismatch")
+    q.add_argument("scenario", type=Path, help="scenario TOML (loadtest/scenarios/*.toml)")
+    q.add_argument("--results", **results)
+    q.set_defaults(func=_run)
+
+    q = sub.add_parser("up", help="start the scenario's cluster and leave it running")
+    q.add_argument("scenario", type=Path)
+    q.add_argument("--results", **results)
+    q.set_defaults(func=_up)
+
+    q = sub.add_parser("status", help="processes of the cluster `up` started, alive and healthy")
+    q.add_argument("--results", **results)
+    q.set_defaults(func=_status)
+
+    q = sub.add_parser("down", help="stop the cluster `up` started")
+    q.add_argument("--results", **results)
+    q.set_defaults(func=_down)
+
+
+def _run(args: argparse.Namespace) -> int:
+    run_dir, s = orchestrator.run(load_scenario(args.scenario), args.results)
+    v, c = s["verdict"], s["client"]
+    lat = c["latency"]
+    print(f"run directory: {run_dir}")
+    print(f"client: {c['intent_records']} intended, {c['acked_records']} acked ({c['acked_rate_rec_s']} rec/s), "
+          f"{c['failed_records']} given up, {c['resends']} batch resends; "
+          f"produce p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms")
+    print(f"brokers accepted {s['brokers']['accepted_records']:.0f}; etcd ops {s['etcd']['ops_total']:.0f}; "
+          f"S3 class A {s['s3']['class_a_requests']:.0f}, class B {s['s3']['class_b_requests']:.0f}; "
+          f"requests ${s['billing_estimate_usd']['requests_total']}")
+    for e in s["chaos"]:
+        print(f"chaos: {e['action']} {e['target']} at {e['done_s']}s ok={e['ok']}")
+    print(f"reconciliation: {v['verified']}/{v['acked']} verified, {v['lost']} lost, {v['duplicated']} duplicated, "
+          f"{v['mismatch_count']} mismatches")
+    print(json.dumps(v))
+    return 0 if v["all_acked_verified"] else 1
+
+
+def _up(args: argparse.Namespace) -> int:
+    run_dir = orchestrator.up(load_scenario(args.scenario), args.results)
+    layout = json.loads((run_dir / "layout.json").read_text())
+    env = json.loads((run_dir / "env.json").read_text())["children"]
+    print(f"cluster up; run directory {run_dir}")
+    for name, v in layout.items():
+        if isinstance(v, dict):
+            print(f"  {name}: pid {v['pid']} {v.get('url') or v.get('endpoint', '')}")
+    print("\n".join(f"export {k}={v}" for k, v in env.items() if k.startswith("LLOG_")))
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    st = orchestrator.status(args.results)
+    print(json.dumps(st, indent=2))
+    return 0 if all(p["alive"] and p.get("healthy", True) for p in st["processes"].values()) else 1
+
+
+def _down(args: argparse.Namespace) -> int:
+    stopped = orchestrator.down(args.results)
+    print(json.dumps(stopped))
+    return 0 if all(stopped.values()) else 1

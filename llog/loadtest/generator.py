@@ -1,0 +1,400 @@
+"""The load generator: several processes (spawned, so the parent's threads never
+fork), each with a few threads, producing through the brokers' HTTP API.
+
+Every partition belongs to one thread of one process, so its batches go out one at a
+time, in sequence: each batch carries the thread's ``producer_id`` and the partition's
+next ``sequence``, and a batch whose request failed is re-sent with the same pair to
+another owner, which returns the original offsets if the first attempt committed
+(idempotent produce, protocol §8.7). Record values start with a unique id
+``g<proc>t<thread>-<n>`` so reconciliation can find each record and spot copies.
+
+Per process, in the output directory: ``acks-<i>.tsv`` (one line per acknowledged
+batch: topic, partition, start, end, id prefix, first n, sequence, broker),
+``samples-<i>.jsonl`` (cumulative counters and the interval's latency histogram,
+every interval), ``client-<i>.json`` (the process's totals) and ``generator-<i>.log``
+(remaps and errors). :meth:`LoadGenerator.summarize` merges them."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import multiprocessing
+import threading
+import time
+from collections import Counter
+from dataclasses import dataclass
+from multiprocessing.synchronize import Event
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import urlsplit
+
+from llog.errors import LlogError
+from llog.loadtest.histogram import Histogram
+from llog.loadtest.routing import NoLiveOwner, Router
+from llog.loadtest.scenario import LoadSpec
+
+log = logging.getLogger(__name__)
+
+#: Produce errors that will not go away by re-sending the same batch.
+_FATAL_ERRORS = frozenset({"SequenceError", "InvalidInput", "InvalidRequest", "UnknownTopic", "UnknownPartition"})
+
+
+class GeneratorError(LlogError):
+    """The generator processes could not start or did not finish."""
+
+
+@dataclass(frozen=True)
+class GeneratorPlan:
+    """Everything a generator process needs (pickled to it)."""
+
+    run_id: str
+    brokers: tuple[tuple[str, str], ...]  # (broker id, base URL)
+    partitions: tuple[tuple[str, int], ...]
+    load: LoadSpec
+    seed: int
+    duration_s: float
+    interval_s: float
+    out_dir: str
+
+    def assignment(self, proc: int) -> list[list[tuple[str, int]]]:
+        """The partitions of each thread of process ``proc``."""
+        slots = self.load.processes * self.load.threads
+        threads: list[list[tuple[str, int]]] = [[] for _ in range(self.load.threads)]
+        for j, tp in enumerate(self.partitions):
+            slot = j % slots
+            if slot % self.load.processes == proc:
+                threads[slot // self.load.processes].append(tp)
+        return threads
+
+    def active_threads(self) -> int:
+        return sum(1 for p in range(self.load.processes) for t in self.assignment(p) if t)
+
+
+@dataclass
+class _Batch:
+    topic: str
+    partition: int
+    sequence: int
+    prefix: str
+    first: int
+    count: int
+
+
+class _Stats:
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.intent_records = self.intent_batches = 0
+        self.acked_records = self.acked_batches = 0
+        self.failed_records = self.failed_batches = 0
+        self.resends = 0
+        self.errors: Counter[str] = Counter()
+        self.hist = Histogram()
+        self.interval_hist = Histogram()
+
+    def snapshot(self) -> dict[str, Any]:
+        return {
+            "intent_records": self.intent_records, "intent_batches": self.intent_batches,
+            "acked_records": self.acked_records, "acked_batches": self.acked_batches,
+            "failed_records": self.failed_records, "failed_batches": self.failed_batches,
+            "resends": self.resends, "errors": dict(self.errors),
+        }
+
+
+class _Process:
+    """One generator process: its threads, router, stats and output files."""
+
+    def __init__(self, plan: GeneratorPlan, index: int, stop: Event) -> None:
+        self.plan = plan
+        self.index = index
+        self.stop = stop
+        load = plan.load
+        self.router = Router([b for b, _ in plan.brokers], load.owners, plan.seed, load.routing,
+                             revive_after_s=load.revive_after_s)
+        self.urls = dict(plan.brokers)
+        self.stats = _Stats()
+        out = Path(plan.out_dir)
+        self.acks: TextIO = open(out / f"acks-{index}.tsv", "w")  # noqa: SIM115 - closed in run()
+        self.samples: TextIO = open(out / f"samples-{index}.jsonl", "w")  # noqa: SIM115 - closed in run()
+        self.thread_rate = load.rate / max(1, plan.active_threads())
+        self.t0 = 0.0
+        self.end = 0.0
+
+    def run(self, go: Event) -> None:
+        go.wait()
+        self.t0 = time.monotonic()
+        self.end = self.t0 + self.plan.duration_s
+        threads = [
+            threading.Thread(target=self._worker, args=(t, parts), name=f"gen-{self.index}-{t}")
+            for t, parts in enumerate(self.plan.assignment(self.index)) if parts
+        ]
+        sampler = threading.Thread(target=self._sampler, name=f"gen-{self.index}-sampler", daemon=True)
+        for th in threads:
+            th.start()
+        sampler.start()
+        for th in threads:
+            th.join()
+        elapsed = time.monotonic() - self.t0
+        with self.stats.lock:
+            self._write_sample()
+            summary = {"proc": self.index, "elapsed_s": round(elapsed, 3), **self.stats.snapshot(),
+                       "remaps": self.router.remaps, "hist": self.stats.hist.to_json()}
+        self.acks.close()
+        self.samples.close()
+        (Path(self.plan.out_dir) / f"client-{self.index}.json").write_text(json.dumps(summary))
+
+    def _sampler(self) -> None:
+        interval = self.plan.interval_s
+        k = 1
+        while not self.stop.wait(max(0.0, self.t0 + k * interval - time.monotonic())):
+            with self.stats.lock:
+                if self.samples.closed:
+                    return
+                self._write_sample()
+            k += 1
+
+    def _write_sample(self) -> None:
+        s = self.stats
+        line = {"t": round(time.monotonic() - self.t0, 3), "proc": self.index, **s.snapshot(),
+                "hist": s.interval_hist.to_json()}
+        s.interval_hist = Histogram()
+        self.samples.write(json.dumps(line) + "\n")
+        self.samples.flush()
+
+    # -- one thread -------------------------------------------------------------------
+    def _worker(self, thread: int, parts: list[tuple[str, int]]) -> None:
+        load = self.plan.load
+        prefix = f"g{self.index}t{thread}"
+        producer_id = f"lt-{self.plan.run_id}-{prefix}"
+        pad = "x" * max(0, load.record_bytes - len(prefix) - 12)
+        seq = dict.fromkeys(parts, 0)
+        n = 0
+        sent = 0
+        conns: dict[str, http.client.HTTPConnection] = {}
+        try:
+            while not self.stop.is_set() and time.monotonic() < self.end:
+                if self.thread_rate > 0:
+                    due = self.t0 + sent / self.thread_rate
+                    if self.stop.wait(max(0.0, due - time.monotonic())) or time.monotonic() >= self.end:
+                        break
+                batches = []
+                for tp in parts:
+                    batches.append(_Batch(tp[0], tp[1], seq[tp], prefix, n, load.records_per_partition))
+                    seq[tp] += 1
+                    n += load.records_per_partition
+                count = len(batches) * load.records_per_partition
+                sent += count
+                with self.stats.lock:
+                    self.stats.intent_batches += len(batches)
+                    self.stats.intent_records += count
+                self._deliver(batches, producer_id, pad, conns)
+        finally:
+            for c in conns.values():
+                c.close()
+
+    def _deliver(self, batches: list[_Batch], producer_id: str, pad: str,
+                 conns: dict[str, http.client.HTTPConnection]) -> None:
+        """Send until every batch is acknowledged, fails for good, or the drain ends."""
+        pending = list(batches)
+        deadline = self.end + self.plan.load.drain_s
+        attempt = 0
+        while pending:
+            if self.stop.is_set() or time.monotonic() > deadline:
+                self._abandon(pending, "deadline")
+                return
+            if attempt:
+                with self.stats.lock:
+                    self.stats.resends += len(pending)
+            attempt += 1
+            by_broker: dict[str, list[_Batch]] = {}
+            for b in pending:
+                try:
+                    by_broker.setdefault(self.router.pick(b.topic, b.partition), []).append(b)
+                except NoLiveOwner:
+                    continue
+            done: list[_Batch] = []
+            for broker, group in by_broker.items():
+                done += self._send(broker, group, producer_id, pad, conns)
+            pending = [b for b in pending if b not in done]
+            if pending and not done:
+                self.stop.wait(0.05)  # every owner failed: back off before the next round
+
+    def _send(self, broker: str, group: list[_Batch], producer_id: str, pad: str,
+              conns: dict[str, http.client.HTTPConnection]) -> list[_Batch]:
+        """One request; returns the batches it settled (acknowledged or failed for good)."""
+        body = json.dumps({"topic_partitions": [{
+            "topic": b.topic, "partition": b.partition, "producer_id": producer_id, "sequence": b.sequence,
+            "records": [f"{b.prefix}-{b.first + i} {pad}" for i in range(b.count)],
+        } for b in group]}).encode()
+        self.router.begin(broker)
+        t = time.perf_counter()
+        try:
+            status, doc = self._post(broker, body, conns)
+        except (OSError, http.client.HTTPException, ValueError) as exc:
+            conn = conns.pop(broker, None)
+            if conn is not None:
+                conn.close()
+            with self.stats.lock:
+                self.stats.errors[f"transport:{type(exc).__name__}"] += 1
+            self.router.mark_dead(broker, self.plan.partitions)
+            return []
+        finally:
+            self.router.end(broker)
+        ms = (time.perf_counter() - t) * 1000
+        settled: list[_Batch] = []
+        results = doc.get("results") if isinstance(doc, dict) else None
+        with self.stats.lock:
+            self.stats.hist.add(ms)
+            self.stats.interval_hist.add(ms)
+            if not isinstance(results, list) or len(results) != len(group):
+                self.stats.errors[f"http:{status}"] += 1
+                if status == 400:  # our request is wrong: re-sending cannot help
+                    self._abandon_locked(group, f"http 400: {doc}")
+                    return group
+                return []
+            for b, res in zip(group, results, strict=True):
+                if res.get("ok"):
+                    if res["end_offset"] - res["start_offset"] + 1 != b.count:
+                        self.stats.errors["ack_count_mismatch"] += 1
+                    self.acks.write(f"{b.topic}\t{b.partition}\t{res['start_offset']}\t{res['end_offset']}\t"
+                                    f"{b.prefix}\t{b.first}\t{b.sequence}\t{broker}\n")
+                    self.stats.acked_batches += 1
+                    self.stats.acked_records += b.count
+                    settled.append(b)
+                    continue
+                kind = str(res.get("error_type"))
+                self.stats.errors[kind] += 1
+                if kind in _FATAL_ERRORS:
+                    self._abandon_locked([b], f"{kind}: {res.get('error')}")
+                    settled.append(b)
+        return settled
+
+    def _post(self, broker: str, body: bytes, conns: dict[str, http.client.HTTPConnection]) -> tuple[int, Any]:
+        conn = conns.get(broker)
+        if conn is None:
+            u = urlsplit(self.urls[broker])
+            conn = conns[broker] = http.client.HTTPConnection(
+                u.hostname or "127.0.0.1", u.port or 80, timeout=self.plan.load.request_timeout_s)
+        conn.request("POST", "/produce", body=body, headers={"content-type": "application/json"})
+        resp = conn.getresponse()
+        return resp.status, json.loads(resp.read())
+
+    def _abandon(self, batches: list[_Batch], why: str) -> None:
+        with self.stats.lock:
+            self._abandon_locked(batches, why)
+
+    def _abandon_locked(self, batches: list[_Batch], why: str) -> None:
+        for b in batches:
+            log.error("giving up on %s/%d sequence %d (%s-%d..+%d): %s",
+                      b.topic, b.partition, b.sequence, b.prefix, b.first, b.count, why)
+            self.stats.failed_batches += 1
+            self.stats.failed_records += b.count
+
+
+def _process_main(plan: GeneratorPlan, index: int, ready: Any, go: Event, stop: Event) -> None:
+    logging.basicConfig(
+        filename=str(Path(plan.out_dir) / f"generator-{index}.log"), level=logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    proc = _Process(plan, index, stop)
+    ready.put(index)
+    proc.run(go)
+
+
+class LoadGenerator:
+    """Starts the generator processes, releases them together, waits for them."""
+
+    def __init__(self, plan: GeneratorPlan) -> None:
+        self.plan = plan
+        ctx = multiprocessing.get_context("spawn")
+        self._ready = ctx.Queue()
+        self._go = ctx.Event()
+        self._stop = ctx.Event()
+        self.procs = [
+            ctx.Process(target=_process_main, args=(plan, i, self._ready, self._go, self._stop),
+                        name=f"llog-loadgen-{i}", daemon=True)
+            for i in range(plan.load.processes)
+        ]
+        self.started_at = 0.0
+
+    @property
+    def pids(self) -> list[int]:
+        return [p.pid for p in self.procs if p.pid is not None]
+
+    def start(self, timeout: float = 60.0) -> float:
+        """Start every process and release them at once; returns the release time
+        (``time.monotonic()``)."""
+        for p in self.procs:
+            p.start()
+        for _ in self.procs:
+            try:
+                self._ready.get(timeout=timeout)
+            except Exception as exc:  # queue.Empty
+                self.stop()
+                raise GeneratorError(f"generator processes not ready after {timeout}s") from exc
+        self.started_at = time.monotonic()
+        self._go.set()
+        return self.started_at
+
+    def wait(self) -> None:
+        limit = self.plan.duration_s + self.plan.load.drain_s + 60
+        for p in self.procs:
+            p.join(max(1.0, self.started_at + limit - time.monotonic()))
+        if any(p.is_alive() for p in self.procs):
+            self.stop()
+            raise GeneratorError("generator processes did not finish; stopped them")
+        bad = [p.exitcode for p in self.procs if p.exitcode != 0]
+        if bad:
+            raise GeneratorError(f"generator processes exited with {bad}")
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._go.set()
+        for p in self.procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+                p.join()
+
+    def summarize(self) -> dict[str, Any]:
+        """Merge the processes' files into ``client_samples.jsonl`` and
+        ``client_summary.json``; returns the summary."""
+        out = Path(self.plan.out_dir)
+        procs = [json.loads((out / f"client-{i}.json").read_text()) for i in range(self.plan.load.processes)]
+        hist = Histogram()
+        totals: Counter[str] = Counter()
+        errors: Counter[str] = Counter()
+        for p in procs:
+            hist.merge(Histogram.from_json(p["hist"]))
+            errors.update(p["errors"])
+            totals.update({k: v for k, v in p.items() if k not in ("proc", "hist", "errors", "elapsed_s")})
+        elapsed = max(p["elapsed_s"] for p in procs)
+        summary: dict[str, Any] = {
+            **totals, "errors": dict(errors), "elapsed_s": elapsed,
+            "offered_rate": self.plan.load.rate or "flat out",
+            "acked_rate_rec_s": round(totals["acked_records"] / self.plan.duration_s, 1),
+            "latency": hist.figures(), "processes": self.plan.load.processes,
+        }
+        (out / "client_summary.json").write_text(json.dumps(summary, indent=2))
+        self._merge_samples(out)
+        return summary
+
+    def _merge_samples(self, out: Path) -> None:
+        interval = self.plan.interval_s
+        slots: dict[int, dict[int, dict[str, Any]]] = {}
+        for i in range(self.plan.load.processes):
+            with open(out / f"samples-{i}.jsonl") as f:
+                for line in f:
+                    s = json.loads(line)
+                    slots.setdefault(max(1, round(s["t"] / interval)), {})[i] = s
+        with open(out / "client_samples.jsonl", "w") as f:
+            for k in sorted(slots):
+                parts = slots[k].values()
+                h = Histogram()
+                for s in parts:
+                    h.merge(Histogram.from_json(s["hist"]))
+                merged: dict[str, Any] = {"t": round(k * interval, 3), "processes": len(slots[k])}
+                for key in ("intent_records", "acked_records", "failed_records", "resends"):
+                    merged[key] = sum(s[key] for s in parts)
+                merged["latency"] = h.figures()
+                f.write(json.dumps(merged) + "\n")

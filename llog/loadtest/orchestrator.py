@@ -1,0 +1,279 @@
+"""``llog loadtest up|run|status|down``: a cluster of local processes on loopback
+(etcd, the S3 server, N brokers, a compactor), driven by the generator, sampled by the
+collector, broken by chaos, reconciled at the end.
+
+Each run writes ``loadtest/results/<utc>-<scenario>/``: ``scenario.json`` (resolved),
+``layout.json`` (ports, pids, argv, logs), ``env.json``, ``git.json``, ``routing.json``,
+``logs/``, ``client/`` (generator files), ``collector.jsonl``, ``chaos.json`` and
+``summary.json``. ``up`` leaves the cluster running and points
+``loadtest/results/current`` at its directory for ``status`` and ``down``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import platform
+import signal
+import subprocess
+import sys
+import time
+import urllib.request
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from llog.connection import Connection
+from llog.devstack import DevStackError, LocalStack, free_port
+from llog.loadtest.chaos import Chaos
+from llog.loadtest.collector import Collector, Target
+from llog.loadtest.generator import GeneratorPlan, LoadGenerator
+from llog.loadtest.process import ManagedProcess
+from llog.loadtest.reconcile import read_acks, reconcile
+from llog.loadtest.routing import Router
+from llog.loadtest.scenario import Scenario
+from llog.loadtest.summary import build_summary
+from llog.topics import Topics
+
+log = logging.getLogger(__name__)
+
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_RESULTS = Path("loadtest/results")
+
+
+def new_run_dir(root: Path, scenario: Scenario) -> Path:
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S.%fZ")
+    d = root / f"{stamp}-{scenario.name}"
+    (d / "logs").mkdir(parents=True)
+    (d / "client").mkdir()
+    return d
+
+
+class Cluster:
+    """The processes of one run. :meth:`up` starts them and waits until every one is
+    healthy; :meth:`down` stops them in reverse order."""
+
+    def __init__(self, scenario: Scenario, run_dir: Path) -> None:
+        self.scenario = scenario
+        self.run_dir = run_dir
+        self.logs = run_dir / "logs"
+        self.stack = LocalStack(self.logs, s3=scenario.cluster.store == "s3")
+        self.members: dict[str, ManagedProcess] = {}
+
+    def up(self) -> Cluster:
+        s = self.scenario
+        self.stack.start()
+        try:
+            self.env = {**os.environ, **self.stack.env()}
+            with Connection(self.stack.config) as conn:
+                for t in s.topics:
+                    Topics(conn).create(t.name, t.partitions)
+            py = [sys.executable, "-m", "llog"]
+            for i in range(s.cluster.brokers):
+                port = free_port()
+                self._member(f"broker-{i}", [*py, "broker", "--host", "127.0.0.1", "--port", str(port)], port)
+            if s.cluster.compactor:
+                port = free_port()
+                self._member("compactor", [
+                    *py, "compactor", "--host", "127.0.0.1", "--port", str(port), "--pass-interval", "1",
+                    "--discovery-interval", "2", "--vacuum-interval", "0",
+                ], port, LLOG_COMPACT_MIN_AGE_MS=str(s.cluster.compact_min_age_ms))
+            for m in self.members.values():
+                m.start()
+            for m in self.members.values():
+                m.wait_healthy()
+        except BaseException:
+            self.down()
+            raise
+        self._write_layout()
+        return self
+
+    def _member(self, name: str, argv: list[str], port: int, **env: str) -> None:
+        self.members[name] = ManagedProcess(name, argv, {**self.env, **env}, port, self.logs / f"{name}.log")
+
+    @property
+    def brokers(self) -> list[ManagedProcess]:
+        return [m for n, m in self.members.items() if n.startswith("broker-")]
+
+    def targets(self) -> list[Target]:
+        out = [Target("etcd", self.stack.etcd.proc.pid, None)]
+        if self.stack.s3 is not None:
+            out.append(Target("s3", self.stack.s3.proc.pid, None))
+        for name, m in self.members.items():
+            if m.alive() and m.pid is not None:
+                out.append(Target(name, m.pid, f"{m.url}/metrics"))
+        return out
+
+    def layout(self) -> dict[str, Any]:
+        stack: dict[str, Any] = {"etcd": {"pid": self.stack.etcd.proc.pid, "endpoint": self.stack.etcd.endpoint,
+                                          "log": str(self.stack.etcd.log_path)}}
+        if self.stack.s3 is not None:
+            stack["s3"] = {"pid": self.stack.s3.proc.pid, "url": self.stack.s3.endpoint_url,
+                           "log": str(self.stack.s3.log_path)}
+        return {**stack, **{n: m.describe() for n, m in self.members.items()},
+                "object_store": self.stack.config.object_store}
+
+    def _write_layout(self) -> None:
+        _write(self.run_dir / "layout.json", self.layout())
+        _write(self.run_dir / "env.json", {
+            "children": {k: ("<redacted>" if "SECRET" in k or "TOKEN" in k else v)
+                         for k, v in sorted(self.stack.env().items())},
+            "python": sys.version, "platform": platform.platform(), "cpus": os.cpu_count(),
+        })
+
+    def down(self) -> dict[str, int | None]:
+        codes = {n: m.stop() for n, m in reversed(self.members.items())}
+        self.stack.stop()
+        return codes
+
+
+def _write(path: Path, doc: Any) -> None:
+    path.write_text(json.dumps(doc, indent=2, default=str) + "\n")
+
+
+def git_snapshot() -> dict[str, Any]:
+    def git(*args: str) -> str | None:
+        try:
+            return subprocess.run(["git", "-C", str(REPO), *args], capture_output=True, text=True,
+                                  check=True, timeout=30).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return None
+
+    status = git("status", "--porcelain")
+    return {"commit": git("rev-parse", "HEAD"), "branch": git("rev-parse", "--abbrev-ref", "HEAD"),
+            "dirty": None if status is None else bool(status),
+            "changed": None if status is None else status.splitlines()}
+
+
+def _prepare(scenario: Scenario, root: Path) -> tuple[Path, Cluster]:
+    run_dir = new_run_dir(root, scenario)
+    _write(run_dir / "scenario.json", scenario.to_dict())
+    _write(run_dir / "git.json", git_snapshot())
+    return run_dir, Cluster(scenario, run_dir)
+
+
+def _routing(scenario: Scenario, cluster: Cluster) -> dict[str, Any]:
+    router = Router([m.name for m in cluster.brokers], scenario.load.owners, scenario.seed, scenario.load.routing)
+    manifest = router.manifest(scenario.partitions)
+    manifest["urls"] = {m.name: m.url for m in cluster.brokers}
+    _write(cluster.run_dir / "routing.json", manifest)
+    return manifest
+
+
+def run(scenario: Scenario, root: Path = DEFAULT_RESULTS) -> tuple[Path, dict[str, Any]]:
+    """One full run; returns the run directory and the summary."""
+    run_dir, cluster = _prepare(scenario, root)
+    _log_to(run_dir / "logs" / "orchestrator.log")
+    t_setup = time.monotonic()
+    cluster.up()
+    try:
+        _routing(scenario, cluster)
+        setup_s = time.monotonic() - t_setup
+        plan = GeneratorPlan(
+            run_id=run_dir.name.split("-", 1)[0].replace(".", ""),
+            brokers=tuple((m.name, m.url) for m in cluster.brokers),
+            partitions=tuple(scenario.partitions), load=scenario.load, seed=scenario.seed,
+            duration_s=scenario.duration_s, interval_s=scenario.interval_s, out_dir=str(run_dir / "client"),
+        )
+        gen = LoadGenerator(plan)
+        t0 = gen.start()
+        gen_targets = [Target(f"generator-{i}", pid, None) for i, pid in enumerate(gen.pids)]
+        collector = Collector(lambda: cluster.targets() + gen_targets, run_dir / "collector.jsonl",
+                              scenario.interval_s, t0).start()
+        chaos = Chaos(scenario.chaos, cluster.members, t0).start()
+        try:
+            gen.wait()
+        finally:
+            chaos.stop()
+            collector.stop()
+            gen.stop()
+        load_s = time.monotonic() - t0
+        _write(run_dir / "chaos.json", chaos.events)
+        client = gen.summarize()
+        t_rec = time.monotonic()
+        with Connection(cluster.stack.config) as conn:
+            rec = reconcile(conn, read_acks(sorted((run_dir / "client").glob("acks-*.tsv"))), scenario.partitions)
+        reconcile_s = time.monotonic() - t_rec
+    finally:
+        exits = cluster.down()
+    summary = build_summary(
+        scenario, client, rec, collector, chaos.events, cluster.stack.config,
+        timings={"setup_s": setup_s, "load_s": load_s, "reconcile_s": reconcile_s}, exits=exits,
+    )
+    _write(run_dir / "summary.json", summary)
+    return run_dir, summary
+
+
+def _log_to(path: Path) -> None:
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    logging.getLogger("llog.loadtest").addHandler(handler)
+    logging.getLogger("llog.loadtest").setLevel(logging.INFO)
+
+
+# -- up / status / down: a cluster that outlives the command ----------------------------------
+
+
+def up(scenario: Scenario, root: Path = DEFAULT_RESULTS) -> Path:
+    """Start the cluster and leave it running; ``root/current`` names its run directory."""
+    run_dir, cluster = _prepare(scenario, root)
+    cluster.up()
+    _routing(scenario, cluster)
+    (root / "current").write_text(run_dir.name + "\n")
+    return run_dir
+
+
+def current(root: Path = DEFAULT_RESULTS) -> Path:
+    try:
+        return root / (root / "current").read_text().strip()
+    except OSError:
+        raise DevStackError(f"no cluster is up (no {root / 'current'}); run `llog loadtest up SCENARIO`") from None
+
+
+def _pids(layout: dict[str, Any]) -> dict[str, int]:
+    return {n: int(v["pid"]) for n, v in layout.items() if isinstance(v, dict) and v.get("pid")}
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def status(root: Path = DEFAULT_RESULTS) -> dict[str, Any]:
+    run_dir = current(root)
+    layout = json.loads((run_dir / "layout.json").read_text())
+    out: dict[str, Any] = {"run_dir": str(run_dir), "processes": {}}
+    for name, pid in _pids(layout).items():
+        entry: dict[str, Any] = {"pid": pid, "alive": _pid_alive(pid)}
+        url = layout[name].get("url")
+        if url and entry["alive"] and name != "s3":
+            try:
+                with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
+                    entry["healthy"] = r.status == 200
+            except OSError:
+                entry["healthy"] = False
+        out["processes"][name] = entry
+    return out
+
+
+def down(root: Path = DEFAULT_RESULTS, timeout: float = 30.0) -> dict[str, bool]:
+    """SIGTERM every process ``up`` started (members first, etcd last); returns which stopped."""
+    run_dir = current(root)
+    layout = json.loads((run_dir / "layout.json").read_text())
+    stopped: dict[str, bool] = {}
+    for name, pid in reversed(list(_pids(layout).items())):
+        if _pid_alive(pid):
+            os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if _pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+        stopped[name] = not _pid_alive(pid)
+    (root / "current").unlink()
+    return stopped

@@ -1,0 +1,126 @@
+"""Which broker gets a partition's produce: rendezvous (highest random weight) hashing
+picks each partition's owner set, a policy picks one live owner per request.
+
+The owner set of a partition depends only on ``(topic, partition, broker ids, seed)``,
+so every generator process agrees on it without talking. A dead broker's partitions
+move to the other members of their owner set, never outside it."""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
+
+from llog.errors import LlogError
+
+log = logging.getLogger(__name__)
+
+
+class NoLiveOwner(LlogError):
+    """Every broker in a partition's owner set is down."""
+
+    def __init__(self, topic: str, partition: int, owners: Sequence[str]) -> None:
+        super().__init__(f"{topic}/{partition}: no live broker in owner set {', '.join(owners)}")
+        self.topic, self.partition, self.owners = topic, partition, tuple(owners)
+
+
+def score(topic: str, partition: int, broker_id: str, seed: int) -> int:
+    digest = hashlib.blake2b(f"{seed}\0{topic}\0{partition}\0{broker_id}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big")
+
+
+def owner_set(topic: str, partition: int, brokers: Iterable[str], size: int, seed: int) -> tuple[str, ...]:
+    """The ``size`` brokers with the highest scores for the partition, best first."""
+    ranked = sorted(brokers, key=lambda b: (score(topic, partition, b, seed), b), reverse=True)
+    return tuple(ranked[:size])
+
+
+class Router:
+    """Picks a live owner for each request; thread-safe. ``round_robin`` rotates over
+    the live owners of a partition, ``least_inflight`` takes the owner with the fewest
+    requests in flight from this process. A broker marked dead sits out
+    ``revive_after_s`` and is then tried again."""
+
+    def __init__(
+        self, brokers: Sequence[str], owners: int, seed: int, policy: str, *,
+        revive_after_s: float = 1.0, clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.brokers = tuple(brokers)
+        self.size = min(owners, len(self.brokers))
+        self.seed = seed
+        self.policy = policy
+        self.revive_after_s = revive_after_s
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._owners: dict[tuple[str, int], tuple[str, ...]] = {}
+        self._turn: dict[tuple[str, int], int] = {}
+        self._inflight = dict.fromkeys(self.brokers, 0)
+        self._dead_until: dict[str, float] = {}
+        self.remaps = 0
+
+    def owners(self, topic: str, partition: int) -> tuple[str, ...]:
+        key = (topic, partition)
+        got = self._owners.get(key)
+        if got is None:
+            got = self._owners[key] = owner_set(topic, partition, self.brokers, self.size, self.seed)
+        return got
+
+    def alive(self, broker: str) -> bool:
+        with self._lock:
+            return self._alive(broker)
+
+    def _alive(self, broker: str) -> bool:
+        until = self._dead_until.get(broker)
+        if until is None:
+            return True
+        if self._clock() < until:
+            return False
+        del self._dead_until[broker]
+        log.warning("broker %s back in rotation", broker)
+        return True
+
+    def pick(self, topic: str, partition: int) -> str:
+        owners = self.owners(topic, partition)
+        with self._lock:
+            live = [b for b in owners if self._alive(b)]
+            if not live:
+                raise NoLiveOwner(topic, partition, owners)
+            if self.policy == "least_inflight":
+                return min(live, key=lambda b: (self._inflight[b], owners.index(b)))
+            turn = self._turn.get((topic, partition), 0)
+            self._turn[(topic, partition)] = turn + 1
+            return live[turn % len(live)]
+
+    def begin(self, broker: str) -> None:
+        with self._lock:
+            self._inflight[broker] += 1
+
+    def end(self, broker: str) -> None:
+        with self._lock:
+            self._inflight[broker] -= 1
+
+    def mark_dead(self, broker: str, partitions: Iterable[tuple[str, int]]) -> None:
+        """Take ``broker`` out of rotation and log where its ``partitions`` go now."""
+        with self._lock:
+            first = broker not in self._dead_until
+            self._dead_until[broker] = self._clock() + self.revive_after_s
+            if not first:
+                return
+            for topic, p in partitions:
+                owners = self.owners(topic, p)
+                if broker not in owners:
+                    continue
+                rest = [b for b in owners if b != broker and self._alive(b)]
+                self.remaps += 1
+                log.warning("broker %s down: %s/%d remapped to %s (owner set %s)",
+                            broker, topic, p, ",".join(rest) or "nobody", ",".join(owners))
+
+    def manifest(self, partitions: Iterable[tuple[str, int]]) -> dict[str, Any]:
+        return {
+            "brokers": list(self.brokers), "owners_per_partition": self.size, "seed": self.seed,
+            "policy": self.policy, "hash": "blake2b-64(seed, topic, partition, broker_id), highest first",
+            "owner_sets": {f"{t}/{p}": list(self.owners(t, p)) for t, p in partitions},
+        }
