@@ -8,6 +8,9 @@ object store (``s3``, and ``file://`` as a second row), measures:
   ``--streams`` threads, against bare ``store.put`` of blobs of the same size with the
   same number of threads: appends/s, MiB/s, S3 PUTs per flush, etcd txns per
   partition-append;
+- pipelined produce: ``BatchingProducer.send_group`` of the same flushes, one blob per
+  drain, ``--inflight`` blobs staged (encode + PUT) or committing at once, against bare
+  PUTs ``--inflight`` at a time (same concurrency) and one at a time;
 - scan: every partition read with ``Reader.scan`` (record objects) and with
   ``Reader.scan_batches`` + ``Batch.to_arrow`` (columnar), against bare
   ``store.get_range`` of exactly the byte ranges the scan reads, and bare whole-object
@@ -240,7 +243,11 @@ def measure_pipelined(
     put_s: list[float] = []
     seq_s: list[float] = []
     txns = appends = puts = blob_bytes = 0.0
-    with Connection(cfg) as pconn, BatchingProducer(pconn, max_inflight=inflight) as prod:
+    with (
+        Connection(cfg) as pconn,
+        Writer(pconn, commit_workers=PARTITIONS) as w,
+        BatchingProducer(w, max_inflight=inflight) as prod,
+    ):
         pm = pconn.metrics
         for g in work[0]:  # warm: control values cached, connections open
             prod.send_group(g.topic, g.partition, g.records)
@@ -435,6 +442,8 @@ def main() -> None:
     p.add_argument("--blob-mib", type=float, default=None,
                    help="shared blob size in MiB for the headline figures (default 2)")
     p.add_argument("--streams", type=int, default=2, help="threads for the concurrent produce rows")
+    p.add_argument("--inflight", type=int, default=2,
+                   help="BatchingProducer max_inflight for the pipelined produce rows")
     p.add_argument("--no-file", action="store_true", help="skip the file:// store rows")
     args = p.parse_args()
     quick = bool(args.quick)
@@ -450,6 +459,7 @@ def main() -> None:
     started = time.perf_counter()
 
     produce: list[ProduceRow] = []
+    pipelined: list[PipelineRow] = []
     scans: list[ScanRow] = []
     def stage(what: str) -> None:  # progress on stderr: stdout ends with the JSON line
         print(f"[{time.perf_counter() - started:6.1f}s] {what}", file=sys.stderr, flush=True)
@@ -466,6 +476,8 @@ def main() -> None:
                     produce.append(
                         measure_produce(conn, kind, headline_mib, flushes, runs, args.streams, shared=True)
                     )
+                stage(f"{kind}: produce through BatchingProducer, {args.inflight} blobs in flight")
+                pipelined.append(measure_pipelined(conn, kind, headline_mib, flushes, runs, args.inflight))
                 stage(f"{kind}: produce, 1 partition per blob")
                 produce.append(measure_produce(conn, kind, headline_mib, flushes, runs, 1, shared=False))
                 for shared in (True, False):
@@ -486,6 +498,13 @@ def main() -> None:
         [[f"{r.store} {r.layout}", r.streams, r.blob_bytes / MIB, r.appends_s, r.flushes_s, r.mib_s,
           r.raw_put_mib_s, r.ratio, r.puts_per_flush, r.txn_per_append, r.cpu_ms, r.raw_cpu_ms]
          for r in produce],
+    )
+    print()
+    print_table(
+        ["produce (BatchingProducer)", "in flight", "blob MiB", "flushes/s", "MiB/s",
+         "raw PUT MiB/s (same concurrency)", "ratio", "raw PUT MiB/s (1 at a time)", "ratio", "etcd txn/append"],
+        [[f"{r.store} shared", r.inflight, r.blob_bytes / MIB, r.flushes_s, r.mib_s, r.raw_put_mib_s, r.ratio,
+          r.raw_seq_put_mib_s, r.seq_ratio, r.txn_per_append] for r in pipelined],
     )
     print()
     rows: list[list[object]] = []
@@ -542,6 +561,11 @@ def main() -> None:
     for r in produce:
         tag = "shared" if r.layout == "shared" else "single"
         result[f"{r.store}_{tag}_{r.blob_bytes / MIB:.0f}mib_{r.streams}t_produce_ratio"] = r.ratio
+    for pr in pipelined:
+        result[f"{pr.store}_pipelined_{pr.inflight}_produce_mib_s"] = pr.mib_s
+        result[f"{pr.store}_pipelined_{pr.inflight}_raw_put_mib_s"] = pr.raw_put_mib_s
+        result[f"{pr.store}_pipelined_{pr.inflight}_produce_ratio"] = pr.ratio
+        result[f"{pr.store}_pipelined_{pr.inflight}_vs_sequential_put_ratio"] = pr.seq_ratio
     for s in scans:
         tag = "shared" if s.layout.startswith("shared") else "single"
         result[f"{s.store}_{tag}_scan_ratio"] = s.records_ratio

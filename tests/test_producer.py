@@ -211,3 +211,54 @@ def test_a_group_the_writer_rejects_fails_alone(slow_conn: Connection) -> None:
         assert good.result().start_offset == 0
         with pytest.raises(InvalidInput):
             bad.result()
+
+
+def test_groups_of_one_partition_in_a_batch_share_one_append(slow_conn: Connection) -> None:
+    txns = slow_conn.metrics.value("llog_etcd_ops_total", op="txn")
+    with BatchingProducer(slow_conn) as prod:
+        a = prod.send_group("p", 0, [b"a0", b"a1"])
+        other = prod.send_group("p", 1, [b"o0"])
+        idem = prod.send_group("p", 0, [b"i0"], producer_id="prod-1", sequence=0)
+        b = prod.send_group("p", 0, [b"b0", b"b1", b"b2"])
+        c = prod.send_group("p", 0, [b"c0"])
+        prod.flush()
+        ra, ri, rb, rc = a.result(), idem.result(), b.result(), c.result()
+        # Partition 0: [a] alone (an idempotent group never merges, nor across one),
+        # then [idem], then [b + c] as one append; partition 1: one append. One txn
+        # each (closing adds the settles).
+        assert slow_conn.metrics.value("llog_etcd_ops_total", op="txn") - txns == 4
+    assert [(r.start_offset, r.end_offset, r.count) for r in (ra, ri, rb, rc)] == [
+        (0, 1, 2), (2, 2, 1), (3, 5, 3), (6, 6, 1)
+    ]
+    assert rb.append_id == rc.append_id != ri.append_id != ra.append_id
+    assert other.result().start_offset == 0
+    assert _read_all(slow_conn, 0) == [b"a0", b"a1", b"i0", b"b0", b"b1", b"b2", b"c0"]
+
+
+def test_next_batch_is_staged_while_the_previous_commits_in_order(slow_conn: Connection) -> None:
+    first_staged, second_staged = threading.Event(), threading.Event()
+    overlapped: list[bool] = []
+
+    class GatedWriter(Writer):
+        """Holds the first commit until a second blob is staged: that only happens if
+        staging overlaps committing."""
+
+        def stage_shared(self, groups: Any) -> Any:
+            staged = super().stage_shared(groups)
+            (second_staged if first_staged.is_set() else first_staged).set()
+            return staged
+
+        def commit_staged(self, staged: Any) -> Any:
+            if not overlapped:
+                overlapped.append(second_staged.wait(60))
+            return super().commit_staged(staged)
+
+    with GatedWriter(slow_conn) as w, BatchingProducer(w, max_inflight=2) as prod:
+        first = prod.send_group("p", 0, [b"first"])
+        prod.flush(timeout=0)  # close the first batch without waiting for it
+        assert first_staged.wait(60)
+        second = prod.send_group("p", 0, [b"second"])
+        prod.flush()
+        assert overlapped == [True]
+        assert (first.result().start_offset, second.result().start_offset) == (0, 1)
+    assert _read_all(slow_conn, 0) == [b"first", b"second"]

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +39,8 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    # SIGTERM unwinds like Ctrl-C, so the cluster's processes are stopped on the way out.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     run_dir, s = orchestrator.run(load_scenario(args.scenario), args.results)
     v, c = s["verdict"], s["client"]
     lat = c["latency"]
@@ -58,12 +62,11 @@ def _run(args: argparse.Namespace) -> int:
 def _up(args: argparse.Namespace) -> int:
     run_dir = orchestrator.up(load_scenario(args.scenario), args.results)
     layout = json.loads((run_dir / "layout.json").read_text())
-    env = json.loads((run_dir / "env.json").read_text())["children"]
     print(f"cluster up; run directory {run_dir}")
     for name, v in layout.items():
         if isinstance(v, dict):
             print(f"  {name}: pid {v['pid']} {v.get('url') or v.get('endpoint', '')}")
-    print("\n".join(f"export {k}={v}" for k, v in env.items() if k.startswith("LLOG_")))
+    print((run_dir / "env.sh").read_text(), end="")
     return 0
 
 

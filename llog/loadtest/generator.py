@@ -24,7 +24,6 @@ import threading
 import time
 from collections import Counter
 from dataclasses import dataclass
-from multiprocessing.synchronize import Event
 from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
@@ -104,10 +103,13 @@ class _Stats:
 class _Process:
     """One generator process: its threads, router, stats and output files."""
 
-    def __init__(self, plan: GeneratorPlan, index: int, stop: Event) -> None:
+    def __init__(self, plan: GeneratorPlan, index: int, stop_flag: Any) -> None:
         self.plan = plan
         self.index = index
-        self.stop = stop
+        self.stop_flag = stop_flag
+        # Threads wait on this local event: a multiprocessing Event that a thread dies
+        # waiting on (daemon thread, process exit) hangs the next set() in the parent.
+        self.stop = threading.Event()
         load = plan.load
         self.router = Router([b for b, _ in plan.brokers], load.owners, plan.seed, load.routing,
                              revive_after_s=load.revive_after_s)
@@ -120,8 +122,9 @@ class _Process:
         self.t0 = 0.0
         self.end = 0.0
 
-    def run(self, go: Event) -> None:
-        go.wait()
+    def run(self, go: Any) -> None:
+        while not go.value:
+            time.sleep(0.001)
         self.t0 = time.monotonic()
         self.end = self.t0 + self.plan.duration_s
         threads = [
@@ -132,8 +135,11 @@ class _Process:
         for th in threads:
             th.start()
         sampler.start()
+        watcher = threading.Thread(target=self._watch, name=f"gen-{self.index}-watch", daemon=True)
+        watcher.start()
         for th in threads:
             th.join()
+        self.stop.set()
         elapsed = time.monotonic() - self.t0
         with self.stats.lock:
             self._write_sample()
@@ -142,6 +148,12 @@ class _Process:
         self.acks.close()
         self.samples.close()
         (Path(self.plan.out_dir) / f"client-{self.index}.json").write_text(json.dumps(summary))
+
+    def _watch(self) -> None:
+        """Relay the parent's stop flag to this process's threads."""
+        while not self.stop.wait(0.1):
+            if self.stop_flag.value:
+                self.stop.set()
 
     def _sampler(self) -> None:
         interval = self.plan.interval_s
@@ -291,7 +303,7 @@ class _Process:
             self.stats.failed_records += b.count
 
 
-def _process_main(plan: GeneratorPlan, index: int, ready: Any, go: Event, stop: Event) -> None:
+def _process_main(plan: GeneratorPlan, index: int, ready: Any, go: Any, stop: Any) -> None:
     logging.basicConfig(
         filename=str(Path(plan.out_dir) / f"generator-{index}.log"), level=logging.INFO,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -308,8 +320,8 @@ class LoadGenerator:
         self.plan = plan
         ctx = multiprocessing.get_context("spawn")
         self._ready = ctx.Queue()
-        self._go = ctx.Event()
-        self._stop = ctx.Event()
+        self._go = ctx.Value("b", 0)
+        self._stop = ctx.Value("b", 0)
         self.procs = [
             ctx.Process(target=_process_main, args=(plan, i, self._ready, self._go, self._stop),
                         name=f"llog-loadgen-{i}", daemon=True)
@@ -333,7 +345,7 @@ class LoadGenerator:
                 self.stop()
                 raise GeneratorError(f"generator processes not ready after {timeout}s") from exc
         self.started_at = time.monotonic()
-        self._go.set()
+        self._go.value = 1
         return self.started_at
 
     def wait(self) -> None:
@@ -348,8 +360,8 @@ class LoadGenerator:
             raise GeneratorError(f"generator processes exited with {bad}")
 
     def stop(self) -> None:
-        self._stop.set()
-        self._go.set()
+        self._stop.value = 1
+        self._go.value = 1
         for p in self.procs:
             p.join(10)
             if p.is_alive():

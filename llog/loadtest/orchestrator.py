@@ -219,6 +219,8 @@ def up(scenario: Scenario, root: Path = DEFAULT_RESULTS) -> Path:
     run_dir, cluster = _prepare(scenario, root)
     cluster.up()
     _routing(scenario, cluster)
+    # For a shell: `. env.sh`. The AWS keys are the local S3 server's fixed dummy ones.
+    (run_dir / "env.sh").write_text("".join(f"export {k}={v}\n" for k, v in sorted(cluster.stack.env().items())))
     (root / "current").write_text(run_dir.name + "\n")
     return run_dir
 

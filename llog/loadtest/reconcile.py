@@ -92,13 +92,14 @@ def reconcile(conn: Connection, acks: Iterable[Ack], partitions: Iterable[tuple[
 
 
 def _check_partition(reader: Reader, topic: str, p: int, acks: list[Ack], r: Reconciliation) -> None:
-    expected: dict[int, str] = {}
+    acked: list[tuple[int, str]] = []
+    claimed: dict[int, str] = {}
     for a in acks:
         for off, rid in a.ids():
-            r.acked_records += 1
-            if off in expected and expected[off] != rid:
+            acked.append((off, rid))
+            if claimed.setdefault(off, rid) != rid:
                 r.mismatches.append(Mismatch("conflicting_ack", topic, p, rid, off, ()))
-            expected[off] = rid
+    r.acked_records += len(acked)
     at: dict[int, str] = {}
     where: dict[str, list[int]] = defaultdict(list)
     for rec in reader.scan(topic, p, reader.high_watermark(topic, p)[0]):
@@ -106,17 +107,18 @@ def _check_partition(reader: Reader, topic: str, p: int, acks: list[Ack], r: Rec
         at[rec.offset] = rid
         where[rid].append(rec.offset)
         r.records_read += 1
-    acked_at = {rid: off for off, rid in expected.items()}
-    for off, rid in sorted(expected.items()):
+    acked_at = {rid: off for off, rid in acked}
+    for off, rid in sorted(acked):
         found = where.get(rid, [])
-        if at.get(off) == rid and len(found) == 1:
-            r.verified += 1
-        elif not found:
+        if not found:
             r.lost += 1
             r.mismatches.append(Mismatch("lost", topic, p, rid, off, ()))
         elif at.get(off) != rid:
             r.misplaced += 1
             r.mismatches.append(Mismatch("misplaced", topic, p, rid, off, tuple(found)))
+        elif len(found) == 1:
+            r.verified += 1
+        # else: at its offset but with copies elsewhere, listed as duplicated below
     for rid, offs in where.items():
         if len(offs) > 1:
             r.duplicated += len(offs) - 1

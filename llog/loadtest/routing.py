@@ -90,6 +90,9 @@ class Router:
                 raise NoLiveOwner(topic, partition, owners)
             if self.policy == "least_inflight":
                 return min(live, key=lambda b: (self._inflight[b], owners.index(b)))
+            # Rotate in broker-id order: partitions with the same owner set then agree on the
+            # broker each turn, so one request can carry them all.
+            live.sort()
             turn = self._turn.get((topic, partition), 0)
             self._turn[(topic, partition)] = turn + 1
             return live[turn % len(live)]

@@ -125,7 +125,7 @@ class BatchingProducer:
 
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered now and wait until it has resolved."""
-        futures: list[Future[Any]] = self._acc.pending_futures() + self._sender.inflight_futures()
+        futures: list[Future[Any]] = self._acc.futures()
         self._acc.request_flush()
         wait(futures, timeout)
 

@@ -23,9 +23,10 @@ TopicPartition = tuple[str, int]
 
 
 def record_size(r: Record) -> int:
-    return len(r.value) + (len(r.key) if r.key is not None else 0) + sum(
-        len(k) + len(v) for k, v in r.headers
-    )
+    size = len(r.value) + (len(r.key) if r.key is not None else 0)
+    if r.headers:  # most records have none: skip building a generator per record
+        size += sum(len(k) + len(v) for k, v in r.headers)
+    return size
 
 
 @dataclass
@@ -45,7 +46,7 @@ class Pending:
     sequence: int | None = None
 
 
-@dataclass(frozen=True, eq=False)  # compared by identity: the sender tracks it in flight
+@dataclass(frozen=True, eq=False)  # compared by identity: tracked while in flight
 class Drained:
     groups: list[Pending]
     nbytes: int
@@ -65,6 +66,7 @@ class Accumulator:
         self._open: dict[TopicPartition, Pending] = {}
         self._ready_bytes = 0  # buffered, not yet drained
         self._held_bytes = 0  # buffered or in flight
+        self._inflight: list[Drained] = []  # drained, not yet released
         self._first_at: float | None = None
         self._flush_requested = 0
         self._closed = False
@@ -121,9 +123,12 @@ class Accumulator:
             self._closed = True
             self._cond.notify_all()
 
-    def pending_futures(self) -> list[Future[Any]]:
+    def futures(self) -> list[Future[Any]]:
+        """Every future buffered or in flight, taken atomically: a batch being drained
+        is in exactly one of the two lists."""
         with self._cond:
-            return [f for g in self._groups for f, _ in g.futures]
+            groups = [*self._groups, *(g for b in self._inflight for g in b.groups)]
+            return [f for g in groups for f, _ in g.futures]
 
     # -- the flusher ---------------------------------------------------------------
     def drain(self, limit_bytes: int) -> Drained | None:
@@ -156,7 +161,9 @@ class Accumulator:
             if not self._groups:
                 self._flush_requested = 0
             self._metrics.producer_queue_records.dec(sum(len(g.records) for g in taken))
-            return Drained(taken, nbytes, reason)
+            batch = Drained(taken, nbytes, reason)
+            self._inflight.append(batch)
+            return batch
 
     def _due(self) -> str | None:
         if self._ready_bytes >= self.max_batch_bytes:
@@ -170,10 +177,11 @@ class Accumulator:
             return "delay"
         return None
 
-    def release(self, nbytes: int) -> None:
+    def release(self, batch: Drained) -> None:
         """A drained batch is resolved: its bytes no longer count against the bound."""
         with self._cond:
-            self._held_bytes -= nbytes
-            self._metrics.producer_queue_bytes.dec(nbytes)
+            self._inflight = [b for b in self._inflight if b is not batch]
+            self._held_bytes -= batch.nbytes
+            self._metrics.producer_queue_bytes.dec(batch.nbytes)
             self._cond.notify_all()
 

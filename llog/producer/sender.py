@@ -17,7 +17,6 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import replace
-from typing import Any
 
 from llog.errors import InvalidInput
 from llog.metrics import Metrics
@@ -73,8 +72,6 @@ class Sender:
         self._acc = acc
         self._metrics = metrics
         self._on_commit = on_commit
-        self._inflight: list[Drained] = []
-        self._lock = threading.Lock()
         self._slots = threading.Semaphore(max(1, max_inflight))
         # Bounded by the shared blob limit (with room for framing) so a drain never
         # builds a blob the writer refuses.
@@ -86,10 +83,6 @@ class Sender:
         self._thread = threading.Thread(target=self._run, name="llog-producer-sender", daemon=True)
         self._committer.start()
         self._thread.start()
-
-    def inflight_futures(self) -> list[Future[Any]]:
-        with self._lock:
-            return [f for b in self._inflight for g in b.groups for f, _ in g.futures]
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until the accumulator is closed and drained and every batch resolved."""
@@ -110,8 +103,6 @@ class Sender:
                     return
                 self._metrics.producer_flushes.labels(batch.reason).inc()
                 self._metrics.producer_flush_bytes.observe(batch.nbytes)
-                with self._lock:
-                    self._inflight.append(batch)
                 self._order.put((batch, self._stagers.submit(self._stage, batch.groups)))
         finally:
             self._order.put(None)
@@ -147,9 +138,7 @@ class Sender:
                 if not isinstance(exc, Exception):
                     raise
             finally:
-                with self._lock:
-                    self._inflight.remove(batch)
-                self._acc.release(batch.nbytes)
+                self._acc.release(batch)
                 self._slots.release()
 
     def _commit(self, units: _Units, staged: StagedBlob | BaseException) -> None:
