@@ -145,6 +145,18 @@ def conn(config: LlogConfig) -> Iterator[Connection]:
         yield c
 
 
+@pytest.fixture
+def private_etcd(tmp_path: Path) -> Iterator[list[EtcdServer]]:
+    """An etcd of this test's own, so the test can stop it mid-commit and restart it
+    (append the restarted server to the list; the last one is stopped at the end)."""
+    servers = [EtcdServer(tmp_path)]
+    try:
+        servers[0].wait_ready()
+        yield servers
+    finally:
+        servers[-1].stop()
+
+
 def config_env(cfg: LlogConfig) -> dict[str, str]:
     """``LLOG_*`` variables that reproduce ``cfg`` in a child process."""
     env = dict(os.environ)

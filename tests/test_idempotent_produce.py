@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
@@ -207,17 +206,6 @@ def test_bad_producer_fields_are_rejected_before_any_write(conn: llog.Connection
         w.append_shared([AppendGroup("bad", 0, [b"x"], pid, seq)])  # type: ignore[arg-type]
     assert _partition_keys(conn, "bad", 0) == []
     assert list(conn.store.list(conn.keys.wal_prefix())) == []
-
-
-@pytest.fixture
-def private_etcd(tmp_path: Path) -> Iterator[list[EtcdServer]]:
-    """An etcd of this test's own, so the test can stop it mid-commit and restart it."""
-    servers = [EtcdServer(tmp_path)]
-    try:
-        servers[0].wait_ready()
-        yield servers
-    finally:
-        servers[-1].stop()
 
 
 def test_unresolvable_outcome_is_ambiguous_then_the_retry_resolves(

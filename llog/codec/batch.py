@@ -88,8 +88,9 @@ def _offsets(lengths: Iterator[int] | Sequence[int]) -> array[int]:
     return out
 
 
-def encode(records: Sequence[Record]) -> bytes:
-    """Encode ``records`` (timestamps already set) into one body."""
+def encode(records: Sequence[Record], default_timestamp: int = 0) -> bytes:
+    """Encode ``records`` into one body; a record without a timestamp gets
+    ``default_timestamp`` (the writer's append time)."""
     n = len(records)
     if n == 0:
         raise BatchFormatError("a batch holds at least one record")
@@ -98,7 +99,7 @@ def encode(records: Sequence[Record]) -> bytes:
     if len(value_blob) > _MAX_SECTION:
         raise BatchFormatError("values exceed 2 GiB in one body")
     parts: list[bytes] = []
-    ts = array("q", [r.timestamp if r.timestamp is not None else 0 for r in records])
+    ts = array("q", [default_timestamp if r.timestamp is None else r.timestamp for r in records])
     parts.append(_le(ts))
     parts.append(_le(_offsets(map(len, values))))
     flags = 0

@@ -1,0 +1,117 @@
+"""The combined commit (protocol/README.md, "Commit protocol", step W2): a writer that
+has every partition of a shared blob cached commits them in one etcd transaction that
+keeps each partition's own mod_revision compare, so it commits all of them or none; a
+conflict or an unknown outcome falls back to the one-partition-at-a-time path."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import llog
+from llog import AppendGroup
+from llog.devstack import EtcdServer
+from llog.errors import AmbiguousCommit, Fenced
+from llog.writer import TXN_PARTITIONS, AppendFailure, AppendResult
+
+
+def _txns(conn: llog.Connection) -> float:
+    return conn.metrics.registry.get_sample_value("llog_etcd_ops_total", {"op": "txn"}) or 0.0
+
+
+def _values(conn: llog.Connection, topic: str, partition: int) -> list[tuple[int, bytes]]:
+    with llog.Reader(conn) as r:
+        return [(rec.offset, rec.value) for rec in r.scan(topic, partition)]
+
+
+def _flush(topic: str, partitions: range, tag: str) -> list[AppendGroup]:
+    return [AppendGroup(topic, p, [f"{tag}-{p}-{i}".encode() for i in range(3)]) for p in partitions]
+
+
+def test_warm_writer_commits_a_shared_blob_in_one_txn(conn: llog.Connection) -> None:
+    llog.Topics(conn).create("together", 8)
+    with llog.Writer(conn) as w:
+        w.append_shared(_flush("together", range(8), "warm"))
+        before = _txns(conn)
+        for n in range(5):
+            outs = w.append_shared(_flush("together", range(8), f"f{n}"))
+            assert [(o.start_offset, o.end_offset) for o in outs if isinstance(o, AppendResult)] == [
+                (3 * (n + 1), 3 * (n + 1) + 2)
+            ] * 8
+        assert _txns(conn) - before == 5
+    for p in range(8):
+        got = _values(conn, "together", p)
+        assert [o for o, _ in got] == list(range(18))
+        assert [v for _, v in got][3:6] == [f"f0-{p}-{i}".encode() for i in range(3)]
+
+
+def test_more_partitions_than_one_txn_holds_split_into_chunks(conn: llog.Connection) -> None:
+    n = TXN_PARTITIONS + 3
+    llog.Topics(conn).create("wide", n)
+    with llog.Writer(conn) as w:
+        w.append_shared(_flush("wide", range(n), "warm"))
+        before = _txns(conn)
+        outs = w.append_shared(_flush("wide", range(n), "next"))
+        assert all(isinstance(o, AppendResult) and o.start_offset == 3 for o in outs)
+        assert _txns(conn) - before == 2
+    assert all(len(_values(conn, "wide", p)) == 6 for p in range(n))
+
+
+def test_a_conflict_on_one_partition_falls_back_and_commits_every_group(conn: llog.Connection) -> None:
+    llog.Topics(conn).create("clash", 4)
+    with llog.Writer(conn) as a, llog.Writer(conn) as b:
+        a.append_shared(_flush("clash", range(4), "a0"))
+        b.append(("clash"), 2, [b"b-only"])  # partition 2 moves on behind a's cache
+        outs = a.append_shared(_flush("clash", range(4), "a1"))
+    starts = [o.start_offset for o in outs if isinstance(o, AppendResult)]
+    assert starts == [3, 3, 4, 3]
+    assert [v for _, v in _values(conn, "clash", 2)] == [
+        b"a0-2-0", b"a0-2-1", b"a0-2-2", b"b-only", b"a1-2-0", b"a1-2-1", b"a1-2-2"
+    ]
+    for p in (0, 1, 3):
+        assert [o for o, _ in _values(conn, "clash", p)] == list(range(6))
+
+
+def test_a_partition_fenced_behind_the_cache_fails_alone(conn: llog.Connection) -> None:
+    llog.Topics(conn).create("fence", 3)
+    with llog.Writer(conn) as w:
+        w.append_shared(_flush("fence", range(3), "a"))
+        llog.Topics(conn).fence("fence", 1)
+        outs = w.append_shared(_flush("fence", range(3), "b"))
+    assert isinstance(outs[1], AppendFailure) and isinstance(outs[1].error, Fenced)
+    assert [isinstance(o, AppendResult) for o in outs] == [True, False, True]
+    assert len(_values(conn, "fence", 1)) == 3
+    assert len(_values(conn, "fence", 0)) == len(_values(conn, "fence", 2)) == 6
+
+
+def test_unknown_outcome_of_the_combined_txn_is_resolved_by_append_id(
+    config: llog.LlogConfig, private_etcd: list[EtcdServer], tmp_path: Path
+) -> None:
+    etcd = private_etcd[0]
+    cfg = replace(config, etcd_endpoints=(etcd.endpoint,))
+    put: list[str] = []
+    armed = False
+
+    def stop_etcd(point: str, data_key: str) -> None:
+        if point == "after_put" and armed and not put:
+            put.append(data_key)
+            etcd.stop()
+
+    with llog.Connection(cfg) as c:
+        llog.Topics(c).create("amb", 3)
+        with llog.Writer(c, fault_hook=stop_etcd) as w:
+            w.append_shared(_flush("amb", range(3), "w"))
+            armed = True
+            outs = w.append_shared(_flush("amb", range(3), "x"))
+            # The writer cannot know whether the txn reached etcd: each group says so.
+            assert [type(getattr(o, "error", o)) for o in outs] == [AmbiguousCommit] * 3
+            assert all(put[0].rsplit("/", 1)[1] in str(o.error) for o in outs if isinstance(o, AppendFailure))
+            private_etcd.append(EtcdServer(tmp_path, port=int(etcd.endpoint.rsplit(":", 1)[1])))
+            private_etcd[-1].wait_ready()
+            # Nothing of the failed blob committed; the same writer carries on cleanly.
+            again = w.append_shared(_flush("amb", range(3), "y"))
+            assert [o.start_offset for o in again if isinstance(o, AppendResult)] == [3, 3, 3]
+        for p in range(3):
+            assert [v for _, v in _values(c, "amb", p)] == [
+                f"{t}-{p}-{i}".encode() for t in ("w", "y") for i in range(3)
+            ]
