@@ -321,7 +321,7 @@ class Writer:
         prepared = self.validate(groups)
         created = now_ms()
         bodies = [
-            blob.BlobBody(g.topic, g.partition, len(g.records), batch.encode(g.records, g.stamp))
+            blob.BlobBody(g.topic, g.partition, len(g.records), batch.encode_body(g.records, g.stamp))
             for g in prepared
         ]
         packed = blob.pack(bodies, created)

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 import msgpack
 
-from llog.codec.batch import ENCODING
+from llog.codec.batch import ENCODING, EncodedBody
 
 MAGIC = b"LLS1"
 VERSION = 1
@@ -49,7 +49,7 @@ class BlobBody:
     topic: str
     partition: int
     msg_count: int
-    body: bytes
+    body: bytes | EncodedBody
 
 
 @dataclass(frozen=True)
@@ -86,19 +86,19 @@ def pack(bodies: Sequence[BlobBody], created_at_ms: int) -> PackedBlob:
     depends on the offsets' encoded widths, so the header is sized until it is stable."""
     if not bodies:
         raise BlobFormatError("a blob holds at least one body")
+    encoded = [b.body if isinstance(b.body, EncodedBody) else EncodedBody.of(b.body) for b in bodies]
     header_len = 0
     while True:
         pos = _PREFIX.size + header_len
         parts = []
-        for b in bodies:
-            crc = struct.unpack_from("<I", b.body, 4)[0]
-            parts.append(BlobPart(b.topic, b.partition, b.msg_count, pos, len(b.body), crc))
-            pos += len(b.body)
+        for b, e in zip(bodies, encoded, strict=True):
+            parts.append(BlobPart(b.topic, b.partition, b.msg_count, pos, e.length, e.crc))
+            pos += e.length
         header = _header(created_at_ms, parts)
         if len(header) == header_len:
             break
         header_len = len(header)
-    data = b"".join([_PREFIX.pack(MAGIC, header_len), header, *(b.body for b in bodies)])
+    data = b"".join([_PREFIX.pack(MAGIC, header_len), header, *(c for e in encoded for c in e.chunks)])
     return PackedBlob(data, tuple(parts), created_at_ms)
 
 
