@@ -79,6 +79,11 @@ class Metrics:
         self.tail_cache_lookups = Counter(
             "llog_tail_cache_lookups", "broker tail cache lookups by result", ["result"], registry=r
         )
+        self.tail_cache_files_dropped = Counter(
+            "llog_tail_cache_files_dropped",
+            "commits left out of the shared tail cache files because the writer fell behind",
+            registry=r,
+        )
         self.tail_wakeups = Counter(
             "llog_tail_wakeups", "partition change signals by source", ["source"], registry=r
         )

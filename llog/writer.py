@@ -133,6 +133,16 @@ class StagedBlob:
 
     groups: tuple[_Prepared, ...]
     pendings: tuple[Pending, ...]
+    #: The blob as PUT; :meth:`body` slices one group's encoded records out of it.
+    data: bytes
+
+    @property
+    def data_key(self) -> str:
+        return self.pendings[0].data_key
+
+    def body(self, i: int) -> memoryview:
+        p = self.pendings[i]
+        return memoryview(self.data)[p.byte_offset : p.byte_offset + p.byte_length]
 
 
 @dataclass(frozen=True)
@@ -349,7 +359,7 @@ class Writer:
             )
             for i, (g, part) in enumerate(zip(prepared, packed.parts, strict=True))
         )
-        return StagedBlob(tuple(prepared), pendings)
+        return StagedBlob(tuple(prepared), pendings, packed.data)
 
     def commit_staged(self, staged: StagedBlob) -> list[Outcome]:
         """The second half of :meth:`append_shared`: commit every group of a staged

@@ -15,8 +15,9 @@ and its object keys, so tests never see each other's data.
 from __future__ import annotations
 
 import os
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -155,6 +156,15 @@ def private_etcd(tmp_path: Path) -> Iterator[list[EtcdServer]]:
         yield servers
     finally:
         servers[-1].stop()
+
+
+def wait_until(cond: Callable[[], object], timeout: float, what: str) -> None:
+    """Wait for a condition another process makes true (checked every 0.1 s); fail
+    with ``what`` after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.1)
 
 
 def config_env(cfg: LlogConfig) -> dict[str, str]:

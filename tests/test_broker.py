@@ -17,6 +17,7 @@ from llog.connection import Connection
 from llog.reader import Reader
 from llog.topics import Topics
 from tests.broker_harness import BrokerProcess, broker_process
+from tests.conftest import wait_until
 
 
 @pytest.fixture
@@ -271,6 +272,9 @@ def test_shared_tail_cache_dir_serves_other_brokers_commits(
         for i in range(3):
             status, resp = _produce(b, [{"topic": "t", "partition": 1, "records": [f"b{i}", {"base64": "/w=="}]}])
             assert status == 200, resp
+        # B writes its files off the produce path, in commit order: wait for the third.
+        files = tmp_path / "tail" / config.root_prefix / "t" / "1"
+        wait_until(lambda: (files / "4-2").exists(), 30, "B's tail cache files")
         gets_before = a.metric("llog_s3_ops_total")
         status, resp = _consume(a, "t", 1, 0, max_wait_ms=0)
         assert status == 200

@@ -12,7 +12,6 @@ import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
-from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -26,18 +25,11 @@ from llog import AppendGroup
 from llog.codec.meta import COMPACTED, CompactionRecord, IndexEntry
 from llog.devstack import free_port
 from llog.errors import ConfigError
-from tests.conftest import config_env
+from tests.conftest import config_env, wait_until
 
 WORKER = Path(__file__).parent / "workers" / "compactor_service.py"
 PARTITIONS = 32
 CLAIM_TTL = 3
-
-
-def _wait_until(cond: Callable[[], object], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.1)
 
 
 def _get(port: int, path: str) -> tuple[int, bytes]:
@@ -84,9 +76,9 @@ def test_service_discovers_compacts_serves_http_and_prunes(config: llog.LlogConf
             port = svc.http_port
             assert port
             # Discovery finds the partitions with data (found/1 and seeded/0 have none).
-            _wait_until(lambda: {("found", 0), ("found", 2), ("seeded", 1)} <= svc.targets, 20, "discovery")
+            wait_until(lambda: {("found", 0), ("found", 2), ("seeded", 1)} <= svc.targets, 20, "discovery")
             assert ("found", 1) not in svc.targets and ("seeded", 0) not in svc.targets
-            _wait_until(lambda: _all_compacted(conn, "found", 3) and _all_compacted(conn, "seeded", 2),
+            wait_until(lambda: _all_compacted(conn, "found", 3) and _all_compacted(conn, "seeded", 2),
                         30, "compaction")
             status, body = _get(port, "/health")
             assert status == 200 and json.loads(body)["status"] == "ok"
@@ -104,7 +96,7 @@ def test_service_discovers_compacts_serves_http_and_prunes(config: llog.LlogConf
             # A deleted topic is pruned at the next discovery.
             conn.etcd.delete_range(conn.keys.topic_prefix("found"), llog.keys.prefix_range_end(
                 conn.keys.topic_prefix("found")))
-            _wait_until(lambda: not any(t == "found" for t, _ in svc.targets), 20, "pruning")
+            wait_until(lambda: not any(t == "found" for t, _ in svc.targets), 20, "pruning")
             assert ("seeded", 1) in svc.targets
         assert not svc.health()[0]
         # Stopped: the lease is revoked, no claim is left behind.
@@ -146,10 +138,10 @@ def test_graceful_stop_finishes_or_safely_abandons_inflight_work(
             stopper.start()
             claim = conn.keys.compactor_claim("g", 0)
             if finishes:
-                _wait_until(lambda: not svc.health()[0], 10, "the stop to begin")
+                wait_until(lambda: not svc.health()[0], 10, "the stop to begin")
                 assert conn.etcd.get(claim) is not None  # still waiting for the task
             else:
-                _wait_until(lambda: conn.etcd.get(claim) is None, 10, "the lease revoked at the timeout")
+                wait_until(lambda: conn.etcd.get(claim) is None, 10, "the lease revoked at the timeout")
         finally:
             release.set()
             if stopper.ident is None:  # never got as far as stopping it
@@ -327,18 +319,18 @@ def test_two_services_share_32_partitions_and_survive_a_sigkill(
                     b_port, "llog_compactor_claim_conflicts_total")
                 return procs == {"A", "B"} and conflicts > 0
 
-            _wait_until(both_busy, 60, "both services compacting, with claim conflicts")
+            wait_until(both_busy, 60, "both services compacting, with claim conflicts")
             # Kill A in the middle of a compaction; its claims must vanish within the
             # lease TTL, and B must finish what A left.
-            _wait_until(lambda: _records_of(conn, topic, "A"), 30, "A with a compaction in flight")
+            wait_until(lambda: _records_of(conn, topic, "A"), 30, "A with a compaction in flight")
             a.send_signal(signal.SIGKILL)
             a.wait(10)
             killed_at = time.monotonic()
-            _wait_until(lambda: not _claims_of(conn, "A"), CLAIM_TTL + 2, "A's claims to expire")
+            wait_until(lambda: not _claims_of(conn, "A"), CLAIM_TTL + 2, "A's claims to expire")
             freed_after = time.monotonic() - killed_at
             stop_writing.set()
             writing.join()
-            _wait_until(lambda: _all_compacted(conn, topic, PARTITIONS), 90, "B to compact everything")
+            wait_until(lambda: _all_compacted(conn, topic, PARTITIONS), 90, "B to compact everything")
             status, body = _get(b_port, "/health")
             assert status == 200, body
             assert _metric(b_port, "llog_compactor_recoveries_total") >= 1

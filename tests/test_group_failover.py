@@ -9,12 +9,11 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import llog
 from llog.groups import GroupOffsets
-from tests.conftest import config_env
+from tests.conftest import config_env, wait_until
 
 WORKERS = Path(__file__).parent / "workers"
 PARTITIONS = 8
@@ -29,15 +28,6 @@ def _spawn(script: str, args: list[str], env: dict[str, str]) -> subprocess.Pope
     line = p.stdout.readline()  # the worker says when it is up
     assert line.strip() in ("joined", "started"), p.stderr.read() if p.stderr else line
     return p
-
-
-def _wait_until(cond: object, timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if cond():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def _produce(conn: llog.Connection, topic: str, start: int, n: int) -> set[tuple[int, str]]:
@@ -67,13 +57,13 @@ def test_members_die_and_join_at_least_once(conn: llog.Connection, tmp_path: Pat
     outs = [tmp_path / f"m{i}.jsonl" for i in range(4)]
     members = [_spawn("group_member.py", [group, topic, str(outs[i]), f"m{i}"], env) for i in range(3)]
     try:
-        _wait_until(lambda: sum(o.stat().st_size for o in outs if o.exists()) > 0, 30, "first records")
+        wait_until(lambda: sum(o.stat().st_size for o in outs if o.exists()) > 0, 30, "first records")
         members[1].send_signal(signal.SIGKILL)
         members[1].wait()
         produced |= _produce(conn, topic, 200, 200)
         members.append(_spawn("group_member.py", [group, topic, str(outs[3]), "m3"], env))
         produced |= _produce(conn, topic, 400, 100)
-        _wait_until(lambda: _all_committed(conn, group, topic), 90, "every partition committed to its end")
+        wait_until(lambda: _all_committed(conn, group, topic), 90, "every partition committed to its end")
     finally:
         for m in members:
             if m.poll() is None:
@@ -110,13 +100,13 @@ def test_exactly_once_recipe_survives_kills(conn: llog.Connection, tmp_path: Pat
     for round_ in range(3):
         w = _spawn("exactly_once.py", [group, topic, str(db_path)], env)
         target = min(rows() + 50, len(produced))
-        _wait_until(lambda t=target: rows() >= t, 60, "progress")  # type: ignore[misc]
+        wait_until(lambda t=target: rows() >= t, 60, "progress")  # type: ignore[misc]
         w.send_signal(signal.SIGKILL)
         w.wait()
         produced |= _produce(conn, topic, 150 + round_ * 20, 20)
     w = _spawn("exactly_once.py", [group, topic, str(db_path)], env)
     try:
-        _wait_until(lambda: rows() >= len(produced), 90, "all records processed")
+        wait_until(lambda: rows() >= len(produced), 90, "all records processed")
     finally:
         w.send_signal(signal.SIGTERM)
         w.wait(30)

@@ -69,7 +69,7 @@ class Broker:
         self.cache = TailCache(tail_cache_bytes)
         self.files = (
             None if config.tail_cache_dir is None
-            else FileTailCache(config.tail_cache_dir, self.conn.keys.root, tail_cache_bytes)
+            else FileTailCache(config.tail_cache_dir, self.conn.keys.root, tail_cache_bytes, self.conn.metrics)
         )
         self.reader = Reader(self.conn)
         self.tails: PartitionTails | None = None
@@ -78,21 +78,23 @@ class Broker:
         self.producer = BatchingProducer(self.conn, send_timeout_s=send_timeout_s, on_commit=self._committed)
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
-        self.tails = PartitionTails(self.conn, loop)
+        self.tails = PartitionTails(self.conn, loop, owns=self.producer.owns)
 
     def close(self) -> None:
         try:
             self.producer.close()  # drains: every accepted produce is answered
         finally:
+            if self.files is not None:
+                self.files.close()
             if self.tails is not None:
                 self.tails.close()
             self.reader.close()
             self.conn.close()
 
-    def _committed(self, result: AppendResult, records: list[Record]) -> None:
+    def _committed(self, result: AppendResult, records: list[Record], body: memoryview) -> None:
         self.cache.put(result, records)
         if self.files is not None:
-            self.files.put(result, records)
+            self.files.put(result, body)
         if self.tails is not None:
             self.tails.local_commit((result.topic, result.partition), result.end_offset + 1)
 

@@ -5,48 +5,102 @@ holding the group's batch body (``llog.codec.batch``, the bytes the WAL slice ho
 written to a temporary name and renamed, so a reader sees whole files only. A broker
 reading another broker's commit after an etcd watch wake-up then reads a local file
 instead of S3. Each broker deletes its own oldest files beyond its byte budget; a
-lookup that finds no file falls back to storage, so a deleted file is never an error.
+lookup that finds no file falls back to storage, so a deleted or not-yet-written file
+is never an error.
+
+Files are written by one background thread, in commit order, never on the produce
+path: creating a file costs 0.2-1 ms on a disk-backed directory, which before the
+ack would have halved a broker's produce throughput. A file holds the append's body
+exactly as its WAL slice does, handed over by the producer, so nothing is encoded
+twice. The queue is bounded (``max_bytes``); when the disk falls behind, commits are
+left out of the files (counted in
+``llog_tail_cache_files_dropped_total``) and readers go to storage for them. A tmpfs
+(``/dev/shm/...``) makes the files nearly free.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
+import queue
 import threading
-import uuid
 from collections import deque
 from pathlib import Path
 
 from llog.codec import batch
-from llog.records import ConsumedRecord, Record
+from llog.metrics import Metrics
+from llog.records import ConsumedRecord
 from llog.writer import AppendResult
 
 log = logging.getLogger(__name__)
 
 
+
+
 class FileTailCache:
-    def __init__(self, directory: str | Path, root_prefix: str, max_bytes: int, max_files: int = 4096) -> None:
+    def __init__(
+        self, directory: str | Path, root_prefix: str, max_bytes: int, metrics: Metrics, max_files: int = 4096
+    ) -> None:
         self.base = Path(directory) / root_prefix
+        self._metrics = metrics
         self.max_bytes = max_bytes
         # Lookups list a partition's directory: keep it short even for tiny records.
         self.max_files = max_files
         self._lock = threading.Lock()
         self._mine: deque[tuple[Path, int]] = deque()
         self._bytes = 0
+        self._made: set[Path] = set()
+        self._tmp = f".{os.getpid()}-{id(self):x}"
+        self._seq = itertools.count()
+        self._queue: queue.SimpleQueue[tuple[AppendResult, bytes] | None] = queue.SimpleQueue()
+        self._queued_bytes = 0  # bounded by max_bytes: beyond it, commits are dropped
+        self._thread = threading.Thread(target=self._run, name="llog-tail-files", daemon=True)
+        self._thread.start()
 
     def _dir(self, topic: str, partition: int) -> Path:
         return self.base / topic / str(partition)  # topic names are path-safe ([A-Za-z0-9._-])
 
-    def put(self, result: AppendResult, records: list[Record]) -> None:
-        body = batch.encode(records)
+    def put(self, result: AppendResult, body: bytes | memoryview) -> None:
+        """Queue a committed append's body (the bytes of its WAL slice) for its file;
+        never blocks."""
+        data = bytes(body)  # a copy: a view would keep the whole shared blob alive
+        with self._lock:
+            if self._queued_bytes + len(data) > self.max_bytes:
+                self._metrics.tail_cache_files_dropped.inc()
+                return
+            self._queued_bytes += len(data)
+        self._queue.put((result, data))
+
+    def close(self) -> None:
+        """Write what is queued, then stop the writer thread."""
+        self._queue.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        while (item := self._queue.get()) is not None:
+            result, body = item
+            try:
+                self._write(result, body)
+            except Exception:  # the cache is best-effort: never lose the writer thread
+                log.exception("tail cache writer failed for %s/%s", result.topic, result.partition)
+            finally:
+                with self._lock:
+                    self._queued_bytes -= len(body)
+
+    def _write(self, result: AppendResult, body: bytes) -> None:
         d = self._dir(result.topic, result.partition)
         path = d / f"{result.start_offset}-{result.count}"
         try:
-            d.mkdir(parents=True, exist_ok=True)
-            tmp = d / f".{uuid.uuid4().hex}.tmp"
-            tmp.write_bytes(body)
+            if d not in self._made:
+                d.mkdir(parents=True, exist_ok=True)
+                self._made.add(d)
+            tmp = d / f"{self._tmp}-{next(self._seq)}.tmp"
+            with open(tmp, "wb") as f:
+                f.write(body)
             os.replace(tmp, path)
         except OSError as exc:
+            self._made.discard(d)  # removed under us: made again by the next put
             log.warning("tail cache file %s not written: %s", path, exc)
             return
         with self._lock:

@@ -8,6 +8,7 @@ control value (commits by any broker, fences, retention), and local commits rais
 ``next_offset`` as soon as they are acknowledged. ``next_offset`` only grows, so
 taking the maximum makes the order of those two sources irrelevant. Every change wakes
 the consumers long-polling on that partition; their waiting happens on the event loop.
+A watch event for this broker's own in-flight commit is left to ``local_commit``.
 """
 
 from __future__ import annotations
@@ -39,9 +40,19 @@ class _Tail:
 
 class PartitionTails:
     def __init__(
-        self, conn: Connection, loop: asyncio.AbstractEventLoop, *, max_watches: int = 4096, trust_s: float = 5.0
+        self,
+        conn: Connection,
+        loop: asyncio.AbstractEventLoop,
+        *,
+        max_watches: int = 4096,
+        trust_s: float = 5.0,
+        owns: Callable[[str], bool] = lambda _data_key: False,
     ) -> None:
         self._conn = conn
+        # This broker's own commits reach local_commit right after the txn, with the
+        # records already in the tail cache; their watch event can arrive first, and
+        # waking consumers then would send them to S3 for records about to be cached.
+        self._owns = owns
         self._trust_s = trust_s
         self._loop = loop
         self._max_watches = max_watches
@@ -112,9 +123,11 @@ class PartitionTails:
                     self._watches -= 1
                     t.cancel_watch = None
             elif t.next_offset is not None:
-                t.next_offset = max(t.next_offset, ctl.next_offset)
-                t.log_start_offset = max(t.log_start_offset, ctl.log_start_offset)
                 t.confirmed_at = time.monotonic()
+                t.log_start_offset = max(t.log_start_offset, ctl.log_start_offset)
+                if ctl.pending is not None and self._owns(ctl.pending.data_key):
+                    return  # ours: local_commit follows (see __init__)
+                t.next_offset = max(t.next_offset, ctl.next_offset)
         self._conn.metrics.tail_wakeups.labels("watch").inc()
         self._signal(tp)
 

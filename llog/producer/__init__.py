@@ -123,6 +123,12 @@ class BatchingProducer:
         self._acc.add(group, self._timeout(timeout), single=False)
         return fut
 
+    def owns(self, data_key: str) -> bool:
+        """Whether ``data_key`` names a blob of this producer whose commit is under
+        way: a watcher that sees it in a partition's ``pending`` can leave the news to
+        the commit listener, which runs before the sends resolve."""
+        return self._sender.owns(data_key)
+
     def flush(self, timeout: float | None = None) -> None:
         """Send everything buffered now and wait until it has resolved."""
         futures: list[Future[Any]] = self._acc.futures()

@@ -26,9 +26,10 @@ from llog.writer import AppendFailure, AppendResult, StagedBlob, Writer
 
 log = logging.getLogger(__name__)
 
-#: Called on the committer thread for every committed group, before its futures
-#: resolve; calls for one partition come in offset order.
-CommitListener = Callable[[AppendResult, list[Record]], None]
+#: Called on the committer thread once per committed partition-append (every group
+#: merged into it, records in offset order, and their encoded body as the WAL slice
+#: holds it) before their futures resolve; calls for one partition come in offset order.
+CommitListener = Callable[[AppendResult, list[Record], memoryview], None]
 
 #: A batch's groups merged into partition-appends (see :func:`_merge`).
 _Units = list[list[Pending]]
@@ -79,6 +80,8 @@ class Sender:
         self._stagers = ThreadPoolExecutor(max(1, max_inflight), thread_name_prefix="llog-producer-stage")
         # Drain order; ``None`` ends the committer.
         self._order: queue.SimpleQueue[tuple[Drained, Future[_Staged]] | None] = queue.SimpleQueue()
+        # Data keys of blobs staged and not yet fully committed (see :meth:`owns`).
+        self._inflight_keys: set[str] = set()
         self._committer = threading.Thread(target=self._commit_loop, name="llog-producer-commit", daemon=True)
         self._thread = threading.Thread(target=self._run, name="llog-producer-sender", daemon=True)
         self._committer.start()
@@ -107,17 +110,24 @@ class Sender:
         finally:
             self._order.put(None)
 
+    def owns(self, data_key: str) -> bool:
+        """Whether ``data_key`` is a blob this producer staged and has not finished
+        committing (its commit listener calls are still to come)."""
+        return data_key in self._inflight_keys
+
     def _stage(self, groups: list[Pending]) -> _Staged:
         units = _merge(groups)
         try:
-            return [(units, self._writer.stage_shared([
+            staged = self._writer.stage_shared([
                 AppendGroup(
                     u[0].topic, u[0].partition,
                     u[0].records if len(u) == 1 else [r for g in u for r in g.records],
                     u[0].producer_id, u[0].sequence,
                 )
                 for u in units
-            ]))]
+            ])
+            self._inflight_keys.add(staged.data_key)
+            return [(units, staged)]
         except InvalidInput as exc:
             if len(groups) == 1:
                 return [(units, exc)]
@@ -129,8 +139,10 @@ class Sender:
     def _commit_loop(self) -> None:
         while (item := self._order.get()) is not None:
             batch, staged = item
+            pieces: _Staged = []
             try:
-                for groups, blob in staged.result():
+                pieces = staged.result()
+                for groups, blob in pieces:
                     self._commit(groups, blob)
             except BaseException as exc:  # every future must resolve, whatever went wrong
                 for g in batch.groups:
@@ -138,6 +150,9 @@ class Sender:
                 if not isinstance(exc, Exception):
                     raise
             finally:
+                for _, blob in pieces:
+                    if isinstance(blob, StagedBlob):
+                        self._inflight_keys.discard(blob.data_key)
                 self._acc.release(batch)
                 self._slots.release()
 
@@ -157,28 +172,34 @@ class Sender:
                 for g in u:
                     _fail(g, exc)
             return
-        for u, out in zip(units, outcomes, strict=True):
-            start = out.start_offset if isinstance(out, AppendResult) else 0
-            for g in u:
-                if isinstance(out, AppendFailure):
+        for i, (u, out) in enumerate(zip(units, outcomes, strict=True)):
+            if isinstance(out, AppendFailure):
+                for g in u:
                     _fail(g, out.error)
-                    continue
+                continue
+            if self._on_commit is not None:
+                self._notify(out, u[0].records if len(u) == 1 else [r for g in u for r in g.records], staged.body(i))
+            start = out.start_offset
+            for g in u:
                 # A merged group's own slice of the shared partition-append.
                 mine = out if len(u) == 1 else replace(
                     out, start_offset=start, end_offset=start + len(g.records) - 1, count=len(g.records)
                 )
                 start += len(g.records)
-                self._resolve(g, mine)
+                _resolve(g, mine)
 
-    def _resolve(self, g: Pending, out: AppendResult) -> None:
-        if self._on_commit is not None:
-            try:
-                self._on_commit(out, g.records)
-            except Exception:
-                log.exception("commit listener failed for %s/%s", g.topic, g.partition)
-        for f, i in g.futures:
-            if not f.done():
-                f.set_result(out if i is None else out.start_offset + i)
+    def _notify(self, out: AppendResult, records: list[Record], body: memoryview) -> None:
+        assert self._on_commit is not None
+        try:
+            self._on_commit(out, records, body)
+        except Exception:
+            log.exception("commit listener failed for %s/%s", out.topic, out.partition)
+
+
+def _resolve(g: Pending, out: AppendResult) -> None:
+    for f, i in g.futures:
+        if not f.done():
+            f.set_result(out if i is None else out.start_offset + i)
 
 
 def _fail(g: Pending, exc: BaseException) -> None:
