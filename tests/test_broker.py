@@ -200,6 +200,35 @@ def test_consume_long_poll_wakes_on_local_commit(broker: BrokerProcess) -> None:
     assert [r["value"] for r in got[0][1]["topic_partitions"][0]["records"]] == ["wake"]
 
 
+def test_tail_consumer_on_the_producing_broker_never_goes_to_storage(broker: BrokerProcess) -> None:
+    """The etcd watch reports this broker's own commits too, sometimes before the
+    commit listener has put the records in the tail cache: such events are left to the
+    local commit, so a consumer at the tail is always served from memory."""
+    assert _consume(broker, "t", 1, 0, max_wait_ms=0)[0] == 200  # tracked (and watched) from here
+    seen: list[str] = []
+    done = threading.Event()
+
+    def follow() -> None:
+        offset = 0
+        while len(seen) < 40:
+            status, resp = _consume(broker, "t", 1, offset, max_wait_ms=10_000)
+            assert status == 200, resp
+            part = resp["topic_partitions"][0]
+            seen.extend(r["value"] for r in part["records"])
+            offset = part["next_offset"]
+        done.set()
+
+    follower = threading.Thread(target=follow)
+    follower.start()
+    for i in range(40):
+        assert _produce(broker, [{"topic": "t", "partition": 1, "records": [f"r{i}"]}])[0] == 200
+    follower.join(60)
+    assert done.is_set() and seen == [f"r{i}" for i in range(40)]
+    lookups = {s["labels"]["result"]: s["value"]
+               for s in broker.request("GET", "/metrics")[1]["llog_tail_cache_lookups_total"]}
+    assert lookups.get("hit", 0) >= 1 and lookups.get("miss", 0) == 0 and lookups.get("file", 0) == 0
+
+
 def test_two_brokers_sixteen_clients_eight_partitions(config: LlogConfig, conn: Connection) -> None:
     Topics(conn).create("shared", 8)
     with broker_process(config) as a, broker_process(config) as b:
@@ -294,7 +323,7 @@ def test_tail_cache_serves_contiguous_runs_and_evicts_oldest() -> None:
 
     def put(cache: TailCache, start: int, values: list[bytes]) -> None:
         res = AppendResult("t", 0, start, start + len(values) - 1, len(values), "k", "d", "a")
-        cache.put(res, [Record(v, None, 1) for v in values])
+        cache.put(res, [Record(v) for v in values], [1] * len(values))
 
     cache = TailCache(max_bytes=10)
     put(cache, 0, [b"aa", b"bb"])

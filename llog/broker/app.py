@@ -42,6 +42,7 @@ from llog.broker.schemas import (
 )
 from llog.broker.tailcache import TailCache
 from llog.broker.wakeup import PartitionTails
+from llog.codec import batch
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import BackPressure, LlogError, OffsetOutOfRange, StaleEpoch, UnknownTopic
@@ -92,7 +93,8 @@ class Broker:
             self.conn.close()
 
     def _committed(self, result: AppendResult, records: list[Record], body: memoryview) -> None:
-        self.cache.put(result, records)
+        # The body is the one just PUT and committed: no need to check its CRC again.
+        self.cache.put(result, records, batch.decode(body, verify=False).timestamps)
         if self.files is not None:
             self.files.put(result, body)
         if self.tails is not None:
@@ -106,13 +108,12 @@ class Broker:
         the event loop: it stops (returning fewer items) at the first group that could
         block, on etcd (a partition not seen yet) or on a full buffer, and the caller
         finishes the rest on a worker thread."""
-        now = int(time.time() * 1000)
         out: list[Future[AppendResult] | LlogError] = []
         for tp in req.topic_partitions[start:]:
             key = (tp.topic, tp.partition)
             if fast and key not in self._ready:
                 break
-            records = [Record(v, None, now) for v in tp.records]
+            records = [Record(v) for v in tp.records]  # the writer stamps append time
             try:
                 if not fast:
                     self._ensure_topic(tp.topic)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llog.records import ConsumedRecord, Record
@@ -49,12 +50,13 @@ class TailCache:
     def nbytes(self) -> int:
         return self._bytes
 
-    def put(self, result: AppendResult, records: list[Record]) -> None:
+    def put(self, result: AppendResult, records: list[Record], timestamps: Sequence[int]) -> None:
+        """Cache a committed append: its records and their timestamps as stored (a
+        record sent without one was stamped with append time by the writer)."""
         tp = (result.topic, result.partition)
         recs = tuple(
-            ConsumedRecord(result.topic, result.partition, result.start_offset + i,
-                           r.timestamp or 0, r.key, r.value, r.headers)
-            for i, r in enumerate(records)
+            ConsumedRecord(result.topic, result.partition, result.start_offset + i, ts, r.key, r.value, r.headers)
+            for i, (r, ts) in enumerate(zip(records, timestamps, strict=True))
         )
         seg = _Segment(result.start_offset, recs, sum(map(_size, recs)))
         if seg.nbytes > self.max_bytes:
