@@ -106,7 +106,9 @@ def parse_produce(body: bytes) -> ProduceRequest:
         _only(tp, where, {"topic", "partition", "records", "producer_id", "sequence"})
         topic, partition = _topic(tp, where), _int(tp, "partition", where, required=True)
         recs = _list(tp, "records", f"{where}.")
-        values = tuple(_record(r, f"{where}.records[{j}]") for j, r in enumerate(recs))
+        # ASCII strings, the common case, skip building the field name for an error.
+        values = tuple([r.encode() if type(r) is str and r.isascii() else _record(r, f"{where}.records[{j}]")
+                        for j, r in enumerate(recs)])
         pid = tp.get("producer_id")
         if pid is not None and (not isinstance(pid, str) or TOPIC_NAME_RE.fullmatch(pid) is None):
             raise InvalidRequest(f"{where}.producer_id", "must match [A-Za-z0-9._-]{1,249}")
