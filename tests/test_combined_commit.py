@@ -1,17 +1,21 @@
 """The combined commit (protocol/README.md, "Commit protocol", step W2): a writer that
 has every partition of a shared blob cached commits them in one etcd transaction that
 keeps each partition's own mod_revision compare, so it commits all of them or none; a
-conflict or an unknown outcome falls back to the one-partition-at-a-time path."""
+conflict or an unknown outcome falls back to the one-partition-at-a-time path, which
+resolves an unknown outcome by append_id (or reports `AmbiguousCommit`)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 import llog
 from llog import AppendGroup
 from llog.devstack import EtcdServer
-from llog.errors import AmbiguousCommit, Fenced
+from llog.errors import AmbiguousCommit, CoordinationError, Fenced
 from llog.writer import TXN_PARTITIONS, AppendFailure, AppendResult
 
 
@@ -84,7 +88,7 @@ def test_a_partition_fenced_behind_the_cache_fails_alone(conn: llog.Connection) 
     assert len(_values(conn, "fence", 0)) == len(_values(conn, "fence", 2)) == 6
 
 
-def test_unknown_outcome_of_the_combined_txn_is_resolved_by_append_id(
+def test_unknown_outcome_of_the_combined_txn_is_ambiguous_for_every_group(
     config: llog.LlogConfig, private_etcd: list[EtcdServer], tmp_path: Path
 ) -> None:
     etcd = private_etcd[0]
@@ -115,3 +119,32 @@ def test_unknown_outcome_of_the_combined_txn_is_resolved_by_append_id(
             assert [v for _, v in _values(c, "amb", p)] == [
                 f"{t}-{p}-{i}".encode() for t in ("w", "y") for i in range(3)
             ]
+
+
+def test_lost_reply_of_a_committed_combined_txn_is_found_by_append_id(
+    conn: llog.Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The transaction commits in the real etcd, then its reply is lost: every group
+    finds its own pending by append_id and is acknowledged once, nothing appended twice."""
+    llog.Topics(conn).create("lost", 3)
+    real_txn = conn.etcd.txn
+    lose = [False]
+
+    def txn(*args: Any, **kw: Any) -> Any:
+        result = real_txn(*args, **kw)
+        if lose[0]:
+            lose[0] = False
+            raise CoordinationError("etcd txn failed: reply lost (injected)")
+        return result
+
+    monkeypatch.setattr(conn.etcd, "txn", txn)
+    with llog.Writer(conn) as w:
+        w.append_shared(_flush("lost", range(3), "w"))
+        lose[0] = True
+        outs = w.append_shared(_flush("lost", range(3), "x"))
+        assert [o.start_offset for o in outs if isinstance(o, AppendResult)] == [3, 3, 3]
+        assert not lose[0]  # the fault fired on the combined txn
+    for p in range(3):
+        got = _values(conn, "lost", p)
+        assert [o for o, _ in got] == list(range(6))
+        assert [v for _, v in got] == [f"{t}-{p}-{i}".encode() for t in ("w", "x") for i in range(3)]
