@@ -383,11 +383,9 @@ class Writer:
                     outcomes[i] = self._commit(g.topic, g.partition, staged.pendings[i], g.producer, unknown.get(i))
 
         tasks = [ix for ix in by_partition.values() if any(outcomes[i] is None for i in ix)]
-        if not tasks:
-            pass
-        elif len(tasks) == 1:
+        if len(tasks) == 1:
             run(tasks[0])
-        else:
+        elif tasks:
             for f in [self._pool.submit(run, t) for t in tasks]:
                 f.result()
         return [o for o in outcomes if o is not None]

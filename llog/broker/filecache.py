@@ -13,9 +13,8 @@ path: creating a file costs 0.2-1 ms on a disk-backed directory, which before th
 ack would have halved a broker's produce throughput. A file holds the append's body
 exactly as its WAL slice does, handed over by the producer, so nothing is encoded
 twice. The queue is bounded (``max_bytes``); when the disk falls behind, commits are
-left out of the files (counted in
-``llog_tail_cache_files_dropped_total``) and readers go to storage for them. A tmpfs
-(``/dev/shm/...``) makes the files nearly free.
+left out of the files (counted in ``llog_tail_cache_files_dropped_total``) and readers
+go to storage for them. A tmpfs (``/dev/shm/...``) makes the files nearly free.
 """
 
 from __future__ import annotations
@@ -34,8 +33,6 @@ from llog.records import ConsumedRecord
 from llog.writer import AppendResult
 
 log = logging.getLogger(__name__)
-
-
 
 
 class FileTailCache:
