@@ -671,6 +671,16 @@ class Writer:
         self._remember(topic, partition, st)
         self.conn.metrics.appends.labels("ok").inc()
         self.conn.metrics.append_records.inc(p.msg_count)
+        return self._result(topic, partition, p)
+
+    def _duplicate(self, topic: str, partition: int, ps: ProducerState) -> AppendResult:
+        """A retried batch that already committed: its original result, nothing written."""
+        self.conn.metrics.appends.labels("duplicate").inc()
+        return self._result(topic, partition, ps)
+
+    def _result(self, topic: str, partition: int, p: Pending | ProducerState) -> AppendResult:
+        """The result of the append that ``p`` (its pending, or the producer state that
+        recorded it) describes."""
         return AppendResult(
             topic=topic,
             partition=partition,
@@ -680,20 +690,6 @@ class Writer:
             index_key=self.conn.keys.index(topic, partition, p.end_offset),
             data_key=p.data_key,
             append_id=p.append_id,
-        )
-
-    def _duplicate(self, topic: str, partition: int, ps: ProducerState) -> AppendResult:
-        """A retried batch that already committed: its original result, nothing written."""
-        self.conn.metrics.appends.labels("duplicate").inc()
-        return AppendResult(
-            topic=topic,
-            partition=partition,
-            start_offset=ps.start_offset,
-            end_offset=ps.end_offset,
-            count=ps.msg_count,
-            index_key=self.conn.keys.index(topic, partition, ps.end_offset),
-            data_key=ps.data_key,
-            append_id=ps.append_id,
         )
 
 

@@ -404,10 +404,7 @@ def create_app(
             await anyio.to_thread.run_sync(b.close)
 
     async def produce(request: Request) -> Response:
-        try:
-            req = parse_produce(await _body(request, max_request_bytes))
-        except InvalidRequest as exc:
-            return _error(400, "InvalidRequest", str(exc), field=exc.field)
+        req = parse_produce(await _body(request, max_request_bytes))
         b = broker()
         submitted = b.submit(req, fast=True)
         if len(submitted) < len(req.topic_partitions):
@@ -443,10 +440,7 @@ def create_app(
         )
 
     async def consume(request: Request) -> Response:
-        try:
-            req = parse_consume(await _body(request, max_request_bytes))
-        except InvalidRequest as exc:
-            return _error(400, "InvalidRequest", str(exc), field=exc.field)
+        req = parse_consume(await _body(request, max_request_bytes))
         b = broker()
         assert b.tails is not None
         unresolved: dict[int, LlogError] = {}
@@ -474,10 +468,7 @@ def create_app(
         )
 
     async def commit(request: Request) -> Response:
-        try:
-            req = parse_commit(await _body(request, max_request_bytes))
-        except InvalidRequest as exc:
-            return _error(400, "InvalidRequest", str(exc), field=exc.field)
+        req = parse_commit(await _body(request, max_request_bytes))
         results = await anyio.to_thread.run_sync(broker().commit, req)
         failed = sum(1 for r in results if not r["ok"])
         return JSONResponse(
@@ -487,10 +478,7 @@ def create_app(
         )
 
     async def offsets(request: Request) -> Response:
-        try:
-            query = parse_offsets_query(request.query_params.multi_items())
-        except InvalidRequest as exc:
-            return _error(400, "InvalidRequest", str(exc), field=exc.field)
+        query = parse_offsets_query(request.query_params.multi_items())
         try:
             return JSONResponse(await anyio.to_thread.run_sync(broker().describe, query))
         except UnknownTopic as exc:
@@ -518,8 +506,12 @@ def create_app(
     async def too_large(_request: Request, exc: Exception) -> Response:
         return _error(413, "RequestTooLarge", str(exc))
 
+    async def invalid_request(_request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, InvalidRequest)
+        return _error(400, "InvalidRequest", str(exc), field=exc.field)
+
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
-        HTTPException: http_error, _TooLarge: too_large,
+        HTTPException: http_error, _TooLarge: too_large, InvalidRequest: invalid_request,
     }
     app = Starlette(
         routes=[

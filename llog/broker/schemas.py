@@ -7,6 +7,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,18 +98,11 @@ def load_json(body: bytes) -> dict[str, Any]:
 def parse_produce(body: bytes) -> ProduceRequest:
     doc = load_json(body)
     _only(doc, "body", {"topic_partitions"})
-    tps = _list(doc, "topic_partitions", "")
     out = []
-    for i, tp in enumerate(tps):
-        where = f"topic_partitions[{i}]"
-        if not isinstance(tp, dict):
-            raise InvalidRequest(where, f"must be an object, got {_kind(tp)}")
-        _only(tp, where, {"topic", "partition", "records", "producer_id", "sequence"})
+    for where, tp in _objects(doc, "topic_partitions", {"topic", "partition", "records", "producer_id", "sequence"}):
         topic, partition = _topic(tp, where), _int(tp, "partition", where, required=True)
         recs = _list(tp, "records", f"{where}.")
-        # ASCII strings, the common case, skip building the field name for an error.
-        values = tuple([r.encode() if type(r) is str and r.isascii() else _record(r, f"{where}.records[{j}]")
-                        for j, r in enumerate(recs)])
+        values = tuple([_record(r, where, j) for j, r in enumerate(recs)])
         pid = tp.get("producer_id")
         if pid is not None and (not isinstance(pid, str) or TOPIC_NAME_RE.fullmatch(pid) is None):
             raise InvalidRequest(f"{where}.producer_id", "must match [A-Za-z0-9._-]{1,249}")
@@ -129,13 +123,8 @@ def parse_consume(body: bytes) -> ConsumeRequest:
         raise InvalidRequest("auto_offset_reset", "only applies with a group")
     if reset not in AUTO_OFFSET_RESETS:
         raise InvalidRequest("auto_offset_reset", f"must be one of {', '.join(AUTO_OFFSET_RESETS)}")
-    tps = _list(doc, "topic_partitions", "")
     out = []
-    for i, tp in enumerate(tps):
-        where = f"topic_partitions[{i}]"
-        if not isinstance(tp, dict):
-            raise InvalidRequest(where, f"must be an object, got {_kind(tp)}")
-        _only(tp, where, {"topic", "partition", "fetch_offset", "partition_max_bytes"})
+    for where, tp in _objects(doc, "topic_partitions", {"topic", "partition", "fetch_offset", "partition_max_bytes"}):
         topic = _topic(tp, where)
         partition = _int(tp, "partition", where, required=True)
         offset = _int(tp, "fetch_offset", where, required=group is None)
@@ -160,14 +149,9 @@ def parse_commit(body: bytes) -> CommitRequest:
     doc = load_json(body)
     _only(doc, "body", {"group", "offsets", "reset", "epoch", "member"})
     group = _group(doc)
-    entries = _list(doc, "offsets", "")
     out: list[CommitOffset] = []
     seen: set[tuple[str, int]] = set()
-    for i, entry in enumerate(entries):
-        where = f"offsets[{i}]"
-        if not isinstance(entry, dict):
-            raise InvalidRequest(where, f"must be an object, got {_kind(entry)}")
-        _only(entry, where, {"topic", "partition", "offset"})
+    for where, entry in _objects(doc, "offsets", {"topic", "partition", "offset"}):
         topic = _topic(entry, where)
         partition = _int(entry, "partition", where, required=True)
         offset = _int(entry, "offset", where, required=True)
@@ -230,6 +214,17 @@ def _list(doc: dict[str, Any], name: str, prefix: str) -> list[Any]:
     return v
 
 
+def _objects(doc: dict[str, Any], name: str, allowed: set[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(field name, item)`` of the body's array ``name``, each item an object with
+    only ``allowed`` fields."""
+    for i, item in enumerate(_list(doc, name, "")):
+        where = f"{name}[{i}]"
+        if not isinstance(item, dict):
+            raise InvalidRequest(where, f"must be an object, got {_kind(item)}")
+        _only(item, where, allowed)
+        yield where, item
+
+
 def _topic(tp: dict[str, Any], where: str) -> str:
     topic = tp.get("topic")
     try:
@@ -261,12 +256,15 @@ def _int(
     return v
 
 
-def _record(r: object, where: str) -> bytes:
+def _record(r: object, tp_where: str, j: int) -> bytes:
+    """Record ``j`` of the topic-partition at ``tp_where``; the field name is built only
+    for an error (this runs once per produced record)."""
     if isinstance(r, str):
         try:
             return r.encode("utf-8")
         except UnicodeEncodeError:
-            raise InvalidRequest(where, "string is not valid UTF-8 (lone surrogate)") from None
+            raise InvalidRequest(f"{tp_where}.records[{j}]", "string is not valid UTF-8 (lone surrogate)") from None
+    where = f"{tp_where}.records[{j}]"
     if isinstance(r, dict):
         if set(r) != {"base64"} or not isinstance(r["base64"], str):
             raise InvalidRequest(where, 'must be a string or {"base64": "<string>"}')
