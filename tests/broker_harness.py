@@ -1,5 +1,6 @@
-"""A broker child process (``python -m llog broker``) and a tiny JSON-over-HTTP client
-for the broker tests."""
+"""A broker child process (``python -m llog broker``), a tiny JSON-over-HTTP client, and
+the fixtures the broker test modules import: ``conn`` (with topic ``t`` of 4
+partitions) and ``broker`` (one broker process on it)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,11 @@ from contextlib import contextmanager
 from typing import Any
 from urllib.parse import urlsplit
 
+import pytest
+
 from llog.config import LlogConfig
+from llog.connection import Connection
+from llog.topics import Topics
 from tests.conftest import config_env
 
 
@@ -69,3 +74,18 @@ def broker_process(cfg: LlogConfig, *args: str, **env: str) -> Iterator[BrokerPr
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+# Registered under the names the tests ask for ("conn" overrides conftest's), and
+# defined under others so importing them does not shadow those parameter names.
+@pytest.fixture(name="conn")
+def conn_with_topic_t(config: LlogConfig) -> Iterator[Connection]:
+    with Connection(config) as c:
+        Topics(c).create("t", 4)
+        yield c
+
+
+@pytest.fixture(name="broker")
+def broker_on_topic_t(config: LlogConfig, conn: Connection) -> Iterator[BrokerProcess]:
+    with broker_process(config) as b:
+        yield b

@@ -7,7 +7,6 @@ from __future__ import annotations
 import base64
 import random
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -16,21 +15,13 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.reader import Reader
 from llog.topics import Topics
-from tests.broker_harness import BrokerProcess, broker_process
+from tests.broker_harness import (  # noqa: F401 (the fixtures conn and broker)
+    BrokerProcess,
+    broker_on_topic_t,
+    broker_process,
+    conn_with_topic_t,
+)
 from tests.conftest import wait_until
-
-
-@pytest.fixture
-def conn(config: LlogConfig) -> Iterator[Connection]:
-    with Connection(config) as c:
-        Topics(c).create("t", 4)
-        yield c
-
-
-@pytest.fixture
-def broker(config: LlogConfig, conn: Connection) -> Iterator[BrokerProcess]:
-    with broker_process(config) as b:
-        yield b
 
 
 def _produce(b: BrokerProcess, tps: list[dict[str, Any]], **kw: Any) -> tuple[int, Any]:

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import http.client
 import json
-from collections.abc import Iterator
 from typing import Any
 
 import jsonschema
@@ -17,21 +16,12 @@ from llog.connection import Connection
 from llog.groups import Consumer, GroupOffsets
 from llog.groups.epoch import bump_epoch
 from llog.reader import Reader
-from llog.topics import Topics
-from tests.broker_harness import BrokerProcess, broker_process
-
-
-@pytest.fixture
-def conn(config: LlogConfig) -> Iterator[Connection]:
-    with Connection(config) as c:
-        Topics(c).create("t", 4)
-        yield c
-
-
-@pytest.fixture
-def broker(config: LlogConfig, conn: Connection) -> Iterator[BrokerProcess]:
-    with broker_process(config) as b:
-        yield b
+from tests.broker_harness import (  # noqa: F401 (the fixtures conn and broker)
+    BrokerProcess,
+    broker_on_topic_t,
+    broker_process,
+    conn_with_topic_t,
+)
 
 
 def _produce(b: BrokerProcess, partition: int, records: list[str], **idem: Any) -> tuple[int, Any]:
