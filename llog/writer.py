@@ -21,7 +21,7 @@ import uuid
 from collections.abc import Callable, Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import TypeVar, cast
 
 from llog.codec import batch, blob
 from llog.codec.meta import FENCED, Control, IndexEntry, MetaFormatError, Pending, ProducerState
@@ -94,6 +94,8 @@ class _Prepared:
     topic: str
     partition: int
     records: tuple[Record, ...]
+    #: The same records as columns, for the encoder.
+    columns: batch.RecordColumns
     max_timestamp: int
     #: Append time, for the records that carry no timestamp of their own.
     stamp: int
@@ -240,6 +242,43 @@ def normalize_record(topic: str, partition: int, r: object, now: int | None, lim
     return Record(value, key, ts, norm_headers)
 
 
+_NONE = type(None)
+
+
+def check_records(
+    topic: str, partition: int, records: Sequence[object], limit: int
+) -> tuple[tuple[Record, ...], batch.RecordColumns]:
+    """:func:`normalize_record` over one group (timestamps left unset), and the records
+    as columns for :func:`batch.encode_columns`. When every record is an exact
+    :class:`Record` of bytes without headers the checks run column by column: one
+    C-level pass per field instead of a Python call per record (which cost a third of a
+    2 MiB append's CPU), and the encoder reuses the same columns."""
+    given = tuple(records)
+    n = len(given)
+    if n and set(map(type, given)) == {Record}:
+        recs = cast("tuple[Record, ...]", given)
+        values = [r.value for r in recs]
+        keys = [r.key for r in recs]
+        stamps = [r.timestamp for r in recs]
+        if (
+            set(map(type, values)) == {bytes}
+            and set(map(type, keys)) <= {bytes, _NONE}
+            and [r.headers for r in recs].count(()) == n
+            and (stamps.count(None) == n or _stamps_ok(stamps))
+            and max(map(len, values)) + max([len(k) for k in keys if k is not None], default=0) <= limit
+        ):
+            return recs, (stamps, keys, values, None)
+    checked = tuple([normalize_record(topic, partition, r, None, limit) for r in given])
+    return checked, batch.columns_of(checked)
+
+
+def _stamps_ok(stamps: list[int | None]) -> bool:
+    if not set(map(type, stamps)) <= {int, _NONE}:
+        return False
+    given = [t for t in stamps if t is not None]
+    return min(given) >= 0 and max(given) < 2**63
+
+
 class Writer:
     """Appends records to any partitions; thread-safe.
 
@@ -295,11 +334,12 @@ class Writer:
                 raise InvalidInput(f"records for {topic}/{partition} must be a sequence")
             if len(g.records) == 0:
                 raise InvalidInput(f"empty group for {topic}/{partition}")
-            recs = tuple([normalize_record(topic, partition, r, None, limit) for r in g.records])
+            recs, cols = check_records(topic, partition, g.records, limit)
             producer = _check_producer(topic, partition, g.producer_id, g.sequence)
             self.conn.check_partition(topic, partition)
-            max_ts = max([now if r.timestamp is None else r.timestamp for r in recs])
-            prepared.append(_Prepared(topic, partition, recs, max_ts, now, producer))
+            stamps = cols[0]
+            max_ts = now if stamps.count(None) == len(stamps) else max([now if t is None else t for t in stamps])
+            prepared.append(_Prepared(topic, partition, recs, cols, max_ts, now, producer))
         if not prepared:
             raise InvalidInput("append_shared needs at least one group")
         return prepared
@@ -331,7 +371,7 @@ class Writer:
         prepared = self.validate(groups)
         created = now_ms()
         bodies = [
-            blob.BlobBody(g.topic, g.partition, len(g.records), batch.encode_body(g.records, g.stamp))
+            blob.BlobBody(g.topic, g.partition, len(g.records), batch.encode_columns(g.columns, g.stamp))
             for g in prepared
         ]
         packed = blob.pack(bodies, created)
@@ -342,7 +382,7 @@ class Writer:
             )
         blob_id = uuid.uuid4().hex
         data_key = self.conn.keys.wal_blob(blob_id)
-        self.conn.store.put(data_key, packed.data)
+        self.conn.store.put(data_key, packed.data, crc32=packed.crc32)
         self.conn.metrics.blob_bytes.observe(len(packed.data))
         self._hook("after_put", data_key)
         pendings = tuple(

@@ -299,6 +299,25 @@ def test_blob_round_trip_and_header_fixpoint(n: int, created: int) -> None:
     assert parts[-1].body_offset + parts[-1].body_length == len(packed.data)
 
 
+@settings(max_examples=60, deadline=None)
+@given(st.lists(record_lists, min_size=1, max_size=6), st.booleans())
+def test_blob_crc_is_the_crc_of_the_whole_blob(groups: list[list[Record]], pieces: bool) -> None:
+    """The writer hands this CRC to S3 as the upload's checksum: combined from the
+    bodies' own CRCs, it must equal a CRC over every byte of the blob."""
+    bodies = [
+        blob.BlobBody("t", i, len(recs), batch.encode_body(recs, 7) if pieces else batch.encode(recs, 7))
+        for i, recs in enumerate(groups)
+    ]
+    packed = blob.pack(bodies, 1)
+    assert packed.crc32 == zlib.crc32(packed.data)
+
+
+@settings(max_examples=200, deadline=None)
+@given(record_lists, st.integers(0, 2**40))
+def test_encode_columns_equals_encode_of_records(recs: list[Record], stamp: int) -> None:
+    assert batch.encode_columns(batch.columns_of(recs), stamp).tobytes() == batch.encode(recs, stamp)
+
+
 def test_blob_pack_rejects_no_bodies() -> None:
     with pytest.raises(blob.BlobFormatError):
         blob.pack([], 0)

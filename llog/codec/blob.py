@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import msgpack
 
 from llog.codec.batch import ENCODING, EncodedBody
+from llog.codec.crc import crc32, crc32_combine
 
 MAGIC = b"LLS1"
 VERSION = 1
@@ -57,6 +58,8 @@ class PackedBlob:
     data: bytes
     parts: tuple[BlobPart, ...]
     created_at_ms: int
+    #: CRC-32 of ``data``, combined from the bodies' CRCs (``None`` without zlib-ng).
+    crc32: int | None = None
 
 
 def _header(created_at_ms: int, parts: Sequence[BlobPart]) -> bytes:
@@ -98,8 +101,21 @@ def pack(bodies: Sequence[BlobBody], created_at_ms: int) -> PackedBlob:
         if len(header) == header_len:
             break
         header_len = len(header)
-    data = b"".join([_PREFIX.pack(MAGIC, header_len), header, *(c for e in encoded for c in e.chunks)])
-    return PackedBlob(data, tuple(parts), created_at_ms)
+    prefix = _PREFIX.pack(MAGIC, header_len)
+    data = b"".join([prefix, header, *(c for e in encoded for c in e.chunks)])
+    return PackedBlob(data, tuple(parts), created_at_ms, _blob_crc(prefix + header, encoded))
+
+
+def _blob_crc(head: bytes, bodies: Sequence[EncodedBody]) -> int | None:
+    """The whole blob's CRC-32 from each body's (which covers its bytes from offset 8):
+    only the short unchecked stretches are read again."""
+    if crc32_combine is None:
+        return None
+    crc = crc32(head)
+    for e in bodies:
+        crc = crc32(e.chunks[0][:8], crc)  # the first chunk holds the 32-byte body header
+        crc = crc32_combine(crc, e.crc, e.length - 8)
+    return crc
 
 
 def parse_header(data: bytes | memoryview) -> tuple[int, tuple[BlobPart, ...]]:

@@ -23,7 +23,7 @@ from llog.partitioner import partition_for_key
 from llog.producer.accumulator import Accumulator, Pending, record_size
 from llog.producer.sender import CommitListener, Sender
 from llog.records import Headers, Record
-from llog.writer import AppendResult, Writer, normalize_record
+from llog.writer import AppendResult, Writer, check_records
 
 __all__ = ["BatchingProducer"]
 
@@ -161,4 +161,4 @@ class BatchingProducer:
         # Records without a timestamp keep None: the writer stamps append time when it
         # builds the blob (a new Record per record here cost a quarter of a send).
         limit = self.writer.config.max_record_bytes
-        return [normalize_record(topic, partition, r, None, limit) for r in records]
+        return list(check_records(topic, partition, records, limit)[0])

@@ -29,7 +29,7 @@ class LocalStore(ObjectStore):
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes, *, crc32: int | None = None) -> None:
         path = self._path(key)
         with self._measure("put"):
             path.parent.mkdir(parents=True, exist_ok=True)

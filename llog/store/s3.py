@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import base64
 import builtins
 from collections.abc import Iterable, Iterator
 from typing import Any
@@ -59,10 +60,13 @@ class S3Store(ObjectStore):
                 return ObjectNotFound(key)
         return StoreError(f"S3 {op} of s3://{self.bucket}/{self._k(key)} failed: {exc}")
 
-    def put(self, key: str, data: bytes) -> None:
+    def put(self, key: str, data: bytes, *, crc32: int | None = None) -> None:
+        extra: dict[str, Any] = {}
+        if crc32 is not None:
+            extra["ChecksumCRC32"] = base64.b64encode(crc32.to_bytes(4, "big")).decode()
         with self._measure("put"):
             try:
-                self._client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data)
+                self._client.put_object(Bucket=self.bucket, Key=self._k(key), Body=data, **extra)
             except (ClientError, BotoCoreError) as exc:
                 raise self._error(exc, key, "PUT") from exc
         self.metrics.s3_bytes.labels("in").inc(len(data))
