@@ -26,6 +26,7 @@ import multiprocessing
 import os
 import queue
 import random
+import shutil
 import signal
 import subprocess
 import sys
@@ -83,6 +84,15 @@ def broker(cfg: LlogConfig, tail_dir: Path | None) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+def shared_tail_dir(workdir: Path) -> Path:
+    """The brokers' shared ``LLOG_TAIL_CACHE_DIR``: on a tmpfs where the host has one,
+    as docs/broker.md recommends (a file per commit on a disk-backed directory costs
+    the brokers CPU for nothing), else under the stack's work directory."""
+    shm = Path("/dev/shm")
+    base = shm if shm.is_dir() and os.access(shm, os.W_OK) else workdir
+    return base / f"llog-bench-tail-{os.getpid()}"
 
 
 def pct(values: list[float], q: float) -> float:
@@ -263,18 +273,22 @@ def main() -> None:
         with Connection(cfg) as conn:
             for t in ("b", "e", "w"):
                 Topics(conn).create(t, PARTITIONS)
-        tail_dir = None if args.no_shared_cache else stack.workdir / "tail-cache"
-        with broker(cfg, tail_dir) as url_a, broker(cfg, tail_dir) as url_b, BatchingProducer(cfg) as prod:
-            # Warm both paths (connections, partition caches) before timing.
-            broker_produce(url_a, clients, 2, args.records, args.size)
-            sdk_produce(prod, clients, 2, args.records, args.size)
-            n = clients * requests * args.records
-            b_secs, s_secs = [], []
-            for _ in range(runs):
-                b_secs.append(broker_produce(url_a, clients, requests, args.records, args.size))
-                s_secs.append(sdk_produce(prod, clients, requests, args.records, args.size))
-            ack, e2e = end_to_end(url_a, args.rate, e2e_seconds)
-            wake = wake_ups(url_a, url_b, wakes)
+        tail_dir = None if args.no_shared_cache else shared_tail_dir(stack.workdir)
+        try:
+            with broker(cfg, tail_dir) as url_a, broker(cfg, tail_dir) as url_b, BatchingProducer(cfg) as prod:
+                # Warm both paths (connections, partition caches) before timing.
+                broker_produce(url_a, clients, 2, args.records, args.size)
+                sdk_produce(prod, clients, 2, args.records, args.size)
+                n = clients * requests * args.records
+                b_secs, s_secs = [], []
+                for _ in range(runs):
+                    b_secs.append(broker_produce(url_a, clients, requests, args.records, args.size))
+                    s_secs.append(sdk_produce(prod, clients, requests, args.records, args.size))
+                ack, e2e = end_to_end(url_a, args.rate, e2e_seconds)
+                wake = wake_ups(url_a, url_b, wakes)
+        finally:
+            if tail_dir is not None:
+                shutil.rmtree(tail_dir, ignore_errors=True)
 
     broker_rate, sdk_rate = n / median(b_secs), n / median(s_secs)
     ratio = median([s / b for b, s in zip(b_secs, s_secs, strict=True)])

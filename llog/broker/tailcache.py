@@ -12,7 +12,6 @@ import bisect
 import threading
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 from llog.records import ConsumedRecord, Record
 from llog.writer import AppendResult
@@ -20,15 +19,33 @@ from llog.writer import AppendResult
 TopicPartition = tuple[str, int]
 
 
-@dataclass(frozen=True)
 class _Segment:
-    start: int
-    records: tuple[ConsumedRecord, ...]
-    nbytes: int
+    """One committed append: its records as handed in, their stored timestamps, and
+    the :class:`ConsumedRecord` objects built from them on the first read (a broker
+    whose consumers are not at the tail never pays for them)."""
+
+    __slots__ = ("_consumed", "nbytes", "partition", "records", "start", "timestamps", "topic")
+
+    def __init__(
+        self, topic: str, partition: int, start: int, records: Sequence[Record], timestamps: list[int]
+    ) -> None:
+        self.topic, self.partition, self.start = topic, partition, start
+        self.records, self.timestamps = records, timestamps
+        self.nbytes = sum(len(r.value) + (len(r.key) if r.key is not None else 0) for r in records)
+        self._consumed: tuple[ConsumedRecord, ...] | None = None
 
     @property
     def end(self) -> int:  # exclusive
         return self.start + len(self.records)
+
+    def consumed(self) -> tuple[ConsumedRecord, ...]:
+        if self._consumed is None:
+            t, p, start = self.topic, self.partition, self.start
+            self._consumed = tuple(
+                ConsumedRecord(t, p, start + i, ts, r.key, r.value, r.headers)
+                for i, (r, ts) in enumerate(zip(self.records, self.timestamps, strict=True))
+            )
+        return self._consumed
 
 
 def _size(r: ConsumedRecord) -> int:
@@ -54,11 +71,7 @@ class TailCache:
         """Cache a committed append: its records and their timestamps as stored (a
         record sent without one was stamped with append time by the writer)."""
         tp = (result.topic, result.partition)
-        recs = tuple(
-            ConsumedRecord(result.topic, result.partition, result.start_offset + i, ts, r.key, r.value, r.headers)
-            for i, (r, ts) in enumerate(zip(records, timestamps, strict=True))
-        )
-        seg = _Segment(result.start_offset, recs, sum(map(_size, recs)))
+        seg = _Segment(result.topic, result.partition, result.start_offset, records, list(timestamps))
         if seg.nbytes > self.max_bytes:
             return
         with self._lock:
@@ -94,7 +107,7 @@ class TailCache:
             used = 0
             want = offset
             while i < len(segs) and segs[i].start <= want < segs[i].end:
-                for r in segs[i].records[want - segs[i].start:]:
+                for r in segs[i].consumed()[want - segs[i].start:]:
                     size = _size(r)
                     if out and used + size > max_bytes:
                         return out
