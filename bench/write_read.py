@@ -20,8 +20,9 @@ object store (``s3``, and ``file://`` as a second row), measures:
 - small appends (one record each, single- and multi-partition calls): etcd txns per
   partition-append.
 
-Raw and llog runs alternate, each figure is the median of ``--runs`` repetitions, and
-ratios are medians of per-repetition ratios. llog MiB/s count record payload (value +
+Raw and llog calls alternate (with one thread, flush by flush: each append next to a
+bare PUT of the same blob, in turns first; otherwise run by run), each figure is the
+median of ``--runs`` repetitions, and ratios are medians of per-repetition ratios. llog MiB/s count record payload (value +
 key bytes); raw MiB/s count object bytes, which also hold the blob's framing, so the
 ratios are slightly conservative. The last line is one JSON object.
 
@@ -64,7 +65,7 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.control import decode_index, now_ms
 from llog.producer import BatchingProducer
-from llog.store import ObjectStore
+from llog.store import ObjectStore, open_store
 
 PARTITIONS = 16
 VALUE_BYTES = 1024
@@ -155,40 +156,62 @@ def measure_produce(
     data = payload(work)
     raw = packed_like(work[0])
     freeze_heap()
-    store, m = conn.store, conn.metrics
+    m = conn.metrics
+    # Raw PUTs through a store of their own: same server and settings, but its calls
+    # stay out of the llog counters read below.
+    raw_store = open_store(conn.config)
     prod_s: list[float] = []
     put_s: list[float] = []
     txns = appends = puts = prod_cpu = put_cpu = 0.0
-    with Writer(conn, commit_workers=PARTITIONS) as w:
+    with raw_store, Writer(conn, commit_workers=PARTITIONS) as w:
         w.append_shared(work[0])  # warm: control values cached, connections open
-        store.put(f"{conn.keys.root}/raw/warm", raw)
+        raw_store.put(f"{conn.keys.root}/raw/warm", raw)
 
-        def produce() -> None:
-            run_all(lambda i: w.append_shared(work[i]), flushes, streams)
+        def raw_key(run: int, i: int) -> str:
+            return f"{conn.keys.root}/raw/{streams}/{run}/{i}"
 
-        def raw_put(run: int) -> None:
-            run_all(lambda i: store.put(f"{conn.keys.root}/raw/{streams}/{run}/{i}", raw), flushes, streams)
+        def interleaved(run: int) -> tuple[float, float, float, float]:
+            """One thread: each append next to a bare PUT of the same size, in turns
+            first, so both see the same moment of a drifting machine."""
+            p = r = pc = rc = 0.0
+            for i in range(flushes):
+                for is_raw in ((True, False) if (i + run) % 2 else (False, True)):
+                    c0, t0 = time.process_time(), time.perf_counter()
+                    if is_raw:
+                        raw_store.put(raw_key(run, i), raw)
+                    else:
+                        w.append_shared(work[i])
+                    dt, dc = time.perf_counter() - t0, time.process_time() - c0
+                    if is_raw:
+                        r, rc = r + dt, rc + dc
+                    else:
+                        p, pc = p + dt, pc + dc
+            return p, r, pc, rc
 
-        def timed_raw(run: int) -> None:
-            nonlocal put_cpu
-            c0 = time.process_time()
-            put_s.append(seconds(lambda: raw_put(run)))
-            put_cpu += time.process_time() - c0
+        def blocks(run: int) -> tuple[float, float, float, float]:
+            """Several threads: all flushes, then all bare PUTs (in turns first)."""
+            out = {}
+            for is_raw in ((True, False) if run % 2 else (False, True)):
+                c0 = time.process_time()
+                if is_raw:
+                    secs = seconds(lambda: run_all(lambda i: raw_store.put(raw_key(run, i), raw), flushes, streams))
+                else:
+                    secs = seconds(lambda: run_all(lambda i: w.append_shared(work[i]), flushes, streams))
+                out[is_raw] = (secs, time.process_time() - c0)
+            return out[False][0], out[True][0], out[False][1], out[True][1]
 
         for run in range(runs):
-            if run % 2:  # alternate the order: drift on the shared machine hits both alike
-                timed_raw(run)
             t0 = m.value("llog_etcd_ops_total", op="txn")
             a0 = m.value("llog_partition_appends_total", outcome="ok")
             p0 = m.value("llog_s3_ops_total", op="put")
-            c0 = time.process_time()
-            prod_s.append(seconds(produce))
-            prod_cpu += time.process_time() - c0
+            p_s, r_s, p_c, r_c = interleaved(run) if streams == 1 else blocks(run)
+            prod_s.append(p_s)
+            put_s.append(r_s)
+            prod_cpu += p_c
+            put_cpu += r_c
             txns += m.value("llog_etcd_ops_total", op="txn") - t0
             appends += m.value("llog_partition_appends_total", outcome="ok") - a0
             puts += m.value("llog_s3_ops_total", op="put") - p0
-            if not run % 2:
-                timed_raw(run)
     raw_bytes = len(raw) * flushes
     per_flush_ms = 1000 / (flushes * runs)
     return ProduceRow(
@@ -447,8 +470,8 @@ def main() -> None:
     p.add_argument("--no-file", action="store_true", help="skip the file:// store rows")
     args = p.parse_args()
     quick = bool(args.quick)
-    runs = args.runs or (3 if quick else 5)
-    flushes = 8 if quick else 16
+    runs = args.runs or (5 if quick else 7)
+    flushes = 16 if quick else 24
     # A scan's fixed start (two etcd reads, filling the prefetch pipeline) needs a few
     # slices to amortize: 8 per partition at least. --quick stops there because moto
     # reads a whole object for every range GET, so shared-blob scans dominate its time.
