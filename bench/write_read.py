@@ -22,9 +22,10 @@ object store (``s3``, and ``file://`` as a second row), measures:
 
 Raw and llog calls alternate (with one thread, flush by flush: each append next to a
 bare PUT of the same blob, in turns first; otherwise run by run), each figure is the
-median of ``--runs`` repetitions, and ratios are medians of per-repetition ratios. llog MiB/s count record payload (value +
-key bytes); raw MiB/s count object bytes, which also hold the blob's framing, so the
-ratios are slightly conservative. The last line is one JSON object.
+median of ``--runs`` repetitions, and ratios are medians of per-repetition ratios.
+llog MiB/s count record payload (value + key bytes); raw MiB/s count object bytes,
+which also hold the blob's framing, so the ratios are slightly conservative. The last
+line is one JSON object.
 
 Targets (printed as a table, and as ``*_target_met`` in the JSON): etcd txns per
 partition-append <= 1.1; produce MiB/s >= 0.8 x raw PUT MiB/s (s3, shared blobs, 1
