@@ -20,7 +20,6 @@ import logging
 import time
 import uuid
 from dataclasses import dataclass, replace
-from itertools import repeat
 
 from compactor.claims import Claim, ClaimLost, claim_guard, claim_lost, process_owner
 from compactor.metrics import CompactorMetrics, compactor_metrics
@@ -35,7 +34,7 @@ from llog.errors import CorruptMetadata, OffsetOutOfRange
 from llog.etcd import Get, Put, absent, mod_revision_is
 from llog.names import check_partition, check_topic
 from llog.reader import Reader
-from llog.records import Record
+from llog.records import Headers
 
 log = logging.getLogger(__name__)
 
@@ -184,25 +183,31 @@ class Compactor:
         """Read the run's records, PUT them as one body; the record to create for it."""
         conn, m = self.conn, self.metrics
         with m.time("read"):
-            records: list[Record] = []
+            # Column by column, as the bodies hold them: no per-record objects.
+            stamps: list[int | None] = []
+            keys: list[bytes | None] = []
+            values: list[bytes] = []
+            headers: list[Headers] = []
             max_ts = 0
             scan = self._reader.scan_batches(topic, partition, run.start_offset, run.end_offset + 1)
             for first, b, lo, hi in scan:
                 ts, ks, vs, hs = b.columns(lo - first, hi - first)
                 max_ts = max(max_ts, *ts)
-                records.extend(map(
-                    Record, vs, repeat(None) if ks is None else ks, ts, repeat(()) if hs is None else hs
-                ))
-        if len(records) != run.msg_count:
+                stamps.extend(ts)
+                keys.extend([None] * len(vs) if ks is None else ks)
+                values.extend(vs)
+                headers.extend([()] * len(vs) if hs is None else hs)
+        if len(values) != run.msg_count:
             raise CorruptMetadata(
                 conn.keys.index(topic, partition, run.end_offset),
-                f"run [{run.start_offset}, {run.end_offset}] read back {len(records)} records",
+                f"run [{run.start_offset}, {run.end_offset}] read back {len(values)} records",
             )
         with m.time("encode"):
-            body = batch.encode(records)
+            encoded = batch.encode_columns((stamps, keys, values, headers))
+            body = encoded.tobytes()
         data_key = conn.keys.compacted_blob(topic, partition, uuid.uuid4().hex)
         with m.time("put"):
-            conn.store.put(data_key, body)
+            conn.store.put(data_key, body, crc32=encoded.full_crc())
         return CompactionRecord(
             stage=WRITING_COMPACTED_INDEX,
             start_offset=run.start_offset,

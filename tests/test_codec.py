@@ -310,6 +310,9 @@ def test_blob_crc_is_the_crc_of_the_whole_blob(groups: list[list[Record]], piece
     ]
     packed = blob.pack(bodies, 1)
     assert packed.crc32 == zlib.crc32(packed.data)
+    for recs in groups:  # one body alone (a compacted object) likewise
+        enc = batch.encode_body(recs, 7)
+        assert enc.full_crc() == zlib.crc32(enc.tobytes())
 
 
 @settings(max_examples=200, deadline=None)

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from itertools import accumulate, pairwise, repeat
 from typing import TYPE_CHECKING, Any, Literal, cast
 
-from llog.codec.crc import crc32
+from llog.codec.crc import crc32, crc32_combine
 from llog.records import Headers, Record
 
 if TYPE_CHECKING:
@@ -106,6 +106,13 @@ class EncodedBody:
 
     def tobytes(self) -> bytes:
         return b"".join(self.chunks)
+
+    def full_crc(self) -> int | None:
+        """CRC-32 of every byte of the body (its own ``crc`` covers them from offset 8
+        on), for an upload checksum; ``None`` without zlib-ng's ``crc32_combine``."""
+        if crc32_combine is None:
+            return None
+        return crc32_combine(crc32(self.chunks[0][:8]), self.crc, self.length - 8)
 
 
 def encode(records: Sequence[Record], default_timestamp: int = 0) -> bytes:

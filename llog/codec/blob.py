@@ -107,14 +107,14 @@ def pack(bodies: Sequence[BlobBody], created_at_ms: int) -> PackedBlob:
 
 
 def _blob_crc(head: bytes, bodies: Sequence[EncodedBody]) -> int | None:
-    """The whole blob's CRC-32 from each body's (which covers its bytes from offset 8):
-    only the short unchecked stretches are read again."""
+    """The whole blob's CRC-32, combined from the bodies' own: no body is read again."""
     if crc32_combine is None:
         return None
     crc = crc32(head)
     for e in bodies:
-        crc = crc32(e.chunks[0][:8], crc)  # the first chunk holds the 32-byte body header
-        crc = crc32_combine(crc, e.crc, e.length - 8)
+        full = e.full_crc()
+        assert full is not None
+        crc = crc32_combine(crc, full, e.length)
     return crc
 
 
