@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import threading
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ import pytest
 
 from llog.errors import InvalidInput, ObjectNotFound, StoreError
 from llog.store import LocalStore, ObjectStore
-from llog.store.s3 import S3Store
+from llog.store.s3 import EXPECT_CONTINUE_MIN_BYTES, S3Store
 from tests.conftest import TEST_BUCKET, Servers
 
 BACKENDS = ["s3", "local"]
@@ -196,6 +197,36 @@ def test_metrics_count_operations_and_bytes(store: ObjectStore) -> None:
     assert m.value("llog_s3_ops_total", op="get_range") == 1
     assert m.value("llog_s3_bytes_total", direction="in") == 300
     assert m.value("llog_s3_bytes_total", direction="out") == 320
+
+
+def test_put_with_the_callers_crc_round_trips(store: ObjectStore) -> None:
+    data = payload(4096)
+    store.put("crc", data, crc32=zlib.crc32(data))
+    assert store.get("crc") == data
+
+
+# -- S3Store specifics ------------------------------------------------------------
+
+
+def test_s3_put_waits_for_100_continue_only_for_large_bodies(
+    root_prefix: str, s3_client: Any
+) -> None:
+    sent: list[dict[str, str]] = []
+
+    def spy(request: Any, **_: Any) -> None:
+        sent.append({k: (v.decode() if isinstance(v, bytes) else v) for k, v in request.headers.items()})
+
+    store = S3Store(TEST_BUCKET, prefix=root_prefix, client=s3_client)
+    s3_client.meta.events.register("before-send.s3.PutObject", spy, unique_id="test-spy")
+    try:
+        small, large = payload(1000), os.urandom(EXPECT_CONTINUE_MIN_BYTES)
+        store.put("small", small, crc32=zlib.crc32(small))
+        store.put("large", large)
+    finally:
+        s3_client.meta.events.unregister("before-send.s3.PutObject", unique_id="test-spy")
+    assert "Expect" not in sent[0]  # one round trip fewer on a small PUT
+    assert sent[1].get("Expect") == "100-continue"
+    assert store.get("small") == small and store.get("large") == large
 
 
 # -- LocalStore specifics ---------------------------------------------------------

@@ -10,6 +10,7 @@ from typing import Any
 import boto3
 from botocore.config import Config
 from botocore.exceptions import BotoCoreError, ClientError
+from botocore.utils import determine_content_length
 
 from llog.errors import ObjectNotFound, StoreError
 from llog.metrics import Metrics
@@ -17,6 +18,18 @@ from llog.store.base import ObjectInfo, ObjectStore, check_key, check_range
 
 _NOT_FOUND = {"NoSuchKey", "404", "NotFound"}
 _DELETE_BATCH = 1000  # S3 DeleteObjects limit
+#: Bodies below this go without ``Expect: 100-continue`` (the AWS SDK for Go's default).
+EXPECT_CONTINUE_MIN_BYTES = 2 * 1024 * 1024
+
+
+def _expect_only_for_large_bodies(request: Any, **_: Any) -> None:
+    """botocore asks for ``100 Continue`` before sending any PutObject body: one more
+    round trip on every PUT, which is the write path's critical path. The wait only
+    pays off when a large body would be refused, so small bodies go at once."""
+    if "Expect" in request.headers:
+        size = determine_content_length(request.body)
+        if size is not None and size < EXPECT_CONTINUE_MIN_BYTES:
+            del request.headers["Expect"]
 
 
 class S3Store(ObjectStore):
@@ -48,6 +61,9 @@ class S3Store(ObjectStore):
                 max_pool_connections=max_pool_connections,
                 s3={"addressing_style": "path"} if endpoint_url else None,
             ),
+        )
+        self._client.meta.events.register(
+            "before-sign.s3.PutObject", _expect_only_for_large_bodies, unique_id="llog-expect-threshold"
         )
 
     def _k(self, key: str) -> str:
