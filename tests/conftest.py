@@ -18,7 +18,7 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import pytest
@@ -146,16 +146,41 @@ def conn(config: LlogConfig) -> Iterator[Connection]:
         yield c
 
 
+class PrivateEtcd:
+    """An etcd of one test's own, so the test can stop it mid-commit and restart it.
+
+    It is also a writer fault hook: once :attr:`armed`, the first PUT stops the server
+    (its data key goes to :attr:`put`), so the commit after it has an unknown outcome."""
+
+    def __init__(self, workdir: Path) -> None:
+        self.workdir = workdir
+        self.server = EtcdServer(workdir)
+        self.server.wait_ready()
+        self.endpoint = self.server.endpoint
+        self.armed = False
+        self.put: list[str] = []
+
+    def config(self, base: LlogConfig) -> LlogConfig:
+        return replace(base, etcd_endpoints=(self.endpoint,))
+
+    def __call__(self, point: str, data_key: str) -> None:
+        if point == "after_put" and self.armed and not self.put:
+            self.put.append(data_key)
+            self.server.stop()
+
+    def restart(self) -> None:
+        """Same data dir and client port: the cluster comes back with its state."""
+        self.server = EtcdServer(self.workdir, port=int(self.endpoint.rsplit(":", 1)[1]))
+        self.server.wait_ready()
+
+
 @pytest.fixture
-def private_etcd(tmp_path: Path) -> Iterator[list[EtcdServer]]:
-    """An etcd of this test's own, so the test can stop it mid-commit and restart it
-    (append the restarted server to the list; the last one is stopped at the end)."""
-    servers = [EtcdServer(tmp_path)]
+def private_etcd(tmp_path: Path) -> Iterator[PrivateEtcd]:
+    etcd = PrivateEtcd(tmp_path)
     try:
-        servers[0].wait_ready()
-        yield servers
+        yield etcd
     finally:
-        servers[-1].stop()
+        etcd.server.stop()
 
 
 def wait_until(cond: Callable[[], object], timeout: float, what: str) -> None:

@@ -6,17 +6,15 @@ resolves an unknown outcome by append_id (or reports `AmbiguousCommit`)."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 import llog
 from llog import AppendGroup
-from llog.devstack import EtcdServer
 from llog.errors import AmbiguousCommit, CoordinationError, Fenced
 from llog.writer import TXN_PARTITIONS, AppendFailure, AppendResult
+from tests.conftest import PrivateEtcd
 
 
 def _txns(conn: llog.Connection) -> float:
@@ -89,29 +87,19 @@ def test_a_partition_fenced_behind_the_cache_fails_alone(conn: llog.Connection) 
 
 
 def test_unknown_outcome_of_the_combined_txn_is_ambiguous_for_every_group(
-    config: llog.LlogConfig, private_etcd: list[EtcdServer], tmp_path: Path
+    config: llog.LlogConfig, private_etcd: PrivateEtcd
 ) -> None:
-    etcd = private_etcd[0]
-    cfg = replace(config, etcd_endpoints=(etcd.endpoint,))
-    put: list[str] = []
-    armed = False
-
-    def stop_etcd(point: str, data_key: str) -> None:
-        if point == "after_put" and armed and not put:
-            put.append(data_key)
-            etcd.stop()
-
-    with llog.Connection(cfg) as c:
+    with llog.Connection(private_etcd.config(config)) as c:
         llog.Topics(c).create("amb", 3)
-        with llog.Writer(c, fault_hook=stop_etcd) as w:
+        with llog.Writer(c, fault_hook=private_etcd) as w:
             w.append_shared(_flush("amb", range(3), "w"))
-            armed = True
+            private_etcd.armed = True
             outs = w.append_shared(_flush("amb", range(3), "x"))
             # The writer cannot know whether the txn reached etcd: each group says so.
             assert [type(getattr(o, "error", o)) for o in outs] == [AmbiguousCommit] * 3
-            assert all(put[0].rsplit("/", 1)[1] in str(o.error) for o in outs if isinstance(o, AppendFailure))
-            private_etcd.append(EtcdServer(tmp_path, port=int(etcd.endpoint.rsplit(":", 1)[1])))
-            private_etcd[-1].wait_ready()
+            blob_id = private_etcd.put[0].rsplit("/", 1)[1]
+            assert all(blob_id in str(o.error) for o in outs if isinstance(o, AppendFailure))
+            private_etcd.restart()
             # Nothing of the failed blob committed; the same writer carries on cleanly.
             again = w.append_shared(_flush("amb", range(3), "y"))
             assert [o.start_offset for o in again if isinstance(o, AppendResult)] == [3, 3, 3]

@@ -7,19 +7,17 @@ from __future__ import annotations
 import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
 import llog
 from llog import AppendGroup
 from llog.codec.meta import ProducerState
-from llog.devstack import EtcdServer
 from llog.errors import AmbiguousCommit, InvalidInput, SequenceError
 from llog.etcd import KV
 from llog.keys import prefix_range_end
 from llog.writer import AppendFailure, AppendResult
+from tests.conftest import PrivateEtcd
 
 PARTITIONS = 8
 BATCHES = 1000
@@ -209,34 +207,23 @@ def test_bad_producer_fields_are_rejected_before_any_write(conn: llog.Connection
 
 
 def test_unresolvable_outcome_is_ambiguous_then_the_retry_resolves(
-    config: llog.LlogConfig, private_etcd: list[EtcdServer], tmp_path: Path
+    config: llog.LlogConfig, private_etcd: PrivateEtcd
 ) -> None:
-    etcd = private_etcd[0]
-    cfg = replace(config, etcd_endpoints=(etcd.endpoint,))
-    put: list[str] = []
-
-    def stop_etcd(point: str, data_key: str) -> None:
-        if point == "after_put" and armed and not put:
-            put.append(data_key)
-            etcd.stop()
-
-    armed = False
+    cfg = private_etcd.config(config)
     with llog.Connection(cfg) as c:
         llog.Topics(c).create("amb", 1)
-        with llog.Writer(c, fault_hook=stop_etcd) as w:
+        with llog.Writer(c, fault_hook=private_etcd) as w:
             # Warm the writer's cache so the next commit is a txn with no read before it.
             _append(w, "amb", 0, [b"w"], "p", 0)
-            armed = True
+            private_etcd.armed = True
             [out] = w.append_shared([AppendGroup("amb", 0, [b"x"], "p", 1)])
     # The txn never reached etcd, but the writer cannot know that: the append may exist.
     assert isinstance(out, AppendFailure)
     assert isinstance(out.error, AmbiguousCommit)
-    blob_id = put[0].rsplit("/", 1)[1]
+    blob_id = private_etcd.put[0].rsplit("/", 1)[1]
     assert "amb/0" in str(out.error) and f"{blob_id}:0" in str(out.error)
 
-    # Same data dir and client port: the cluster comes back with its state.
-    private_etcd.append(EtcdServer(tmp_path, port=int(etcd.endpoint.rsplit(":", 1)[1])))
-    private_etcd[-1].wait_ready()
+    private_etcd.restart()
     with llog.Connection(cfg) as c, llog.Writer(c) as w:
         retry = _append(w, "amb", 0, [b"x"], "p", 1)
         assert (retry.start_offset, retry.end_offset) == (1, 1)
