@@ -177,24 +177,21 @@ def _decode_producer(key: str, kv: KV | None) -> _ProducerSnapshot:
         raise CorruptMetadata(key, str(exc)) from exc
 
 
-def normalize_record(topic: str, partition: int, r: object, now: int | None, limit: int) -> Record:
-    """Check one record's types and size; stamp ``now`` if it has no timestamp (with
-    ``now=None`` the timestamp stays unset: the writer stamps the whole body at encode
-    time, which spares a new object per record)."""
+def normalize_record(topic: str, partition: int, r: object, limit: int) -> Record:
+    """Check one record's types and size. A missing timestamp stays unset: the writer
+    stamps append time for the whole body at encode time."""
     # Fast paths for the common cases (exact types, no headers); same results as below.
     if type(r) is bytes and len(r) <= limit:
-        return Record(r, None, now)
+        return Record(r)
     if type(r) is Record and r.headers == ():
         value, key, ts = r.value, r.key, r.timestamp
         if (
             type(value) is bytes
             and (key is None or type(key) is bytes)
             and len(value) + (len(key) if key is not None else 0) <= limit
+            and (ts is None or (type(ts) is int and 0 <= ts < 2**63))
         ):
-            if ts is None:
-                return r if now is None else Record(value, key, now)
-            if type(ts) is int and 0 <= ts < 2**63:
-                return r
+            return r
     if isinstance(r, (bytes, bytearray, memoryview)):
         r = Record(bytes(r))
     if not isinstance(r, Record):
@@ -211,9 +208,7 @@ def normalize_record(topic: str, partition: int, r: object, now: int | None, lim
             key = bytes(key)
         if not isinstance(key, bytes):
             raise InvalidRecord(f"record key for {topic}/{partition} must be bytes or None, got {type(key).__name__}")
-    if ts is None:
-        ts = now
-    elif isinstance(ts, bool) or not isinstance(ts, int) or ts < 0 or ts >= 2**63:
+    if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or ts < 0 or ts >= 2**63):
         raise InvalidRecord(f"record timestamp for {topic}/{partition} must be an int >= 0 (ms), got {ts!r}")
     size = len(value) + (len(key) if key is not None else 0)
     norm_headers: Headers = ()
@@ -268,7 +263,7 @@ def check_records(
             and max(map(len, values)) + max([len(k) for k in keys if k is not None], default=0) <= limit
         ):
             return recs, (stamps, keys, values, None)
-    checked = tuple([normalize_record(topic, partition, r, None, limit) for r in given])
+    checked = tuple([normalize_record(topic, partition, r, limit) for r in given])
     return checked, batch.columns_of(checked)
 
 

@@ -37,7 +37,7 @@ anything = st.one_of(
 
 def _per_record(records: list[Any]) -> tuple[tuple[Record, ...], batch.RecordColumns] | type[Exception]:
     try:
-        recs = tuple(normalize_record("t", 0, r, None, LIMIT) for r in records)
+        recs = tuple(normalize_record("t", 0, r, LIMIT) for r in records)
     except (InvalidRecord, RecordTooLarge) as exc:
         return type(exc)
     return recs, batch.columns_of(recs)
