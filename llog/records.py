@@ -46,3 +46,8 @@ class AppendGroup:
     records: Sequence[Record | bytes]
     producer_id: str | None = None
     sequence: int | None = None
+
+
+def payload_size(r: Record | ConsumedRecord) -> int:
+    """A record's value and key bytes: what produce buffers and fetch budgets count."""
+    return len(r.value) + (len(r.key) if r.key is not None else 0)

@@ -51,7 +51,7 @@ from llog.groups.epoch import current_epoch
 from llog.groups.offsets import Fence, GroupOffsets
 from llog.producer import BatchingProducer
 from llog.reader import Reader
-from llog.records import ConsumedRecord, Record
+from llog.records import ConsumedRecord, Record, payload_size
 from llog.topics import Topics
 from llog.writer import AppendResult
 
@@ -215,7 +215,7 @@ class Broker:
                 source = "file"
             self.conn.metrics.tail_cache_lookups.labels(source if cached else "miss").inc()
             records = cached if cached else self._read(fp, offset, hwm, limit)
-        used = sum(len(r.value) + (len(r.key) if r.key is not None else 0) for r in records)
+        used = sum(map(payload_size, records))
         return {
             "topic": fp.topic, "partition": fp.partition, "ok": True,
             "high_watermark": hwm, "log_start_offset": log_start,
@@ -230,7 +230,7 @@ class Broker:
                     self.reader.scan(fp.topic, fp.partition, offset, hwm))
         try:
             for r in scan:
-                size = len(r.value) + (len(r.key) if r.key is not None else 0)
+                size = payload_size(r)
                 if out and used + size > limit:
                     break
                 out.append(r)

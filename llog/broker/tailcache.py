@@ -13,7 +13,7 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 
-from llog.records import ConsumedRecord, Record
+from llog.records import ConsumedRecord, Record, payload_size
 from llog.writer import AppendResult
 
 TopicPartition = tuple[str, int]
@@ -31,7 +31,7 @@ class _Segment:
     ) -> None:
         self.topic, self.partition, self.start = topic, partition, start
         self.records, self.timestamps = records, timestamps
-        self.nbytes = sum(len(r.value) + (len(r.key) if r.key is not None else 0) for r in records)
+        self.nbytes = sum(map(payload_size, records))
         self._consumed: tuple[ConsumedRecord, ...] | None = None
 
     @property
@@ -46,10 +46,6 @@ class _Segment:
                 for i, (r, ts) in enumerate(zip(self.records, self.timestamps, strict=True))
             )
         return self._consumed
-
-
-def _size(r: ConsumedRecord) -> int:
-    return len(r.value) + (len(r.key) if r.key is not None else 0)
 
 
 class TailCache:
@@ -108,7 +104,7 @@ class TailCache:
             want = offset
             while i < len(segs) and segs[i].start <= want < segs[i].end:
                 for r in segs[i].consumed()[want - segs[i].start:]:
-                    size = _size(r)
+                    size = payload_size(r)
                     if out and used + size > max_bytes:
                         return out
                     out.append(r)

@@ -17,13 +17,13 @@ from typing import Any
 
 from llog.errors import BackPressure, LlogError
 from llog.metrics import Metrics
-from llog.records import Record
+from llog.records import Record, payload_size
 
 TopicPartition = tuple[str, int]
 
 
 def record_size(r: Record) -> int:
-    size = len(r.value) + (len(r.key) if r.key is not None else 0)
+    size = payload_size(r)
     if r.headers:  # most records have none: skip building a generator per record
         size += sum(len(k) + len(v) for k, v in r.headers)
     return size
