@@ -53,7 +53,7 @@ _SPLIT_COPY_MAX = 64 * 1024
 #: ``(timestamps, keys, values, headers)`` of a run of records (:meth:`Batch.columns`).
 Columns = tuple[list[int], "list[bytes | None] | None", list[bytes], "list[Headers] | None"]
 #: The same, as records to encode: a None timestamp is unset (gets the append time).
-RecordColumns = tuple["list[int | None]", "list[bytes | None] | None", list[bytes], "list[Headers] | None"]
+RecordColumns = tuple["list[int | None]", "list[bytes | None]", list[bytes], "list[Headers] | None"]
 
 
 class BatchFormatError(ValueError):
@@ -141,7 +141,7 @@ def columns_of(records: Sequence[Record]) -> RecordColumns:
 def encode_columns(cols: RecordColumns, default_timestamp: int = 0) -> EncodedBody:
     """Encode records given as columns (:func:`columns_of`); a record whose timestamp is
     None gets ``default_timestamp`` (the writer's append time)."""
-    stamps, keys_col, values, headers = cols
+    stamps, keys, values, headers = cols
     n = len(values)
     if n == 0:
         raise BatchFormatError("a batch holds at least one record")
@@ -157,7 +157,6 @@ def encode_columns(cols: RecordColumns, default_timestamp: int = 0) -> EncodedBo
     parts.append(_le(_offsets(map(len, values))))
     flags = 0
     key_blob = b""
-    keys = keys_col if keys_col is not None else [None] * n
     nulls = keys.count(None)
     if nulls < n:
         flags |= FLAG_KEYS
