@@ -113,8 +113,13 @@ _OPS = {
 }
 
 
-def _compare_msg(c: Compare) -> Any:
-    msg = etcdrpc.Compare(key=c.key.encode(), target=_TARGETS[c.target], result=_OPS[c.op])
+def _add_compare(into: Any, c: Compare) -> None:
+    # Filled in place through add(): building each message and copying it into the
+    # request cost 3-4x as much (0.13 ms of a 16-partition commit).
+    msg = into.add()
+    msg.key = c.key.encode()
+    msg.target = _TARGETS[c.target]
+    msg.result = _OPS[c.op]
     if c.target == "mod":
         msg.mod_revision = int(c.value)
     elif c.target == "create":
@@ -124,7 +129,6 @@ def _compare_msg(c: Compare) -> Any:
     else:
         assert isinstance(c.value, bytes)
         msg.value = c.value
-    return msg
 
 
 def _range_req(key: str, range_end: str | None, limit: int = 0, **kw: Any) -> Any:
@@ -134,17 +138,25 @@ def _range_req(key: str, range_end: str | None, limit: int = 0, **kw: Any) -> An
     return req
 
 
-def _op_msg(op: Op) -> Any:
+def _add_op(into: Any, op: Op) -> None:
+    msg = into.add()
     if isinstance(op, Put):
-        return etcdrpc.RequestOp(
-            request_put=etcdrpc.PutRequest(key=op.key.encode(), value=op.value, lease=op.lease)
-        )
-    if isinstance(op, Delete):
-        req = etcdrpc.DeleteRangeRequest(key=op.key.encode())
+        put = msg.request_put
+        put.key = op.key.encode()
+        put.value = op.value
+        if op.lease:
+            put.lease = op.lease
+    elif isinstance(op, Delete):
+        msg.request_delete_range.key = op.key.encode()
         if op.range_end is not None:
-            req.range_end = op.range_end.encode()
-        return etcdrpc.RequestOp(request_delete_range=req)
-    return etcdrpc.RequestOp(request_range=_range_req(op.key, op.range_end, op.limit))
+            msg.request_delete_range.range_end = op.range_end.encode()
+    else:
+        rng = msg.request_range
+        rng.key = op.key.encode()
+        if op.range_end is not None:
+            rng.range_end = op.range_end.encode()
+        if op.limit:
+            rng.limit = op.limit
 
 
 def _kv(kv: Any) -> KV:
@@ -273,14 +285,19 @@ class Etcd:
     ) -> TxnResult:
         """One etcd transaction. A :class:`CoordinationError` from here means the
         outcome is unknown: the caller must find out by reading, not by retrying blind."""
-        req = etcdrpc.TxnRequest(
-            compare=[_compare_msg(c) for c in compares],
-            success=[_op_msg(o) for o in success],
-            failure=[_op_msg(o) for o in failure],
-        )
+        req = etcdrpc.TxnRequest()
+        for c in compares:
+            _add_compare(req.compare, c)
+        for o in success:
+            _add_op(req.success, o)
+        for o in failure:
+            _add_op(req.failure, o)
         resp = self._call(
             "txn", lambda c: c.kvstub.Txn(req, self.timeout, metadata=c.metadata), retry=False
         )
+        ran = success if resp.succeeded else failure
+        if all(type(o) is Put for o in ran):  # a commit: nothing to read back
+            return TxnResult(bool(resp.succeeded), int(resp.header.revision), (None,) * len(ran))
         out: list[list[KV] | int | None] = []
         for r in resp.responses:
             kind = r.WhichOneof("response")
