@@ -28,7 +28,7 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, pairwise, repeat
 from typing import TYPE_CHECKING, Any, Literal, cast
@@ -84,9 +84,14 @@ def _split(data: memoryview, offsets: list[int]) -> list[bytes]:
     return [blob[a:b] for a, b in pairwise(offsets)]
 
 
-def _offsets(lengths: Iterator[int] | Sequence[int]) -> array[int]:
-    # Through a list: array.extend() from an iterator costs twice as much.
-    return array("i", list(accumulate(lengths, initial=0)))
+def _offsets(lengths: Iterable[int], count: int) -> bytes:
+    """The ``count + 1`` little-endian int32 offsets of pieces of these ``lengths``."""
+    # struct packs the running sums straight from the iterator: building a list and an
+    # array from it took half of a 120-record body's encode time.
+    try:
+        return struct.pack(f"<{count + 1}i", 0, *accumulate(lengths))
+    except struct.error as exc:
+        raise BatchFormatError("a section exceeds 2 GiB in one body") from exc
 
 
 @dataclass(frozen=True)
@@ -154,7 +159,7 @@ def encode_columns(cols: RecordColumns, default_timestamp: int = 0) -> EncodedBo
     else:
         ts = array("q", [default_timestamp if t is None else t for t in stamps])
     parts.append(_le(ts))
-    parts.append(_le(_offsets(map(len, values))))
+    parts.append(_offsets(map(len, values), n))
     flags = 0
     key_blob = b""
     nulls = keys.count(None)
@@ -167,22 +172,22 @@ def encode_columns(cols: RecordColumns, default_timestamp: int = 0) -> EncodedBo
                     bitmap[i >> 3] |= 1 << (i & 7)
             parts.append(bytes(bitmap))
             key_blob = b"".join([k for k in keys if k is not None])
-            parts.append(_le(_offsets([len(k) if k is not None else 0 for k in keys])))
+            parts.append(_offsets([len(k) if k is not None else 0 for k in keys], n))
         else:  # every record keyed (the common case): no per-record bit loop
             full, rest = divmod(n, 8)
             parts.append(b"\xff" * full + (bytes([(1 << rest) - 1]) if rest else b""))
             present = cast("list[bytes]", keys)
             key_blob = b"".join(present)
-            parts.append(_le(_offsets(map(len, present))))
+            parts.append(_offsets(map(len, present), n))
     header_count = 0
     if headers is not None and any(headers):
         flags |= FLAG_HEADERS
         hkeys = [h[0].encode() for hs in headers for h in hs]
         hvals = [h[1] for hs in headers for h in hs]
         header_count = len(hkeys)
-        parts.append(_le(_offsets(map(len, headers))))
-        parts.append(_le(_offsets(map(len, hkeys))))
-        parts.append(_le(_offsets(map(len, hvals))))
+        parts.append(_offsets(map(len, headers), n))
+        parts.append(_offsets(map(len, hkeys), header_count))
+        parts.append(_offsets(map(len, hvals), header_count))
         parts.append(b"".join(hkeys))
         parts.append(b"".join(hvals))
     parts.append(value_blob)
