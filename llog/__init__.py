@@ -13,6 +13,14 @@ offset through a ceiling lookup on the partition's index and an S3 range GET.
     ...         [rec.value for rec in r.scan("orders", 0)]
 """
 
+import os
+
+# grpcio >= 1.80 runs fork handlers that can abort a child forked while a channel is busy
+# (grpc/grpc#43055): a subprocess started with preexec_fn, as PySpark starts its JVM,
+# died before exec about 1 time in 15 with etcd calls running. llog never uses a channel
+# across a fork, so the handlers go off unless the user chose; set before grpc loads.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 from llog.config import LlogConfig
 from llog.connection import Connection, connect
 from llog.errors import (

@@ -3,6 +3,9 @@ kind a transaction can carry, on both branches."""
 
 from __future__ import annotations
 
+import subprocess
+import threading
+
 from llog.connection import Connection
 from llog.etcd import Compare, Delete, Get, Put, absent, mod_revision_is, value_is
 
@@ -59,3 +62,27 @@ def test_txn_of_puts_only_reports_one_none_per_op(conn: Connection) -> None:
     r = e.txn([absent(f"{root}/k1")], [Put(f"{root}/k9", b"v")])  # k1 exists now
     assert not r.succeeded and r.responses == ()
     assert e.get(f"{root}/k9") is None
+
+
+def test_children_forked_during_etcd_calls_start_cleanly(conn: Connection) -> None:
+    """grpcio's fork handlers aborted ~1 in 15 children forked while a channel was busy
+    (PySpark starts its JVM this way); llog turns them off (llog/__init__.py)."""
+    stop = threading.Event()
+
+    def busy() -> None:
+        while not stop.is_set():
+            conn.etcd.get(f"{conn.keys.root}/busy")
+
+    t = threading.Thread(target=busy)
+    t.start()
+    try:
+        codes = []
+        for _ in range(200):
+            # preexec_fn makes CPython fork (not vfork/posix_spawn), so fork handlers run.
+            child = subprocess.run(["true"], preexec_fn=lambda: None, capture_output=True, check=False,
+                                   timeout=60)
+            codes.append((child.returncode, child.stderr[:200]))
+    finally:
+        stop.set()
+        t.join()
+    assert [c for c in codes if c != (0, b"")] == []
