@@ -132,9 +132,15 @@ def _add_compare(into: Any, c: Compare) -> None:
 
 
 def _range_req(key: str, range_end: str | None, limit: int = 0, **kw: Any) -> Any:
-    req = etcdrpc.RangeRequest(key=key.encode(), limit=limit, **kw)
+    return _fill_range(etcdrpc.RangeRequest(**kw), key, range_end, limit)
+
+
+def _fill_range(req: Any, key: str, range_end: str | None, limit: int) -> Any:
+    req.key = key.encode()
     if range_end is not None:
         req.range_end = range_end.encode()
+    if limit:
+        req.limit = limit
     return req
 
 
@@ -151,12 +157,7 @@ def _add_op(into: Any, op: Op) -> None:
         if op.range_end is not None:
             msg.request_delete_range.range_end = op.range_end.encode()
     else:
-        rng = msg.request_range
-        rng.key = op.key.encode()
-        if op.range_end is not None:
-            rng.range_end = op.range_end.encode()
-        if op.limit:
-            rng.limit = op.limit
+        _fill_range(msg.request_range, op.key, op.range_end, op.limit)
 
 
 def _kv(kv: Any) -> KV:
