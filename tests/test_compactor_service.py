@@ -321,11 +321,18 @@ def test_two_services_share_32_partitions_and_survive_a_sigkill(
 
             wait_until(both_busy, 60, "both services compacting, with claim conflicts")
             # Kill A in the middle of a compaction; its claims must vanish within the
-            # lease TTL, and B must finish what A left.
-            wait_until(lambda: _records_of(conn, topic, "A"), 30, "A with a compaction in flight")
+            # lease TTL, and B must finish what A left. A logs after_record, then stalls
+            # 0.5 s: killed as soon as a new one shows, it dies inside that compaction.
+            # (Waiting for A's record in etcd instead raced with A finishing it.)
+            def a_started() -> int:
+                return sum(e["point"] == "after_record" for e in _audit(audits["A"]))
+
+            before = a_started()
+            wait_until(lambda: a_started() > before, 30, "A to start another compaction")
             a.send_signal(signal.SIGKILL)
             a.wait(10)
             killed_at = time.monotonic()
+            assert _records_of(conn, topic, "A"), "A died between compactions: nothing to recover"
             wait_until(lambda: not _claims_of(conn, "A"), CLAIM_TTL + 2, "A's claims to expire")
             freed_after = time.monotonic() - killed_at
             stop_writing.set()
