@@ -45,15 +45,27 @@ def _per_record(records: list[Any]) -> tuple[tuple[Record, ...], batch.RecordCol
 
 def _checked(records: list[Any]) -> tuple[tuple[Record, ...], batch.RecordColumns] | type[Exception]:
     try:
-        return check_records("t", 0, records, LIMIT)
+        recs, cols, lengths = check_records("t", 0, records, LIMIT)
     except (InvalidRecord, RecordTooLarge) as exc:
         return type(exc)
+    if lengths is not None:
+        # The lengths handed to the encoder are the columns' own: same bytes either way.
+        _, keys, values, _ = cols
+        assert lengths == ([len(v) for v in values], [0 if k is None else len(k) for k in keys])
+        assert batch.encode_columns(cols, 7, lengths) == batch.encode_columns(cols, 7)
+    return recs, cols
 
 
 @settings(max_examples=400, deadline=None)
 @given(st.lists(plain, min_size=1, max_size=20))
 def test_plain_records_take_the_column_path_and_match(records: list[Record]) -> None:
     assert _checked(records) == _per_record(records)
+
+
+def test_the_column_path_measures_lengths_the_encoder_reuses() -> None:
+    records = [Record(b"abc", key=b"k1"), Record(b"", key=None), Record(b"defg", key=b"")]
+    assert check_records("t", 0, records, LIMIT)[2] == ([3, 0, 4], [2, 0, 0])
+    assert check_records("t", 0, [b"raw bytes"], LIMIT)[2] is None  # per-record path
 
 
 @settings(max_examples=400, deadline=None)

@@ -54,6 +54,9 @@ _SPLIT_COPY_MAX = 64 * 1024
 Columns = tuple[list[int], "list[bytes | None] | None", list[bytes], "list[Headers] | None"]
 #: The same, as records to encode: a None timestamp is unset (gets the append time).
 RecordColumns = tuple["list[int | None]", "list[bytes | None]", list[bytes], "list[Headers] | None"]
+#: Byte lengths of those values and keys (0 for a None key), for a caller that measured
+#: them already: the encoder then skips its own pass over each column.
+Lengths = tuple[list[int], list[int]]
 
 
 class BatchFormatError(ValueError):
@@ -143,9 +146,12 @@ def columns_of(records: Sequence[Record]) -> RecordColumns:
     )
 
 
-def encode_columns(cols: RecordColumns, default_timestamp: int = 0) -> EncodedBody:
+def encode_columns(
+    cols: RecordColumns, default_timestamp: int = 0, lengths: Lengths | None = None
+) -> EncodedBody:
     """Encode records given as columns (:func:`columns_of`); a record whose timestamp is
-    None gets ``default_timestamp`` (the writer's append time)."""
+    None gets ``default_timestamp`` (the writer's append time). ``lengths``, when given,
+    must be the columns' own (:data:`Lengths`)."""
     stamps, keys, values, headers = cols
     n = len(values)
     if n == 0:
@@ -159,7 +165,7 @@ def encode_columns(cols: RecordColumns, default_timestamp: int = 0) -> EncodedBo
     else:
         ts = array("q", [default_timestamp if t is None else t for t in stamps])
     parts.append(_le(ts))
-    parts.append(_offsets(map(len, values), n))
+    parts.append(_offsets(lengths[0] if lengths else map(len, values), n))
     flags = 0
     key_blob = b""
     nulls = keys.count(None)
@@ -172,13 +178,13 @@ def encode_columns(cols: RecordColumns, default_timestamp: int = 0) -> EncodedBo
                     bitmap[i >> 3] |= 1 << (i & 7)
             parts.append(bytes(bitmap))
             key_blob = b"".join([k for k in keys if k is not None])
-            parts.append(_offsets([len(k) if k is not None else 0 for k in keys], n))
+            parts.append(_offsets(lengths[1] if lengths else [len(k) if k is not None else 0 for k in keys], n))
         else:  # every record keyed (the common case): no per-record bit loop
             full, rest = divmod(n, 8)
             parts.append(b"\xff" * full + (bytes([(1 << rest) - 1]) if rest else b""))
             present = cast("list[bytes]", keys)
             key_blob = b"".join(present)
-            parts.append(_offsets(map(len, present), n))
+            parts.append(_offsets(lengths[1] if lengths else map(len, present), n))
     header_count = 0
     if headers is not None and any(headers):
         flags |= FLAG_HEADERS
