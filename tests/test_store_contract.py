@@ -229,6 +229,26 @@ def test_s3_put_waits_for_100_continue_only_for_large_bodies(
     assert store.get("small") == small and store.get("large") == large
 
 
+def test_s3_put_hands_a_bytes_body_to_botocore_as_is(root_prefix: str, s3_client: Any) -> None:
+    # Wrapped in a BytesIO (botocore's default for PutObject) it is hashed and sent in
+    # 8 KiB copies; the store keeps it bytes (see S3Store.__init__).
+    bodies: list[type] = []
+
+    def spy(request: Any, **_: Any) -> None:
+        bodies.append(type(request.body))
+
+    store = S3Store(TEST_BUCKET, prefix=root_prefix, client=s3_client)
+    data = payload(100_000)
+    s3_client.meta.events.register("before-sign.s3.PutObject", spy, unique_id="test-body-spy")
+    try:
+        store.put("as-is", data, crc32=zlib.crc32(data))
+        store.put("as-is-no-crc", data)
+    finally:
+        s3_client.meta.events.unregister("before-sign.s3.PutObject", unique_id="test-body-spy")
+    assert bodies == [bytes, bytes]
+    assert store.get("as-is") == data and store.get("as-is-no-crc") == data
+
+
 # -- LocalStore specifics ---------------------------------------------------------
 
 
