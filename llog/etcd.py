@@ -255,6 +255,18 @@ class Etcd:
                 return
             start = resp.kvs[-1].key.decode() + "\0"
 
+    def get_many(self, reads: Sequence[Get]) -> list[list[KV]]:
+        """Several range reads in one round trip, all at one revision: a transaction of
+        reads only, which etcd serves like a linearizable range read (and which is
+        retried like any read)."""
+        req = etcdrpc.TxnRequest()
+        for g in reads:
+            _add_op(req.success, g)
+        resp = self._call(
+            "get_many", lambda c: c.kvstub.Txn(req, self.timeout, metadata=c.metadata), retry=True
+        )
+        return [[_kv(kv) for kv in r.response_range.kvs] for r in resp.responses]
+
     def count(self, start: str, end: str) -> int:
         return int(self._range(_range_req(start, end, count_only=True), "count").count)
 

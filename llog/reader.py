@@ -19,7 +19,7 @@ from itertools import count, repeat
 from llog.codec import batch
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.control import ControlState, decode_index, read_control, settle
+from llog.control import ControlState, decode_control, decode_index, read_control, settle
 from llog.errors import (
     CorruptBlob,
     CorruptMetadata,
@@ -29,10 +29,13 @@ from llog.errors import (
     OffsetOutOfRange,
     StoreError,
 )
+from llog.etcd import KV, Get
 from llog.names import check_partition, check_topic
 from llog.records import ConsumedRecord
 
 log = logging.getLogger(__name__)
+#: Index keys per etcd range read while walking a partition.
+_INDEX_PAGE = 256
 
 
 @dataclass(frozen=True)
@@ -138,7 +141,16 @@ class Reader:
         if isinstance(start, bool) or not isinstance(start, int) or start < 0:
             raise InvalidInput(f"start offset must be an int >= 0, got {start!r}")
         self.conn.check_partition(topic, partition)
-        st = read_control(self.conn, topic, partition)
+        # The control and the first index page in one round trip, at one revision: the
+        # index page is read before the control says where the partition ends, and
+        # costs nothing extra when the control says there is nothing to read.
+        keys = self.conn.keys
+        ckey = keys.control(topic, partition)
+        page = 1 if end == start + 1 else _INDEX_PAGE
+        ctl_kvs, first_page = self.conn.etcd.get_many(
+            [Get(ckey), Get(keys.index(topic, partition, start), keys.index_range_end(topic, partition), page)]
+        )
+        st = decode_control(ckey, ctl_kvs[0] if ctl_kvs else None)
         ctl = st.control
         if start < ctl.log_start_offset:
             raise OffsetOutOfRange(topic, partition, start, ctl.log_start_offset)
@@ -147,7 +159,7 @@ class Reader:
             return
         if self.settle_pending and ctl.pending is not None:
             self._maybe_settle(topic, partition, st)
-        fetches = self._fetches(self._slices(topic, partition, start, hi, st))
+        fetches = self._fetches(self._slices(topic, partition, start, hi, st, (first_page, page)))
         inflight: deque[tuple[_Fetch, Future[bytes]]] = deque()
         depth = max(1, self.config.read_prefetch)
         # Next offset to yield: a compacted entry may overlap WAL entries already yielded
@@ -239,19 +251,24 @@ class Reader:
             log.debug("settle of %s/%s skipped: %s", topic, partition, exc)
 
     def _slices(
-        self, topic: str, partition: int, start: int, hi: int, st: ControlState
+        self, topic: str, partition: int, start: int, hi: int, st: ControlState,
+        first: tuple[list[KV], int] | None = None,
     ) -> Iterator[SliceRef]:
         """Slices covering ``[start, hi)`` in order, each record covered exactly once
         by the first slice that holds it (a compaction in flight can make index entries
-        overlap; the overlap is skipped)."""
+        overlap; the overlap is skipped). ``first``: the index page from ``start`` the
+        caller read already, and the limit it was read with."""
         keys, etcd = self.conn.keys, self.conn.etcd
         end_key = keys.index_range_end(topic, partition)
         nxt = start
         cursor = keys.index(topic, partition, start)
-        page = 1 if hi - start == 1 else 256
+        page = 1 if hi - start == 1 else _INDEX_PAGE
         pending = st.control.pending
         while nxt < hi:
-            kvs = etcd.range(cursor, end_key, limit=page)
+            if first is not None:
+                (kvs, page), first = first, None
+            else:
+                kvs = etcd.range(cursor, end_key, limit=page)
             for kv in kvs:
                 e = decode_index(kv.key, kv.value)
                 e_end = keys.end_offset_of(kv.key)
@@ -268,7 +285,7 @@ class Reader:
             else:
                 if len(kvs) == page:
                     cursor = kvs[-1].key + "\0"
-                    page = 256
+                    page = _INDEX_PAGE
                     continue
             # Index exhausted (or a gap) before hi: the rest must be the pending slice.
             if pending is not None and pending.start_offset <= nxt <= pending.end_offset:

@@ -1,0 +1,92 @@
+"""Read resolution (protocol/README.md §9) against the real servers: bounds, the
+pending tail, index paging, coalesced GETs and the etcd round trips a scan costs."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import replace
+
+import pytest
+
+import llog
+from llog import AppendGroup
+from llog.control import read_control
+
+
+def _etcd_ops(conn: llog.Connection) -> dict[str, float]:
+    return {op: conn.metrics.value("llog_etcd_ops_total", op=op) for op in ("get", "range", "get_many", "txn")}
+
+
+def _delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
+    return {op: after[op] - before[op] for op in before if after[op] != before[op]}
+
+
+@pytest.fixture
+def rconn(config: llog.LlogConfig) -> Iterator[llog.Connection]:
+    # settle_after_ms high: nothing settles the pending tail behind a test's back.
+    with llog.Connection(replace(config, settle_after_ms=3_600_000)) as conn:
+        llog.Topics(conn).create("t", 2)
+        yield conn
+
+
+def test_bounds_empty_at_and_after_next_offset(rconn: llog.Connection) -> None:
+    with llog.Writer(rconn) as w:
+        w.append("t", 0, [b"a", b"b", b"c"])
+    with llog.Reader(rconn) as r:
+        assert [x.offset for x in r.scan("t", 0, 1, 99)] == [1, 2]  # end past next_offset stops there
+        assert r.read("t", 0, 3) is None
+        assert list(r.scan("t", 0, 3)) == []
+        assert list(r.scan("t", 0, 2, 2)) == []
+        assert list(r.scan("t", 1, 0)) == []  # a partition never written
+
+
+def test_the_pending_tail_is_read_before_it_has_an_index_key(rconn: llog.Connection) -> None:
+    w = llog.Writer(rconn)
+    w.append("t", 0, [b"a", b"b"])
+    w.append("t", 0, [b"c"])  # materializes the first append; this one stays pending
+    pending = read_control(rconn, "t", 0).control.pending
+    assert pending is not None and (pending.start_offset, pending.end_offset) == (2, 2)
+    with llog.Reader(rconn, settle_pending=False) as r:
+        assert [x.value for x in r.scan("t", 0)] == [b"a", b"b", b"c"]
+        got = r.read("t", 0, 2)
+        assert got is not None and got.value == b"c"
+    assert read_control(rconn, "t", 0).control.pending == pending  # nothing settled it
+    w.close()
+
+
+def test_a_short_scan_costs_one_etcd_round_trip_before_its_gets(rconn: llog.Connection) -> None:
+    with llog.Writer(rconn) as w:
+        for i in range(5):
+            w.append("t", 0, [b"r%d" % i])
+    with llog.Reader(rconn) as r:
+        before = _etcd_ops(rconn)
+        assert [x.value for x in r.scan("t", 0)] == [b"r%d" % i for i in range(5)]
+        assert _delta(before, _etcd_ops(rconn)) == {"get_many": 1}
+        before = _etcd_ops(rconn)
+        got = r.read("t", 0, 3)
+        assert got is not None and got.value == b"r3"
+        assert _delta(before, _etcd_ops(rconn)) == {"get_many": 1}
+
+
+def test_a_scan_walks_index_pages_past_the_first(rconn: llog.Connection) -> None:
+    n = 300  # more index keys than one page (256)
+    with llog.Writer(rconn) as w:
+        for i in range(n):
+            w.append("t", 1, [b"%d" % i])
+    with llog.Reader(rconn) as r:
+        before = _etcd_ops(rconn)
+        assert [int(x.value) for x in r.scan("t", 1)] == list(range(n))
+        assert _delta(before, _etcd_ops(rconn)) == {"get_many": 1, "range": 1}
+        assert [int(x.value) for x in r.scan("t", 1, 250, 270)] == list(range(250, 270))
+
+
+def test_adjacent_slices_of_one_blob_come_in_one_get(rconn: llog.Connection) -> None:
+    with llog.Writer(rconn) as w:
+        # One shared blob holding three consecutive appends of partition 0.
+        w.append_shared([AppendGroup("t", 0, [b"a"]), AppendGroup("t", 1, [b"x"])])
+        w.append_shared([AppendGroup("t", 0, [b"b", b"c"]), AppendGroup("t", 0, [b"d"])])
+    gets = rconn.metrics.value("llog_s3_ops_total", op="get_range")
+    with llog.Reader(rconn) as r:
+        assert [x.value for x in r.scan("t", 0)] == [b"a", b"b", b"c", b"d"]
+    # Two blobs; the second blob's two bodies of partition 0 are adjacent: one GET.
+    assert rconn.metrics.value("llog_s3_ops_total", op="get_range") - gets == 2
