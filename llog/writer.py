@@ -320,9 +320,17 @@ class Writer:
             raise out.error
         return out
 
-    def validate(self, groups: Iterable[AppendGroup | tuple[str, int, Sequence[Record | bytes]]]) -> list[_Prepared]:
+    def validate(
+        self,
+        groups: Iterable[AppendGroup | tuple[str, int, Sequence[Record | bytes]]],
+        *,
+        records_checked: bool = False,
+    ) -> list[_Prepared]:
         """Check every group (names, partitions against the topic, record types and
-        sizes) without writing anything; raise the first problem found."""
+        sizes) without writing anything; raise the first problem found. With
+        ``records_checked`` the records are taken as :func:`check_records` returned
+        them (the :class:`~llog.producer.BatchingProducer` checks each send), and only
+        the groups themselves are checked."""
         now = now_ms()
         limit = self.config.max_record_bytes
         prepared: list[_Prepared] = []
@@ -337,7 +345,11 @@ class Writer:
                 raise InvalidInput(f"records for {topic}/{partition} must be a sequence")
             if len(g.records) == 0:
                 raise InvalidInput(f"empty group for {topic}/{partition}")
-            recs, cols, lengths = check_records(topic, partition, g.records, limit)
+            if records_checked:
+                recs, lengths = cast("tuple[Record, ...]", tuple(g.records)), None
+                cols = batch.columns_of(recs)
+            else:
+                recs, cols, lengths = check_records(topic, partition, g.records, limit)
             producer = _check_producer(topic, partition, g.producer_id, g.sequence)
             self.conn.check_partition(topic, partition)
             stamps = cols[0]
@@ -363,15 +375,19 @@ class Writer:
         return self.commit_staged(self.stage_shared(groups))
 
     def stage_shared(
-        self, groups: Iterable[AppendGroup | tuple[str, int, Sequence[Record | bytes]]]
+        self,
+        groups: Iterable[AppendGroup | tuple[str, int, Sequence[Record | bytes]]],
+        *,
+        records_checked: bool = False,
     ) -> StagedBlob:
         """The first half of :meth:`append_shared`: validate, encode and PUT the shared
         blob. Nothing is committed (or visible) until :meth:`commit_staged`; a staged
         blob that is never committed is an orphan for vacuum. Pipelining callers stage
-        the next blob while the previous one commits."""
+        the next blob while the previous one commits. ``records_checked``: see
+        :meth:`validate`."""
         if self._closed:
             raise LlogError("writer is closed")
-        prepared = self.validate(groups)
+        prepared = self.validate(groups, records_checked=records_checked)
         created = now_ms()
         bodies = [
             blob.BlobBody(g.topic, g.partition, len(g.records), batch.encode_columns(g.columns, g.stamp, g.lengths))

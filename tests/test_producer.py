@@ -198,11 +198,11 @@ def test_a_group_the_writer_rejects_fails_alone(slow_conn: Connection) -> None:
         """Rejects any call holding the value b"bad" up front, as a writer-side check
         the producer did not repeat would (e.g. a stale topic definition)."""
 
-        def validate(self, groups: Any) -> Any:
+        def validate(self, groups: Any, **kwargs: Any) -> Any:
             groups = list(groups)
             if any(r.value == b"bad" for g in groups for r in g.records):
                 raise InvalidInput("bad record")
-            return super().validate(groups)
+            return super().validate(groups, **kwargs)
 
     with PickyWriter(slow_conn) as w, BatchingProducer(w) as prod:
         good = prod.send_group("p", 0, [b"ok"])
@@ -243,8 +243,8 @@ def test_next_batch_is_staged_while_the_previous_commits_in_order(slow_conn: Con
         """Holds the first commit until a second blob is staged: that only happens if
         staging overlaps committing."""
 
-        def stage_shared(self, groups: Any) -> Any:
-            staged = super().stage_shared(groups)
+        def stage_shared(self, groups: Any, **kwargs: Any) -> Any:
+            staged = super().stage_shared(groups, **kwargs)
             (second_staged if first_staged.is_set() else first_staged).set()
             return staged
 
@@ -262,3 +262,27 @@ def test_next_batch_is_staged_while_the_previous_commits_in_order(slow_conn: Con
         assert overlapped == [True]
         assert (first.result().start_offset, second.result().start_offset) == (0, 1)
     assert _read_all(slow_conn, 0) == [b"first", b"second"]
+
+
+def test_records_are_checked_once_at_send_not_again_at_flush(
+    slow_conn: Connection, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import llog.producer as producer_mod
+    import llog.writer as writer_mod
+
+    calls: list[str] = []
+    real = writer_mod.check_records
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        calls.append("check")
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(producer_mod, "check_records", counting)
+    monkeypatch.setattr(writer_mod, "check_records", counting)
+    with BatchingProducer(slow_conn) as prod:
+        futs = [prod.send_group("p", i % 4, [b"a%d" % i, b"b%d" % i]) for i in range(8)]
+        assert len(calls) == 8  # one check per send
+        prod.flush()
+        assert [f.result() for f in futs]
+    assert len(calls) == 8  # the flush staged them without checking again
+    assert _read_all(slow_conn, 1) == [b"a1", b"b1", b"a5", b"b5"]

@@ -118,6 +118,7 @@ class Sender:
     def _stage(self, groups: list[Pending]) -> _Staged:
         units = _merge(groups)
         try:
+            # send() checked every record already (BatchingProducer._check).
             staged = self._writer.stage_shared([
                 AppendGroup(
                     u[0].topic, u[0].partition,
@@ -125,7 +126,7 @@ class Sender:
                     u[0].producer_id, u[0].sequence,
                 )
                 for u in units
-            ])
+            ], records_checked=True)
             self._inflight_keys.add(staged.data_key)
             return [(units, staged)]
         except InvalidInput as exc:
