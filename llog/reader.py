@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from itertools import count, repeat
@@ -36,6 +36,9 @@ from llog.records import ConsumedRecord
 log = logging.getLogger(__name__)
 #: Index keys per etcd range read while walking a partition.
 _INDEX_PAGE = 256
+#: Partitions :meth:`Reader.scan_many` resolves per etcd round trip: two reads each,
+#: within etcd's default limit of 128 operations per transaction.
+RESOLVE_BATCH = 64
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,16 @@ class SliceRef:
     @property
     def end_offset(self) -> int:
         return self.first_offset + self.count - 1
+
+
+@dataclass(frozen=True)
+class _Resolved:
+    """A partition's control state and the first index page of a scan from ``start``
+    (read with limit ``page``), from one revision."""
+
+    state: ControlState
+    first_page: list[KV]
+    page: int
 
 
 @dataclass(frozen=True)
@@ -89,7 +102,28 @@ class Reader:
     ) -> Iterator[ConsumedRecord]:
         """Records with ``start <= offset < end`` (``end=None``: up to the partition's
         next offset when the scan begins), in offset order, with bounded memory."""
-        for b, first, lo, hi in self._batches(topic, partition, start, end):
+        return self._records(topic, partition, self._batches(topic, partition, start, end))
+
+    def scan_many(
+        self, requests: Sequence[tuple[str, int, int, int | None]]
+    ) -> Generator[ConsumedRecord, None, None]:
+        """:meth:`scan` of each ``(topic, partition, start, end)`` in turn. Every
+        partition's control and first index page are read up front, in one etcd round
+        trip per :data:`RESOLVE_BATCH` partitions instead of one per partition: a
+        consumer polling many partitions, most of them idle, costs etcd one read per
+        poll. A bad request raises before anything is read; a partition's
+        :class:`OffsetOutOfRange` is raised when its turn comes."""
+        reqs = [(*self._check(t, p, s), e) for t, p, s, e in requests]
+        resolved: list[_Resolved] = []
+        for i in range(0, len(reqs), RESOLVE_BATCH):
+            resolved.extend(self._resolve(reqs[i : i + RESOLVE_BATCH]))
+        for (t, p, s, e), r in zip(reqs, resolved, strict=True):
+            yield from self._records(t, p, self._batches(t, p, s, e, r))
+
+    def _records(
+        self, topic: str, partition: int, batches: Iterator[tuple[batch.Batch, int, int, int]]
+    ) -> Iterator[ConsumedRecord]:
+        for b, first, lo, hi in batches:
             ts, keys, values, headers = b.columns(lo - first, hi - first)
             # map() over the columns builds the records without a Python-level loop.
             yield from map(
@@ -133,24 +167,38 @@ class Reader:
         self.close()
 
     # -- resolution --------------------------------------------------------------
-    def _batches(
-        self, topic: str, partition: int, start: int, end: int | None
-    ) -> Iterator[tuple[batch.Batch, int, int, int]]:
+    def _check(self, topic: str, partition: int, start: int) -> tuple[str, int, int]:
         check_topic(topic)
         check_partition(topic, partition)
         if isinstance(start, bool) or not isinstance(start, int) or start < 0:
             raise InvalidInput(f"start offset must be an int >= 0, got {start!r}")
         self.conn.check_partition(topic, partition)
-        # The control and the first index page in one round trip, at one revision: the
-        # index page is read before the control says where the partition ends, and
-        # costs nothing extra when the control says there is nothing to read.
+        return topic, partition, start
+
+    def _resolve(self, reqs: Sequence[tuple[str, int, int, int | None]]) -> list[_Resolved]:
+        """Each partition's control and its index page from ``start``, all in one round
+        trip at one revision. The page is read before the control says where the
+        partition ends; it costs nothing extra when there is nothing to read."""
         keys = self.conn.keys
-        ckey = keys.control(topic, partition)
-        page = 1 if end == start + 1 else _INDEX_PAGE
-        ctl_kvs, first_page = self.conn.etcd.get_many(
-            [Get(ckey), Get(keys.index(topic, partition, start), keys.index_range_end(topic, partition), page)]
-        )
-        st = decode_control(ckey, ctl_kvs[0] if ctl_kvs else None)
+        reads: list[Get] = []
+        pages: list[int] = []
+        for topic, partition, start, end in reqs:
+            pages.append(1 if end == start + 1 else _INDEX_PAGE)
+            reads.append(Get(keys.control(topic, partition)))
+            reads.append(Get(keys.index(topic, partition, start), keys.index_range_end(topic, partition), pages[-1]))
+        got = self.conn.etcd.get_many(reads)
+        return [
+            _Resolved(decode_control(reads[2 * i].key, got[2 * i][0] if got[2 * i] else None), got[2 * i + 1], page)
+            for i, page in enumerate(pages)
+        ]
+
+    def _batches(
+        self, topic: str, partition: int, start: int, end: int | None, resolved: _Resolved | None = None
+    ) -> Iterator[tuple[batch.Batch, int, int, int]]:
+        if resolved is None:
+            self._check(topic, partition, start)
+            [resolved] = self._resolve([(topic, partition, start, end)])
+        st = resolved.state
         ctl = st.control
         if start < ctl.log_start_offset:
             raise OffsetOutOfRange(topic, partition, start, ctl.log_start_offset)
@@ -159,7 +207,7 @@ class Reader:
             return
         if self.settle_pending and ctl.pending is not None:
             self._maybe_settle(topic, partition, st)
-        fetches = self._fetches(self._slices(topic, partition, start, hi, st, (first_page, page)))
+        fetches = self._fetches(self._slices(topic, partition, start, hi, st, (resolved.first_page, resolved.page)))
         inflight: deque[tuple[_Fetch, Future[bytes]]] = deque()
         depth = max(1, self.config.read_prefetch)
         # Next offset to yield: a compacted entry may overlap WAL entries already yielded

@@ -127,3 +127,21 @@ def test_offset_for_timestamp(conn: llog.Connection) -> None:
         assert offset_for_timestamp(r, "t", 0, 260) == 2
         assert offset_for_timestamp(r, "t", 0, 301) == 4
         assert offset_for_timestamp(r, "t", 0, 401) is None
+
+
+def test_a_poll_reads_every_assigned_partition_in_one_etcd_round_trip(conn: llog.Connection) -> None:
+    _fill(conn, "t", 16, 2)
+
+    def partition_reads() -> float:
+        return sum(conn.metrics.value("llog_etcd_ops_total", op=op) for op in ("get_many", "range"))
+
+    with Consumer(conn, "g", ["t"], exclusive=True) as c:
+        # The budget ends inside partition 2 of the round-robin order: the rest waits.
+        assert len(c.poll(max_records=5, timeout_s=0)) == 5
+        got = c.poll(max_records=100, timeout_s=0)
+        assert sorted((r.partition, r.offset) for r in got) == sorted(
+            [(2, 1)] + [(p, o) for p in range(3, 16) for o in (0, 1)]
+        )
+        before = partition_reads()
+        assert c.poll(max_records=100, timeout_s=0) == []  # every partition at its tail
+        assert partition_reads() - before == 1

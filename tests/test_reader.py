@@ -90,3 +90,46 @@ def test_adjacent_slices_of_one_blob_come_in_one_get(rconn: llog.Connection) -> 
         assert [x.value for x in r.scan("t", 0)] == [b"a", b"b", b"c", b"d"]
     # Two blobs; the second blob's two bodies of partition 0 are adjacent: one GET.
     assert rconn.metrics.value("llog_s3_ops_total", op="get_range") - gets == 2
+
+
+def test_scan_many_reads_like_chained_scans_with_one_round_trip(rconn: llog.Connection) -> None:
+    llog.Topics(rconn).create("u", 8)
+    with llog.Writer(rconn) as w:
+        for p in (0, 2, 5):
+            w.append("u", p, [b"%d-a" % p, b"%d-b" % p])
+            w.append("u", p, [b"%d-c" % p])
+    requests: list[tuple[str, int, int, int | None]] = [
+        ("u", 5, 1, None), ("u", 1, 0, None), ("u", 0, 0, 2), ("u", 2, 3, None), ("u", 2, 0, None),
+    ]
+    with llog.Reader(rconn) as r:
+        expected = [(x.partition, x.offset, x.value) for t, p, s, e in requests for x in r.scan(t, p, s, e)]
+        before = _etcd_ops(rconn)
+        got = [(x.partition, x.offset, x.value) for x in r.scan_many(requests)]
+        assert _delta(before, _etcd_ops(rconn)) == {"get_many": 1}
+    assert got == expected
+    assert got == [(5, 1, b"5-b"), (5, 2, b"5-c"), (0, 0, b"0-a"), (0, 1, b"0-b"),
+                   (2, 0, b"2-a"), (2, 1, b"2-b"), (2, 2, b"2-c")]
+
+
+def test_scan_many_resolves_64_partitions_per_round_trip(rconn: llog.Connection) -> None:
+    llog.Topics(rconn).create("wide", 130)
+    with llog.Writer(rconn) as w:
+        w.append("wide", 129, [b"last"])
+    with llog.Reader(rconn) as r:
+        before = _etcd_ops(rconn)
+        got = [x.value for x in r.scan_many([("wide", p, 0, None) for p in range(130)])]
+        assert _delta(before, _etcd_ops(rconn)) == {"get_many": 3}  # 64 + 64 + 2
+    assert got == [b"last"]
+
+
+def test_scan_many_checks_every_request_before_reading(rconn: llog.Connection) -> None:
+    before = _etcd_ops(rconn)
+    with llog.Reader(rconn) as r:
+        with pytest.raises(llog.InvalidInput):
+            list(r.scan_many([("t", 0, 0, None), ("t", -1, 0, None)]))
+        with pytest.raises(llog.InvalidInput):
+            list(r.scan_many([("t", 0, 0, None), ("t", 0, -5, None)]))
+        with pytest.raises(llog.UnknownPartition):
+            list(r.scan_many([("t", 0, 0, None), ("t", 7, 0, None)]))
+    # Only topic metadata was looked up (to check the partitions), no partition read.
+    assert set(_delta(before, _etcd_ops(rconn))) <= {"get"}

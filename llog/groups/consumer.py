@@ -170,16 +170,24 @@ class Consumer:
     def _fetch(self, max_records: int) -> list[ConsumedRecord]:
         tps = sorted(self._positions)
         out: list[ConsumedRecord] = []
-        for i in range(len(tps)):
-            if len(out) >= max_records:
-                break
-            tp = tps[(self._rr + i) % len(tps)]
-            pos = self._positions[tp]
-            for rec in self.reader.scan(tp[0], tp[1], pos, pos + max_records - len(out)):
+        if not tps:
+            return out
+        order = [tps[(self._rr + i) % len(tps)] for i in range(len(tps))]
+        self._rr += 1
+        # One etcd round trip resolves every assigned partition (Reader.scan_many), so
+        # a poll of idle partitions costs one read, not one per partition.
+        scan = self.reader.scan_many([(t, p, self._positions[(t, p)], self._positions[(t, p)] + max_records)
+                                      for t, p in order])
+        try:
+            for rec in scan:
+                tp = (rec.topic, rec.partition)
                 out.append(rec)
                 self._positions[tp] = rec.offset + 1
                 self._delivered[tp] = rec.offset + 1
-        self._rr += 1
+                if len(out) >= max_records:
+                    break
+        finally:
+            scan.close()  # cancels the GETs still in flight
         return out
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
