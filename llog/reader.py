@@ -105,20 +105,37 @@ class Reader:
         return self._records(topic, partition, self._batches(topic, partition, start, end))
 
     def scan_many(
-        self, requests: Sequence[tuple[str, int, int, int | None]]
+        self, requests: Sequence[tuple[str, int, int, int | None]], *, max_records: int | None = None
     ) -> Generator[ConsumedRecord, None, None]:
-        """:meth:`scan` of each ``(topic, partition, start, end)`` in turn. Every
-        partition's control and first index page are read up front, in one etcd round
-        trip per :data:`RESOLVE_BATCH` partitions instead of one per partition: a
-        consumer polling many partitions, most of them idle, costs etcd one read per
-        poll. A bad request raises before anything is read; a partition's
+        """:meth:`scan` of each ``(topic, partition, start, end)`` in turn, at most
+        ``max_records`` in all: each partition's scan ends where the records left in
+        that budget end, so no GET is made for records past it. Every partition's
+        control and first index page are read up front, in one etcd round trip per
+        :data:`RESOLVE_BATCH` partitions instead of one per partition: a consumer
+        polling many partitions, most of them idle, costs etcd one read per poll. A bad
+        request raises before anything is read; a partition's
         :class:`OffsetOutOfRange` is raised when its turn comes."""
         reqs = [(*self._check(t, p, s), e) for t, p, s, e in requests]
+        if max_records is not None and (isinstance(max_records, bool) or not isinstance(max_records, int)
+                                        or max_records < 0):
+            raise InvalidInput(f"max_records must be an int >= 0, got {max_records!r}")
+        if max_records == 0:
+            return
         resolved: list[_Resolved] = []
         for i in range(0, len(reqs), RESOLVE_BATCH):
             resolved.extend(self._resolve(reqs[i : i + RESOLVE_BATCH]))
+        left = max_records
         for (t, p, s, e), r in zip(reqs, resolved, strict=True):
-            yield from self._records(t, p, self._batches(t, p, s, e, r))
+            if left is not None:
+                if left == 0:
+                    return
+                e = s + left if e is None else min(e, s + left)
+            n = 0
+            for rec in self._records(t, p, self._batches(t, p, s, e, r)):
+                yield rec
+                n += 1
+            if left is not None:
+                left -= n
 
     def _records(
         self, topic: str, partition: int, batches: Iterator[tuple[batch.Batch, int, int, int]]

@@ -133,3 +133,21 @@ def test_scan_many_checks_every_request_before_reading(rconn: llog.Connection) -
             list(r.scan_many([("t", 0, 0, None), ("t", 7, 0, None)]))
     # Only topic metadata was looked up (to check the partitions), no partition read.
     assert set(_delta(before, _etcd_ops(rconn))) <= {"get"}
+
+
+def test_scan_many_stops_at_max_records_without_fetching_past_it(rconn: llog.Connection) -> None:
+    llog.Topics(rconn).create("b", 3)
+    with llog.Writer(rconn) as w:
+        for p in range(3):
+            for i in range(3):
+                w.append("b", p, [b"%d-%d" % (p, i)])  # one blob, so one GET, per record
+    requests: list[tuple[str, int, int, int | None]] = [("b", p, 0, None) for p in range(3)]
+    with llog.Reader(rconn) as r:
+        gets = rconn.metrics.value("llog_s3_ops_total", op="get_range")
+        got = [x.value for x in r.scan_many(requests, max_records=4)]
+        assert got == [b"0-0", b"0-1", b"0-2", b"1-0"]
+        # Partition 1's scan ended at the budget: its other two records were not fetched.
+        assert rconn.metrics.value("llog_s3_ops_total", op="get_range") - gets == 4
+        assert list(r.scan_many(requests, max_records=0)) == []
+        with pytest.raises(llog.InvalidInput):
+            list(r.scan_many(requests, max_records=-1))

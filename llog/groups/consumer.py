@@ -176,18 +176,12 @@ class Consumer:
         self._rr += 1
         # One etcd round trip resolves every assigned partition (Reader.scan_many), so
         # a poll of idle partitions costs one read, not one per partition.
-        scan = self.reader.scan_many([(t, p, self._positions[(t, p)], self._positions[(t, p)] + max_records)
-                                      for t, p in order])
-        try:
-            for rec in scan:
-                tp = (rec.topic, rec.partition)
-                out.append(rec)
-                self._positions[tp] = rec.offset + 1
-                self._delivered[tp] = rec.offset + 1
-                if len(out) >= max_records:
-                    break
-        finally:
-            scan.close()  # cancels the GETs still in flight
+        for rec in self.reader.scan_many([(t, p, self._positions[(t, p)], None) for t, p in order],
+                                         max_records=max_records):
+            tp = (rec.topic, rec.partition)
+            out.append(rec)
+            self._positions[tp] = rec.offset + 1
+            self._delivered[tp] = rec.offset + 1
         return out
 
     def seek(self, topic: str, partition: int, offset: int) -> None:
