@@ -562,17 +562,17 @@ class Writer:
             return
         for _, p in chunk:
             self._hook("after_commit", p.mine.data_key)
-        with self._cache_lock:  # one lock round and one metric update for the chunk
-            for i, p in chunk:
-                g = staged.groups[i]
-                if p.new_ps is not None and g.producer is not None:
-                    pkey = keys.producer(g.topic, g.partition, g.producer.id)
-                    self._producers[pkey] = _ProducerSnapshot(p.new_ps, r.revision)
-                self._cache[(g.topic, g.partition)] = ControlState(p.new, r.revision)
         for i, p in chunk:
-            outcomes[i] = self._result(staged.groups[i].topic, staged.groups[i].partition, p.mine)
-        conn.metrics.appends.labels("ok").inc(len(chunk))
-        conn.metrics.append_records.inc(sum(p.mine.msg_count for _, p in chunk))
+            g = staged.groups[i]
+            if p.new_ps is not None and g.producer is not None:
+                pkey = keys.producer(g.topic, g.partition, g.producer.id)
+                self._producers[pkey] = _ProducerSnapshot(p.new_ps, r.revision)
+        acked = self._ack_many([
+            (staged.groups[i].topic, staged.groups[i].partition, p.mine, ControlState(p.new, r.revision))
+            for i, p in chunk
+        ])
+        for (i, _), res in zip(chunk, acked, strict=True):
+            outcomes[i] = res
 
     def _plan(
         self,
@@ -733,10 +733,18 @@ class Writer:
         raise AssertionError("unreachable")
 
     def _ack(self, topic: str, partition: int, p: Pending, st: ControlState) -> AppendResult:
-        self._remember(topic, partition, st)
-        self.conn.metrics.appends.labels("ok").inc()
-        self.conn.metrics.append_records.inc(p.msg_count)
-        return self._result(topic, partition, p)
+        [res] = self._ack_many([(topic, partition, p, st)])
+        return res
+
+    def _ack_many(self, acks: list[tuple[str, int, Pending, ControlState]]) -> list[AppendResult]:
+        """Record committed appends: each partition's new state in the cache (one lock
+        round for all), the metrics once, and each append's result."""
+        with self._cache_lock:
+            for topic, partition, _, st in acks:
+                self._cache[(topic, partition)] = st
+        self.conn.metrics.appends.labels("ok").inc(len(acks))
+        self.conn.metrics.append_records.inc(sum(p.msg_count for _, _, p, _ in acks))
+        return [self._result(topic, partition, p) for topic, partition, p, _ in acks]
 
     def _duplicate(self, topic: str, partition: int, ps: ProducerState) -> AppendResult:
         """A retried batch that already committed: its original result, nothing written."""
