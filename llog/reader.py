@@ -224,7 +224,7 @@ class Reader:
             return
         if self.settle_pending and ctl.pending is not None:
             self._maybe_settle(topic, partition, st)
-        fetches = self._fetches(self._slices(topic, partition, start, hi, st, (resolved.first_page, resolved.page)))
+        fetches = self._fetches(self._slices(topic, partition, start, hi, resolved))
         inflight: deque[tuple[_Fetch, Future[bytes]]] = deque()
         depth = max(1, self.config.read_prefetch)
         # Next offset to yield: a compacted entry may overlap WAL entries already yielded
@@ -259,10 +259,11 @@ class Reader:
                     for _, later in inflight:
                         later.cancel()
                     inflight.clear()
-                    st = read_control(self.conn, topic, partition)
-                    if done < st.control.log_start_offset:
-                        raise OffsetOutOfRange(topic, partition, done, st.control.log_start_offset) from None
-                    fetches = self._fetches(self._slices(topic, partition, done, hi, st))
+                    [resolved] = self._resolve([(topic, partition, done, hi)])
+                    lso = resolved.state.control.log_start_offset
+                    if done < lso:
+                        raise OffsetOutOfRange(topic, partition, done, lso) from None
+                    fetches = self._fetches(self._slices(topic, partition, done, hi, resolved))
                     continue
                 except StoreError as exc:
                     # A range past the object's end means the blob is shorter than the
@@ -316,22 +317,22 @@ class Reader:
             log.debug("settle of %s/%s skipped: %s", topic, partition, exc)
 
     def _slices(
-        self, topic: str, partition: int, start: int, hi: int, st: ControlState,
-        first: tuple[list[KV], int] | None = None,
+        self, topic: str, partition: int, start: int, hi: int, resolved: _Resolved
     ) -> Iterator[SliceRef]:
         """Slices covering ``[start, hi)`` in order, each record covered exactly once
         by the first slice that holds it (a compaction in flight can make index entries
-        overlap; the overlap is skipped). ``first``: the index page from ``start`` the
-        caller read already, and the limit it was read with."""
+        overlap; the overlap is skipped). ``resolved`` holds the control state and the
+        index page from ``start`` (:meth:`_resolve`)."""
         keys, etcd = self.conn.keys, self.conn.etcd
         end_key = keys.index_range_end(topic, partition)
         nxt = start
         cursor = keys.index(topic, partition, start)
-        page = 1 if hi - start == 1 else _INDEX_PAGE
-        pending = st.control.pending
+        first: list[KV] | None = resolved.first_page
+        page = resolved.page
+        pending = resolved.state.control.pending
         while nxt < hi:
             if first is not None:
-                (kvs, page), first = first, None
+                kvs, first = first, None
             else:
                 kvs = etcd.range(cursor, end_key, limit=page)
             for kv in kvs:
