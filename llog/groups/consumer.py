@@ -170,8 +170,6 @@ class Consumer:
     def _fetch(self, max_records: int) -> list[ConsumedRecord]:
         tps = sorted(self._positions)
         out: list[ConsumedRecord] = []
-        if not tps:
-            return out
         order = [tps[(self._rr + i) % len(tps)] for i in range(len(tps))]
         self._rr += 1
         # One etcd round trip resolves every assigned partition (Reader.scan_many), so
