@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import logging
 from collections import deque
-from collections.abc import Generator, Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import count, repeat
 
 from llog.codec import batch
@@ -66,6 +66,34 @@ class _Resolved:
     page: int
 
 
+@dataclass(eq=False)
+class _Scan:
+    """One partition's part of a scan, as it goes: its range ``[start, hi)``, where to
+    (re)start its fetches, and how far it has yielded."""
+
+    topic: str
+    partition: int
+    start: int
+    hi: int
+    #: Builds the scan's fetches from ``start`` (again, if the scan must start over).
+    source: Callable[[], Iterator[_Fetch]]
+    fetches: Iterator[_Fetch] = field(init=False)
+    #: Next offset to yield.
+    done: int = field(init=False)
+    #: Objects found gone (vacuumed) during the scan: each is re-resolved once.
+    gone: set[str] = field(default_factory=set)
+    #: What the fetches raised; the consumer gets it when it reaches this point.
+    failed: LlogError | None = None
+
+    def __post_init__(self) -> None:
+        self.done = self.start
+        self.restart()
+
+    def restart(self) -> None:
+        self.fetches = self.source()
+        self.failed = None
+
+
 @dataclass(frozen=True)
 class _Fetch:
     data_key: str
@@ -102,51 +130,60 @@ class Reader:
     ) -> Iterator[ConsumedRecord]:
         """Records with ``start <= offset < end`` (``end=None``: up to the partition's
         next offset when the scan begins), in offset order, with bounded memory."""
-        return self._records(topic, partition, self._batches(topic, partition, start, end))
+        return self._records(self._batches(topic, partition, start, end))
 
     def scan_many(
         self, requests: Sequence[tuple[str, int, int, int | None]], *, max_records: int | None = None
-    ) -> Generator[ConsumedRecord, None, None]:
+    ) -> Iterator[ConsumedRecord]:
         """:meth:`scan` of each ``(topic, partition, start, end)`` in turn, at most
         ``max_records`` in all: each partition's scan ends where the records left in
         that budget end, so no GET is made for records past it. Every partition's
         control and first index page are read up front, in one etcd round trip per
-        :data:`RESOLVE_BATCH` partitions instead of one per partition: a consumer
-        polling many partitions, most of them idle, costs etcd one read per poll. A bad
-        request raises before anything is read; a partition's
-        :class:`OffsetOutOfRange` is raised when its turn comes."""
+        :data:`RESOLVE_BATCH` partitions instead of one per partition (a consumer
+        polling many partitions, most of them idle, costs etcd one read per poll), and
+        the range GETs run ahead across partition boundaries, so the next partition's
+        first slices are on their way while this one's last are consumed. A bad request
+        raises before anything is read; a partition's :class:`OffsetOutOfRange` is
+        raised when its turn comes."""
         reqs = [(*self._check(t, p, s), e) for t, p, s, e in requests]
         if max_records is not None and (isinstance(max_records, bool) or not isinstance(max_records, int)
                                         or max_records < 0):
             raise InvalidInput(f"max_records must be an int >= 0, got {max_records!r}")
+        return self._records(self._scan_many(reqs, max_records))
+
+    def _scan_many(
+        self, reqs: list[tuple[str, int, int, int | None]], max_records: int | None
+    ) -> Iterator[tuple[_Scan, batch.Batch, int, int, int]]:
         if max_records == 0:
             return
-        resolved: list[_Resolved] = []
-        for i in range(0, len(reqs), RESOLVE_BATCH):
-            resolved.extend(self._resolve(reqs[i : i + RESOLVE_BATCH]))
+        scans: list[_Scan] = []
         left = max_records
-        for (t, p, s, e), r in zip(reqs, resolved, strict=True):
-            if left is not None:
-                if left == 0:
-                    return
-                e = s + left if e is None else min(e, s + left)
-            n = 0
-            for rec in self._records(t, p, self._batches(t, p, s, e, r)):
-                yield rec
-                n += 1
-            if left is not None:
-                left -= n
+        for i in range(0, len(reqs), RESOLVE_BATCH):
+            chunk = reqs[i : i + RESOLVE_BATCH]
+            for (t, p, s, e), r in zip(chunk, self._resolve(chunk), strict=True):
+                if left is not None:
+                    e = s + left if e is None else min(e, s + left)
+                sc = self._plan(t, p, s, e, r)
+                if sc is None:
+                    continue
+                scans.append(sc)
+                if left is not None:
+                    # A scan yields every offset of [start, hi) once, or raises.
+                    left -= sc.hi - sc.start
+                    if left == 0:
+                        break
+            if left == 0:
+                break
+        yield from self._stream(scans)
 
-    def _records(
-        self, topic: str, partition: int, batches: Iterator[tuple[batch.Batch, int, int, int]]
-    ) -> Iterator[ConsumedRecord]:
-        for b, first, lo, hi in batches:
+    def _records(self, batches: Iterator[tuple[_Scan, batch.Batch, int, int, int]]) -> Iterator[ConsumedRecord]:
+        for sc, b, first, lo, hi in batches:
             ts, keys, values, headers = b.columns(lo - first, hi - first)
             # map() over the columns builds the records without a Python-level loop.
             yield from map(
                 ConsumedRecord,
-                repeat(topic),
-                repeat(partition),
+                repeat(sc.topic),
+                repeat(sc.partition),
                 count(lo),
                 ts,
                 keys if keys is not None else repeat(None),
@@ -161,7 +198,7 @@ class Reader:
         """Decoded bodies for the scan: ``(first_offset, batch, lo, hi)`` where records
         ``[lo, hi)`` of the scan are rows ``[lo - first_offset, hi - first_offset)`` of
         ``batch``. For columnar consumers (Spark) that skip per-record objects."""
-        for b, first, lo, hi in self._batches(topic, partition, start, end):
+        for _, b, first, lo, hi in self._batches(topic, partition, start, end):
             yield first, b, lo, hi
 
     def high_watermark(self, topic: str, partition: int) -> tuple[int, int]:
@@ -210,41 +247,68 @@ class Reader:
         ]
 
     def _batches(
-        self, topic: str, partition: int, start: int, end: int | None, resolved: _Resolved | None = None
-    ) -> Iterator[tuple[batch.Batch, int, int, int]]:
-        if resolved is None:
-            self._check(topic, partition, start)
-            [resolved] = self._resolve([(topic, partition, start, end)])
+        self, topic: str, partition: int, start: int, end: int | None
+    ) -> Iterator[tuple[_Scan, batch.Batch, int, int, int]]:
+        self._check(topic, partition, start)
+        [resolved] = self._resolve([(topic, partition, start, end)])
+        sc = self._plan(topic, partition, start, end, resolved)
+        if sc is not None:
+            yield from self._stream([sc])
+
+    def _plan(
+        self, topic: str, partition: int, start: int, end: int | None, resolved: _Resolved
+    ) -> _Scan | None:
+        """A partition's scan from its resolution; ``None`` when there is nothing to
+        read. Below the log start the scan raises :class:`OffsetOutOfRange` when its
+        turn comes."""
         st = resolved.state
         ctl = st.control
         if start < ctl.log_start_offset:
-            raise OffsetOutOfRange(topic, partition, start, ctl.log_start_offset)
+            below = OffsetOutOfRange(topic, partition, start, ctl.log_start_offset)
+            return _Scan(topic, partition, start, start + 1, lambda: _raising(below))
         hi = ctl.next_offset if end is None else min(end, ctl.next_offset)
         if start >= hi:
-            return
+            return None
         if self.settle_pending and ctl.pending is not None:
             self._maybe_settle(topic, partition, st)
-        fetches = self._fetches(self._slices(topic, partition, start, hi, resolved))
-        inflight: deque[tuple[_Fetch, Future[bytes]]] = deque()
+        return _Scan(
+            topic, partition, start, hi, lambda: self._fetches(self._slices(topic, partition, start, hi, resolved))
+        )
+
+    def _stream(self, scans: list[_Scan]) -> Iterator[tuple[_Scan, batch.Batch, int, int, int]]:
+        """Decoded slices of ``scans`` in turn, ``(scan, batch, first_offset, lo, hi)``:
+        records ``[lo, hi)`` are rows ``[lo - first_offset, hi - first_offset)``. Up to
+        ``read_prefetch`` GETs stay in flight, running on into the next scans."""
+        inflight: deque[tuple[_Scan, _Fetch, Future[bytes]]] = deque()
         depth = max(1, self.config.read_prefetch)
-        # Next offset to yield: a compacted entry may overlap WAL entries already yielded
-        # (compaction between its index overwrite and DELETING_OLD); skip the overlap.
-        done = start
-        gone: set[str] = set()
+        feeding = 0  # the scan whose fetches are queued next
 
         def top_up() -> None:
-            while len(inflight) < depth:
-                nxt = next(fetches, None)
+            nonlocal feeding
+            while len(inflight) < depth and feeding < len(scans):
+                sc = scans[feeding]
+                if sc.failed is not None:  # its slices raised: nothing more of it, or after it
+                    return
+                try:
+                    nxt = next(sc.fetches, None)
+                except LlogError as exc:
+                    # Raised when the consumer reaches this point of the scan, not before.
+                    sc.failed = exc
+                    return
                 if nxt is None:
-                    break
-                inflight.append((nxt, self._pool.submit(self._get, nxt)))
+                    feeding += 1
+                    continue
+                inflight.append((sc, nxt, self._pool.submit(self._get, nxt)))
 
         try:
             while True:
                 top_up()
                 if not inflight:
+                    failed = scans[feeding].failed if feeding < len(scans) else None
+                    if failed is not None:
+                        raise failed
                     return
-                f, fut = inflight.popleft()
+                sc, f, fut = inflight.popleft()
                 # Keep `depth` GETs in flight while this one is decoded and consumed.
                 top_up()
                 try:
@@ -253,17 +317,21 @@ class Reader:
                     # Compaction moved these records to a new blob and vacuum deleted the
                     # old one after this scan resolved it: resolve again from where the
                     # scan is (once per object; a blob the index still names is corrupt).
-                    if f.data_key in gone:
+                    if f.data_key in sc.gone:
                         raise
-                    gone.add(f.data_key)
-                    for _, later in inflight:
+                    sc.gone.add(f.data_key)
+                    for _, _, later in inflight:
                         later.cancel()
                     inflight.clear()
-                    [resolved] = self._resolve([(topic, partition, done, hi)])
+                    at = scans.index(sc)
+                    for later_sc in scans[at + 1 : feeding + 1]:
+                        later_sc.restart()  # nothing of it was yielded yet
+                    feeding = at
+                    [resolved] = self._resolve([(sc.topic, sc.partition, sc.done, sc.hi)])
                     lso = resolved.state.control.log_start_offset
-                    if done < lso:
-                        raise OffsetOutOfRange(topic, partition, done, lso) from None
-                    fetches = self._fetches(self._slices(topic, partition, done, hi, resolved))
+                    if sc.done < lso:
+                        raise OffsetOutOfRange(sc.topic, sc.partition, sc.done, lso) from None
+                    sc.fetches = self._fetches(self._slices(sc.topic, sc.partition, sc.done, sc.hi, resolved))
                     continue
                 except StoreError as exc:
                     # A range past the object's end means the blob is shorter than the
@@ -284,13 +352,15 @@ class Reader:
                             s.data_key, s.byte_offset, s.byte_length,
                             f"body holds {len(b)} records, index says {s.count}",
                         )
-                    lo = max(done, s.first_offset)
-                    top = min(hi, s.first_offset + s.count)
+                    # A compacted entry may overlap WAL entries already yielded (compaction
+                    # between its index overwrite and DELETING_OLD): skip the overlap.
+                    lo = max(sc.done, s.first_offset)
+                    top = min(sc.hi, s.first_offset + s.count)
                     if lo < top:
-                        done = top
-                        yield b, s.first_offset, lo, top
+                        sc.done = top
+                        yield sc, b, s.first_offset, lo, top
         finally:
-            for _, fut in inflight:
+            for _, _, fut in inflight:
                 fut.cancel()
 
     def _get(self, f: _Fetch) -> bytes:
@@ -388,6 +458,11 @@ class Reader:
             group = [s]
         if group:
             yield _group(group)
+
+
+def _raising(exc: LlogError) -> Iterator[_Fetch]:
+    raise exc
+    yield  # a generator: raises when first advanced
 
 
 def _group(slices: list[SliceRef]) -> _Fetch:

@@ -130,6 +130,23 @@ class _Producer:
 
 
 @dataclass(frozen=True)
+class EncodedBlob:
+    """A shared blob built in memory and not yet PUT (:meth:`Writer.encode_shared`):
+    its groups, their pending values (offsets still zero) and the blob's bytes."""
+
+    groups: tuple[_Prepared, ...]
+    pendings: tuple[Pending, ...]
+    data: bytes
+    #: CRC-32 of ``data`` when the codec could combine it from the bodies' CRCs,
+    #: handed to the store so it need not hash the body again.
+    crc32: int | None
+
+    @property
+    def data_key(self) -> str:
+        return self.pendings[0].data_key
+
+
+@dataclass(frozen=True)
 class StagedBlob:
     """A shared blob that is PUT but not committed: its groups and, per group, the
     pending value (offsets still zero) its commit will fill in."""
@@ -381,10 +398,20 @@ class Writer:
         records_checked: bool = False,
     ) -> StagedBlob:
         """The first half of :meth:`append_shared`: validate, encode and PUT the shared
-        blob. Nothing is committed (or visible) until :meth:`commit_staged`; a staged
-        blob that is never committed is an orphan for vacuum. Pipelining callers stage
-        the next blob while the previous one commits. ``records_checked``: see
-        :meth:`validate`."""
+        blob (:meth:`encode_shared`, then :meth:`put_encoded`). Nothing is committed (or
+        visible) until :meth:`commit_staged`; a staged blob that is never committed is
+        an orphan for vacuum. Pipelining callers stage the next blob while the previous
+        one commits. ``records_checked``: see :meth:`validate`."""
+        return self.put_encoded(self.encode_shared(groups, records_checked=records_checked))
+
+    def encode_shared(
+        self,
+        groups: Iterable[AppendGroup | tuple[str, int, Sequence[Record | bytes]]],
+        *,
+        records_checked: bool = False,
+    ) -> EncodedBlob:
+        """Validate ``groups`` and build their shared blob in memory; no I/O. A
+        pipeline encodes the next blob while the previous one is PUT."""
         if self._closed:
             raise LlogError("writer is closed")
         prepared = self.validate(groups, records_checked=records_checked)
@@ -401,9 +428,6 @@ class Writer:
             )
         blob_id = uuid.uuid4().hex
         data_key = self.conn.keys.wal_blob(blob_id)
-        self.conn.store.put(data_key, packed.data, crc32=packed.crc32)
-        self.conn.metrics.blob_bytes.observe(len(packed.data))
-        self._hook("after_put", data_key)
         pendings = tuple(
             Pending(
                 append_id=f"{blob_id}:{i}",
@@ -418,7 +442,16 @@ class Writer:
             )
             for i, (g, part) in enumerate(zip(prepared, packed.parts, strict=True))
         )
-        return StagedBlob(tuple(prepared), pendings, packed.data)
+        return EncodedBlob(tuple(prepared), pendings, packed.data, packed.crc32)
+
+    def put_encoded(self, encoded: EncodedBlob) -> StagedBlob:
+        """PUT an encoded blob (protocol step W1); it is ready for :meth:`commit_staged`."""
+        if self._closed:
+            raise LlogError("writer is closed")
+        self.conn.store.put(encoded.data_key, encoded.data, crc32=encoded.crc32)
+        self.conn.metrics.blob_bytes.observe(len(encoded.data))
+        self._hook("after_put", encoded.data_key)
+        return StagedBlob(encoded.groups, encoded.pendings, encoded.data)
 
     def commit_staged(self, staged: StagedBlob) -> list[Outcome]:
         """The second half of :meth:`append_shared`: commit every group of a staged

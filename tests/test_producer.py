@@ -243,8 +243,8 @@ def test_next_batch_is_staged_while_the_previous_commits_in_order(slow_conn: Con
         """Holds the first commit until a second blob is staged: that only happens if
         staging overlaps committing."""
 
-        def stage_shared(self, groups: Any, **kwargs: Any) -> Any:
-            staged = super().stage_shared(groups, **kwargs)
+        def put_encoded(self, encoded: Any) -> Any:
+            staged = super().put_encoded(encoded)
             (second_staged if first_staged.is_set() else first_staged).set()
             return staged
 
@@ -261,6 +261,51 @@ def test_next_batch_is_staged_while_the_previous_commits_in_order(slow_conn: Con
         prod.flush()
         assert overlapped == [True]
         assert (first.result().start_offset, second.result().start_offset) == (0, 1)
+    assert _read_all(slow_conn, 0) == [b"first", b"second"]
+
+
+def test_one_put_at_a_time_while_the_next_blob_encodes(slow_conn: Connection) -> None:
+    """``max_inflight_puts=1``: the next blob is encoded while the current one is being
+    PUT, but its PUT waits for the current one to finish."""
+    release_first = threading.Event()
+    first_put = threading.Event()
+    second_encoded = threading.Event()
+    events: list[str] = []
+    lock = threading.Lock()
+
+    class GatedWriter(Writer):
+        def encode_shared(self, groups: Any, **kwargs: Any) -> Any:
+            encoded = super().encode_shared(groups, **kwargs)
+            with lock:
+                events.append("encoded")
+                if events.count("encoded") == 2:
+                    second_encoded.set()
+            return encoded
+
+        def put_encoded(self, encoded: Any) -> Any:
+            with lock:
+                events.append("put")
+                first = events.count("put") == 1
+            if first:
+                first_put.set()
+                assert release_first.wait(60)
+            staged = super().put_encoded(encoded)
+            with lock:
+                events.append("put done")
+            return staged
+
+    with GatedWriter(slow_conn) as w, BatchingProducer(w, max_inflight=2, max_inflight_puts=1) as prod:
+        first = prod.send_group("p", 0, [b"first"])
+        prod.flush(timeout=0)  # close the first batch without waiting for it
+        assert first_put.wait(60)
+        second = prod.send_group("p", 0, [b"second"])
+        prod.flush(timeout=0)
+        assert second_encoded.wait(60)  # encoded while the first PUT is held
+        with lock:
+            assert events == ["encoded", "put", "encoded"]
+        release_first.set()
+        assert (first.result(60).start_offset, second.result(60).start_offset) == (0, 1)
+    assert events == ["encoded", "put", "encoded", "put done", "put", "put done"]
     assert _read_all(slow_conn, 0) == [b"first", b"second"]
 
 

@@ -3,14 +3,20 @@ pending tail, index paging, coalesced GETs and the etcd round trips a scan costs
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
 import llog
+from compactor import compact_once
+from compactor.retention import apply_retention
+from compactor.vacuum import vacuum
 from llog import AppendGroup
-from llog.control import read_control
+from llog.codec import batch
+from llog.control import decode_index, read_control
 
 
 def _etcd_ops(conn: llog.Connection) -> dict[str, float]:
@@ -151,3 +157,98 @@ def test_scan_many_stops_at_max_records_without_fetching_past_it(rconn: llog.Con
         assert list(r.scan_many(requests, max_records=0)) == []
         with pytest.raises(llog.InvalidInput):
             list(r.scan_many(requests, max_records=-1))
+
+
+class _GatedReader(llog.Reader):
+    """Notes the object key of every range GET as it starts, and holds the GETs of
+    ``held`` until ``go`` is set."""
+
+    def __init__(self, conn: llog.Connection, held: frozenset[str] = frozenset()) -> None:
+        super().__init__(conn)
+        self.started: list[str] = []
+        self.held = held
+        self.go = threading.Event()
+        self._changed = threading.Condition()
+
+    def _get(self, f: Any) -> bytes:
+        with self._changed:
+            self.started.append(f.data_key)
+            self._changed.notify_all()
+        if f.data_key in self.held:
+            assert self.go.wait(30)
+        return super()._get(f)
+
+    def wait_started(self, n: int) -> bool:
+        with self._changed:
+            return self._changed.wait_for(lambda: len(self.started) >= n, 30)
+
+
+def _data_keys(conn: llog.Connection, topic: str, partition: int) -> list[str]:
+    return [
+        decode_index(kv.key, kv.value).data_key
+        for kv in conn.etcd.scan(conn.keys.index(topic, partition, 0), conn.keys.index_range_end(topic, partition))
+    ]
+
+
+def test_scan_many_fetches_the_next_partition_while_this_one_is_consumed(rconn: llog.Connection) -> None:
+    llog.Topics(rconn).create("x", 2)
+    with llog.Writer(rconn) as w:
+        w.append("x", 0, [b"p0"])
+        w.append("x", 1, [b"p1"])
+    with _GatedReader(rconn) as r:
+        scan = r.scan_many([("x", 0, 0, None), ("x", 1, 0, None)])
+        first = next(scan)
+        # Partition 0's only GET is consumed; partition 1's is under way already.
+        assert r.wait_started(2), f"GETs started while partition 0 was consumed: {r.started}"
+        assert (first.partition, first.value) == (0, b"p0")
+        assert [(x.partition, x.value) for x in scan] == [(1, b"p1")]
+    assert r.started == [_data_keys(rconn, "x", 0)[0], _data_keys(rconn, "x", 1)[0]]
+
+
+def test_scan_many_rereads_every_partition_whose_blobs_vacuum_deleted_mid_scan(config: llog.LlogConfig) -> None:
+    """A scan resolved before compaction and vacuum replaced its blobs: the partition
+    whose GET found its blob gone resolves again, and the next partition's scan, whose
+    GET was already in flight, starts over. Every record comes back once, in order."""
+    cfg = replace(config, read_prefetch=2, compact_min_age_ms=0, settle_after_ms=0)
+    with llog.Connection(cfg) as conn:
+        llog.Topics(conn).create("y", 2)
+        with llog.Writer(conn) as w:
+            for i in range(2):
+                w.append("y", 0, [b"0-%d" % i])  # a blob each
+            w.append("y", 1, [b"1-0", b"1-1"])
+        first, second = _data_keys(conn, "y", 0)
+        [other] = _data_keys(conn, "y", 1)
+        with _GatedReader(conn, held=frozenset({second})) as r:
+            scan = r.scan_many([("y", 0, 0, None), ("y", 1, 0, None)])
+            got = [next(scan)]
+            # Partition 0's second GET is held; partition 1's is under way.
+            assert r.wait_started(3) and sorted(r.started) == sorted([first, second, other])
+            for p in (0, 1):
+                assert compact_once(conn, "y", p).outcome == "compacted"
+            assert len(vacuum(conn, grace_s=0).deleted) == 3
+            r.go.set()
+            got += list(scan)
+        assert [(x.partition, x.offset, x.value) for x in got] == [
+            (0, 0, b"0-0"), (0, 1, b"0-1"), (1, 0, b"1-0"), (1, 1, b"1-1")
+        ]
+        # Both partitions were read again from their compacted blobs; partition 1
+        # started over, so its old blob was asked for once more (and found gone).
+        compacted = [_data_keys(conn, "y", p)[0] for p in (0, 1)]
+        assert sorted(r.started[3:]) == sorted([*compacted, other])
+
+
+def test_a_partition_below_its_log_start_raises_when_its_turn_comes(rconn: llog.Connection) -> None:
+    slice_bytes = len(batch.encode([llog.Record(b"v", timestamp=1)]))
+    llog.Topics(rconn).create("z", 2, retention_bytes=slice_bytes * 3 // 2)
+    with llog.Writer(rconn) as w:
+        w.append("z", 0, [b"a"])
+        for i in range(3):
+            w.append("z", 1, [b"v"])
+    assert apply_retention(rconn, "z", 1).new_start == 2
+    with llog.Reader(rconn) as r:
+        scan = r.scan_many([("z", 0, 0, None), ("z", 1, 0, None), ("z", 0, 0, None)])
+        assert next(scan).value == b"a"  # partition 0's records come first
+        with pytest.raises(llog.OffsetOutOfRange) as exc:
+            next(scan)
+        assert (exc.value.topic, exc.value.partition, exc.value.offset) == ("z", 1, 0)
+        assert [x.offset for x in r.scan_many([("z", 1, 2, None), ("z", 0, 0, None)])] == [2, 0]

@@ -43,7 +43,10 @@ class BatchingProducer:
     their first record; at most ``config.batch_max_buffered_bytes`` are buffered or in
     flight, beyond which ``send`` blocks up to ``send_timeout_s`` and then raises
     :class:`~llog.errors.BackPressure`. Up to ``max_inflight`` batches are staged
-    (encoded and PUT) or committing at once; ``1`` sends one batch at a time.
+    (encoded and PUT) or committing at once; ``1`` sends one batch at a time. Of those,
+    at most ``max_inflight_puts`` (default: ``max_inflight``) are being PUT at once:
+    ``max_inflight=2, max_inflight_puts=1`` keeps one PUT going back to back while the
+    next blob encodes and the previous one commits.
     """
 
     def __init__(
@@ -53,6 +56,7 @@ class BatchingProducer:
         send_timeout_s: float | None = 30.0,
         on_commit: CommitListener | None = None,
         max_inflight: int = 2,
+        max_inflight_puts: int | None = None,
     ) -> None:
         self._owns_writer = not isinstance(target, Writer)
         self.writer = target if isinstance(target, Writer) else Writer(target)
@@ -62,7 +66,10 @@ class BatchingProducer:
         self._acc = Accumulator(
             cfg.batch_max_bytes, cfg.batch_max_delay_ms / 1000.0, cfg.batch_max_buffered_bytes, self.conn.metrics
         )
-        self._sender = Sender(self.writer, self._acc, self.conn.metrics, on_commit, max_inflight=max_inflight)
+        self._sender = Sender(
+            self.writer, self._acc, self.conn.metrics, on_commit,
+            max_inflight=max_inflight, max_inflight_puts=max_inflight_puts,
+        )
         self._closed = False
         self._close_lock = threading.Lock()
 

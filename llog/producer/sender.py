@@ -1,12 +1,17 @@
-"""The producer's send pipeline: drain a batch, stage it (encode + PUT the shared blob),
+"""The producer's send pipeline: drain a batch and encode its shared blob, PUT it,
 commit it, resolve every future with its offset (or ``AppendResult``) or the
 partition's error. A batch's groups for one partition share one partition-append
 where they can (:func:`_merge`); each still gets its own contiguous offsets.
 
-Up to ``max_inflight`` batches are in flight. Staging runs on a small pool, so the next
-blob's encode and PUT overlap the previous blob's etcd commits; commits run on one
-committer thread strictly in drain order, so a partition's second batch commits only
-after its first has resolved and offsets follow acceptance order.
+Up to ``max_inflight`` batches are in flight, of which up to ``max_inflight_puts`` are
+being PUT at once. Three kinds of thread share the work: the drain thread encodes
+each batch as it takes it, ``max_inflight_puts`` uploader threads PUT encoded blobs in
+drain order, and one committer thread commits them strictly in drain order, so a
+partition's second batch commits only after its first has resolved and offsets follow
+acceptance order. An uploader goes from one PUT straight to the next without handing
+over to another thread, so with one PUT in flight the store sees the load of a plain
+sequential uploader while the next blob's encode and the previous one's commit run
+during the PUT.
 """
 
 from __future__ import annotations
@@ -15,14 +20,14 @@ import logging
 import queue
 import threading
 from collections.abc import Callable
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from dataclasses import replace
 
 from llog.errors import InvalidInput
 from llog.metrics import Metrics
 from llog.producer.accumulator import Accumulator, Drained, Pending
 from llog.records import AppendGroup, Record
-from llog.writer import AppendFailure, AppendResult, StagedBlob, Writer
+from llog.writer import AppendFailure, AppendResult, EncodedBlob, StagedBlob, Writer
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +38,8 @@ CommitListener = Callable[[AppendResult, list[Record], memoryview], None]
 
 #: A batch's groups merged into partition-appends (see :func:`_merge`).
 _Units = list[list[Pending]]
-#: A staged batch: pieces to commit in order, each a blob or the error that failed it.
+#: A batch's pieces, each a blob (encoded, then PUT) or the error that failed it.
+_Encoded = list[tuple[_Units, EncodedBlob | BaseException]]
 _Staged = list[tuple[_Units, StagedBlob | BaseException]]
 
 
@@ -68,6 +74,7 @@ class Sender:
         on_commit: CommitListener | None = None,
         *,
         max_inflight: int = 2,
+        max_inflight_puts: int | None = None,
     ) -> None:
         self._writer = writer
         self._acc = acc
@@ -77,22 +84,26 @@ class Sender:
         # Bounded by the shared blob limit (with room for framing) so a drain never
         # builds a blob the writer refuses.
         self._limit = max(1, writer.config.max_blob_bytes // 2)
-        self._stagers = ThreadPoolExecutor(max(1, max_inflight), thread_name_prefix="llog-producer-stage")
-        # Drain order; ``None`` ends the committer.
+        # Encoded batches in drain order, for the uploaders; ``None`` ends one uploader.
+        self._uploads: queue.SimpleQueue[tuple[_Encoded, Future[_Staged]] | None] = queue.SimpleQueue()
+        # Drain order, for the committer; ``None`` ends it.
         self._order: queue.SimpleQueue[tuple[Drained, Future[_Staged]] | None] = queue.SimpleQueue()
         # Data keys of blobs staged and not yet fully committed (see :meth:`owns`).
         self._inflight_keys: set[str] = set()
+        puts = max(1, max_inflight if max_inflight_puts is None else max_inflight_puts)
+        self._uploaders = [
+            threading.Thread(target=self._upload_loop, name=f"llog-producer-put-{i}", daemon=True)
+            for i in range(puts)
+        ]
         self._committer = threading.Thread(target=self._commit_loop, name="llog-producer-commit", daemon=True)
         self._thread = threading.Thread(target=self._run, name="llog-producer-sender", daemon=True)
-        self._committer.start()
-        self._thread.start()
+        for t in (*self._uploaders, self._committer, self._thread):
+            t.start()
 
     def join(self, timeout: float | None = None) -> None:
         """Wait until the accumulator is closed and drained and every batch resolved."""
-        self._thread.join(timeout)
-        self._committer.join(timeout)
-        if not self._committer.is_alive():
-            self._stagers.shutdown(wait=True)
+        for t in (self._thread, *self._uploaders, self._committer):
+            t.join(timeout)
 
     def _run(self) -> None:
         try:
@@ -106,8 +117,17 @@ class Sender:
                     return
                 self._metrics.producer_flushes.labels(batch.reason).inc()
                 self._metrics.producer_flush_bytes.observe(batch.nbytes)
-                self._order.put((batch, self._stagers.submit(self._stage, batch.groups)))
+                staged: Future[_Staged] = Future()
+                self._order.put((batch, staged))
+                try:
+                    encoded = self._encode(batch.groups)
+                except BaseException as exc:  # the committer fails the batch's futures
+                    staged.set_exception(exc)
+                    raise
+                self._uploads.put((encoded, staged))
         finally:
+            for _ in self._uploaders:
+                self._uploads.put(None)
             self._order.put(None)
 
     def owns(self, data_key: str) -> bool:
@@ -115,27 +135,46 @@ class Sender:
         committing (its commit listener calls are still to come)."""
         return data_key in self._inflight_keys
 
-    def _stage(self, groups: list[Pending]) -> _Staged:
+    def _encode(self, groups: list[Pending]) -> _Encoded:
         units = _merge(groups)
         try:
             # send() checked every record already (BatchingProducer._check).
-            staged = self._writer.stage_shared([
+            return [(units, self._writer.encode_shared([
                 AppendGroup(
                     u[0].topic, u[0].partition,
                     u[0].records if len(u) == 1 else [r for g in u for r in g.records],
                     u[0].producer_id, u[0].sequence,
                 )
                 for u in units
-            ], records_checked=True)
-            self._inflight_keys.add(staged.data_key)
-            return [(units, staged)]
+            ], records_checked=True))]
         except InvalidInput as exc:
             if len(groups) == 1:
                 return [(units, exc)]
             # One sender's bad group must not fail the others coalesced with it.
-            return [piece for g in groups for piece in self._stage([g])]
+            return [piece for g in groups for piece in self._encode([g])]
         except Exception as exc:
             return [(units, exc)]
+
+    def _upload_loop(self) -> None:
+        while (item := self._uploads.get()) is not None:
+            encoded, staged = item
+            pieces: _Staged = []
+            try:
+                for units, blob in encoded:
+                    if isinstance(blob, EncodedBlob):
+                        try:
+                            put = self._writer.put_encoded(blob)
+                        except Exception as exc:
+                            pieces.append((units, exc))
+                            continue
+                        self._inflight_keys.add(put.data_key)
+                        pieces.append((units, put))
+                    else:
+                        pieces.append((units, blob))
+            except BaseException as exc:  # every future must resolve, whatever went wrong
+                staged.set_exception(exc)
+                raise
+            staged.set_result(pieces)
 
     def _commit_loop(self) -> None:
         while (item := self._order.get()) is not None:
