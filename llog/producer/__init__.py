@@ -92,7 +92,7 @@ class BatchingProducer:
             if key is None:
                 raise InvalidInput(f"send to {topic!r} needs a partition or a key")
             partition = partition_for_key(key, self.conn.topic(topic).partitions)
-        rec = self._check(topic, partition, [Record(value, key, timestamp, headers or ())])[0]
+        rec = self._check(topic, partition, [Record(value, key, timestamp, headers or ())])[0][0]
         fut: Future[int] = _future()
         self._acc.add(
             Pending(topic, partition, [rec], [(fut, 0)], record_size(rec)),
@@ -120,12 +120,9 @@ class BatchingProducer:
         shared append's."""
         if not records:
             raise InvalidInput(f"empty group for {topic}/{partition}")
-        recs = self._check(topic, partition, records)
+        recs, nbytes = self._check(topic, partition, records)
         fut: Future[AppendResult] = _future()
-        group = Pending(
-            topic, partition, recs, [(fut, None)], sum(map(record_size, recs)),
-            producer_id=producer_id, sequence=sequence,
-        )
+        group = Pending(topic, partition, recs, [(fut, None)], nbytes, producer_id=producer_id, sequence=sequence)
         self._acc.add(group, self._timeout(timeout), single=False)
         return fut
 
@@ -161,11 +158,17 @@ class BatchingProducer:
     def _timeout(self, timeout: float | None) -> float | None:
         return self.send_timeout_s if timeout is None else timeout
 
-    def _check(self, topic: str, partition: int, records: Sequence[Record | bytes]) -> list[Record]:
+    def _check(
+        self, topic: str, partition: int, records: Sequence[Record | bytes]
+    ) -> tuple[list[Record], int]:
+        """The records as :func:`check_records` accepts them, and their buffered size."""
         check_topic(topic)
         check_partition(topic, partition)
         self.conn.check_partition(topic, partition)
         # Records without a timestamp keep None: the writer stamps append time when it
         # builds the blob (a new Record per record here cost a quarter of a send).
         limit = self.writer.config.max_record_bytes
-        return list(check_records(topic, partition, records, limit)[0])
+        recs, _, lengths = check_records(topic, partition, records, limit)
+        if lengths is not None:  # no headers: the lengths the check measured are the size
+            return list(recs), sum(lengths[0]) + sum(lengths[1])
+        return list(recs), sum(map(record_size, recs))
