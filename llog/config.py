@@ -64,6 +64,10 @@ class LlogConfig:
     batch_max_bytes: int = 1024 * 1024
     batch_max_delay_ms: int = 5
     batch_max_buffered_bytes: int = 64 * 1024 * 1024
+    #: Batches a BatchingProducer has encoding, PUT or committing at once.
+    batch_max_inflight: int = 2
+    #: ... of which at most this many are being PUT at once (capped at batch_max_inflight).
+    batch_max_inflight_puts: int = 2
     broker_host: str = "127.0.0.1"
     broker_port: int = 8080
     broker_token: str | None = None
@@ -130,7 +134,8 @@ class LlogConfig:
             raise ConfigError(f"root_prefix {self.root_prefix!r} must be one non-empty path segment")
         for name in ("max_record_bytes", "max_blob_bytes", "commit_max_attempts",
                      "read_max_fetch_bytes", "read_prefetch", "batch_max_bytes",
-                     "batch_max_buffered_bytes", "default_partitions", "compact_target_bytes",
+                     "batch_max_buffered_bytes", "batch_max_inflight", "batch_max_inflight_puts",
+                     "default_partitions", "compact_target_bytes",
                      "compact_max_records", "compact_read_prefetch", "compactor_workers",
                      "compactor_claim_ttl_s", "compactor_pass_interval_s", "compactor_discovery_interval_s",
                      "compactor_max_runs_per_task"):

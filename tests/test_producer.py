@@ -331,3 +331,18 @@ def test_records_are_checked_once_at_send_not_again_at_flush(
         assert [f.result() for f in futs]
     assert len(calls) == 8  # the flush staged them without checking again
     assert _read_all(slow_conn, 1) == [b"a1", b"b1", b"a5", b"b5"]
+
+
+def test_inflight_settings_come_from_the_config_and_bad_ones_raise(slow_conn: Connection) -> None:
+    cfg = replace(slow_conn.config, batch_max_inflight=3, batch_max_inflight_puts=5)
+    with Connection(cfg) as conn, BatchingProducer(conn) as prod:
+        # The PUT limit is capped at the batches in flight: three uploaders, not five.
+        assert len(prod._sender._uploaders) == 3
+        fut = prod.send_group("p", 0, [b"x"])
+        prod.flush()
+        assert fut.result(60).start_offset == 0
+    with BatchingProducer(slow_conn, max_inflight=4, max_inflight_puts=1) as prod:
+        assert len(prod._sender._uploaders) == 1
+    for bad in ({"max_inflight": 0}, {"max_inflight_puts": 0}):
+        with pytest.raises(InvalidInput):
+            BatchingProducer(slow_conn, **bad)

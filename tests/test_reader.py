@@ -242,7 +242,7 @@ def test_a_partition_below_its_log_start_raises_when_its_turn_comes(rconn: llog.
     llog.Topics(rconn).create("z", 2, retention_bytes=slice_bytes * 3 // 2)
     with llog.Writer(rconn) as w:
         w.append("z", 0, [b"a"])
-        for i in range(3):
+        for _ in range(3):
             w.append("z", 1, [b"v"])
     assert apply_retention(rconn, "z", 1).new_start == 2
     with llog.Reader(rconn) as r:

@@ -42,11 +42,12 @@ class BatchingProducer:
     Batches close at ``config.batch_max_bytes`` or ``config.batch_max_delay_ms`` after
     their first record; at most ``config.batch_max_buffered_bytes`` are buffered or in
     flight, beyond which ``send`` blocks up to ``send_timeout_s`` and then raises
-    :class:`~llog.errors.BackPressure`. Up to ``max_inflight`` batches are staged
-    (encoded and PUT) or committing at once; ``1`` sends one batch at a time. Of those,
-    at most ``max_inflight_puts`` (default: ``max_inflight``) are being PUT at once:
-    ``max_inflight=2, max_inflight_puts=1`` keeps one PUT going back to back while the
-    next blob encodes and the previous one commits.
+    :class:`~llog.errors.BackPressure`. Up to ``max_inflight`` batches
+    (``config.batch_max_inflight``) are being encoded, PUT or committed at once; ``1``
+    sends one batch at a time. Of those, at most ``max_inflight_puts``
+    (``config.batch_max_inflight_puts``, capped at ``max_inflight``) are being PUT at
+    once: ``max_inflight=2, max_inflight_puts=1`` keeps one PUT going back to back
+    while the next blob encodes and the previous one commits.
     """
 
     def __init__(
@@ -55,7 +56,7 @@ class BatchingProducer:
         *,
         send_timeout_s: float | None = 30.0,
         on_commit: CommitListener | None = None,
-        max_inflight: int = 2,
+        max_inflight: int | None = None,
         max_inflight_puts: int | None = None,
     ) -> None:
         self._owns_writer = not isinstance(target, Writer)
@@ -66,9 +67,15 @@ class BatchingProducer:
         self._acc = Accumulator(
             cfg.batch_max_bytes, cfg.batch_max_delay_ms / 1000.0, cfg.batch_max_buffered_bytes, self.conn.metrics
         )
+        inflight = cfg.batch_max_inflight if max_inflight is None else max_inflight
+        puts = cfg.batch_max_inflight_puts if max_inflight_puts is None else max_inflight_puts
+        if inflight < 1 or puts < 1:
+            if self._owns_writer:
+                self.writer.close()
+            raise InvalidInput(f"max_inflight ({inflight}) and max_inflight_puts ({puts}) must be >= 1")
         self._sender = Sender(
             self.writer, self._acc, self.conn.metrics, on_commit,
-            max_inflight=max_inflight, max_inflight_puts=max_inflight_puts,
+            max_inflight=inflight, max_inflight_puts=min(puts, inflight),
         )
         self._closed = False
         self._close_lock = threading.Lock()

@@ -73,14 +73,14 @@ class Sender:
         metrics: Metrics,
         on_commit: CommitListener | None = None,
         *,
-        max_inflight: int = 2,
-        max_inflight_puts: int | None = None,
+        max_inflight: int,
+        max_inflight_puts: int,
     ) -> None:
         self._writer = writer
         self._acc = acc
         self._metrics = metrics
         self._on_commit = on_commit
-        self._slots = threading.Semaphore(max(1, max_inflight))
+        self._slots = threading.Semaphore(max_inflight)
         # Bounded by the shared blob limit (with room for framing) so a drain never
         # builds a blob the writer refuses.
         self._limit = max(1, writer.config.max_blob_bytes // 2)
@@ -90,10 +90,9 @@ class Sender:
         self._order: queue.SimpleQueue[tuple[Drained, Future[_Staged]] | None] = queue.SimpleQueue()
         # Data keys of blobs staged and not yet fully committed (see :meth:`owns`).
         self._inflight_keys: set[str] = set()
-        puts = max(1, max_inflight if max_inflight_puts is None else max_inflight_puts)
         self._uploaders = [
             threading.Thread(target=self._upload_loop, name=f"llog-producer-put-{i}", daemon=True)
-            for i in range(puts)
+            for i in range(max_inflight_puts)
         ]
         self._committer = threading.Thread(target=self._commit_loop, name="llog-producer-commit", daemon=True)
         self._thread = threading.Thread(target=self._run, name="llog-producer-sender", daemon=True)
