@@ -170,9 +170,12 @@ class Sender:
                         pieces.append((units, put))
                     else:
                         pieces.append((units, blob))
-            except BaseException as exc:  # every future must resolve, whatever went wrong
+            except BaseException as exc:  # the committer fails the batch's futures
+                for _, done in pieces:
+                    if isinstance(done, StagedBlob):
+                        self._inflight_keys.discard(done.data_key)
                 staged.set_exception(exc)
-                raise
+                continue
             staged.set_result(pieces)
 
     def _commit_loop(self) -> None:
