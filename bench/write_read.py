@@ -629,6 +629,8 @@ def main() -> None:
     ]
     print_table(["target", "figure", "limit", "met"],
                 [[name, fig, lim, "yes" if ok else f"NO ({fig / lim - 1:+.0%})"] for name, fig, lim, ok in targets])
+    print(f"(serial append_shared, 1 thread, against bare PUTs: {serial.ratio:.2f}; against bare PUTs "
+          f"handed the CRC: pipelined {head.crc_ratio:.2f}, serial {serial.crc_ratio:.2f})")
     print()
     result: dict[str, object] = {
         "etcd_txn_per_append": txn,

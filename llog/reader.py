@@ -332,6 +332,7 @@ class Reader:
                     if sc.done < lso:
                         raise OffsetOutOfRange(sc.topic, sc.partition, sc.done, lso) from None
                     sc.fetches = self._fetches(self._slices(sc.topic, sc.partition, sc.done, sc.hi, resolved))
+                    sc.failed = None  # whatever its old resolution raised is moot now
                     continue
                 except StoreError as exc:
                     # A range past the object's end means the blob is shorter than the

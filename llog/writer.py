@@ -411,7 +411,8 @@ class Writer:
         records_checked: bool = False,
     ) -> EncodedBlob:
         """Validate ``groups`` and build their shared blob in memory; no I/O. A
-        pipeline encodes the next blob while the previous one is PUT."""
+        pipeline encodes the next blob while the previous one is PUT.
+        ``records_checked``: see :meth:`validate`."""
         if self._closed:
             raise LlogError("writer is closed")
         prepared = self.validate(groups, records_checked=records_checked)
