@@ -78,6 +78,7 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.control import decode_index, now_ms
 from llog.producer import BatchingProducer
+from llog.records import payload_size
 from llog.store import ObjectStore, open_store
 
 PARTITIONS = 16
@@ -374,19 +375,12 @@ class ScanRow:
 
 def scan_records(reader: Reader, topic: str, partitions: int) -> int:
     """Every partition in one ``scan_many``: its GETs run on across partitions."""
-    n = 0
-    for rec in reader.scan_many([(topic, p, 0, None) for p in range(partitions)]):
-        n += len(rec.value) + len(rec.key or b"")
-    return n
+    return sum(map(payload_size, reader.scan_many([(topic, p, 0, None) for p in range(partitions)])))
 
 
 def scan_each(reader: Reader, topic: str, partitions: int) -> int:
     """One ``scan`` per partition, one after the other."""
-    n = 0
-    for p in range(partitions):
-        for rec in reader.scan(topic, p):
-            n += len(rec.value) + len(rec.key or b"")
-    return n
+    return sum(sum(map(payload_size, reader.scan(topic, p))) for p in range(partitions))
 
 
 def scan_columnar(reader: Reader, topic: str, partitions: int) -> int:

@@ -75,7 +75,8 @@ class _Scan:
     partition: int
     start: int
     hi: int
-    #: Builds the scan's fetches from ``start`` (again, if the scan must start over).
+    #: Builds the scan's fetches (again, if the scan must start over): from ``start``,
+    #: or from where it was once its blob was found vacuumed and it re-resolved.
     source: Callable[[], Iterator[_Fetch]]
     fetches: Iterator[_Fetch] = field(init=False)
     #: Next offset to yield.
@@ -158,23 +159,27 @@ class Reader:
             return
         scans: list[_Scan] = []
         left = max_records
+        for (t, p, s, e), r in self._resolve_all(reqs):
+            if left is not None:
+                e = s + left if e is None else min(e, s + left)
+            sc = self._plan(t, p, s, e, r)
+            if sc is None:
+                continue
+            scans.append(sc)
+            if left is not None:
+                left -= sc.hi - sc.start  # a scan yields every offset of [start, hi) once, or raises
+                if left == 0:
+                    break  # the chunks past the budget are not even resolved
+        yield from self._stream(scans)
+
+    def _resolve_all(
+        self, reqs: list[tuple[str, int, int, int | None]]
+    ) -> Iterator[tuple[tuple[str, int, int, int | None], _Resolved]]:
+        """Each request with its resolution, :data:`RESOLVE_BATCH` per round trip, a
+        chunk resolved only when it is reached."""
         for i in range(0, len(reqs), RESOLVE_BATCH):
             chunk = reqs[i : i + RESOLVE_BATCH]
-            for (t, p, s, e), r in zip(chunk, self._resolve(chunk), strict=True):
-                if left is not None:
-                    e = s + left if e is None else min(e, s + left)
-                sc = self._plan(t, p, s, e, r)
-                if sc is None:
-                    continue
-                scans.append(sc)
-                if left is not None:
-                    # A scan yields every offset of [start, hi) once, or raises.
-                    left -= sc.hi - sc.start
-                    if left == 0:
-                        break
-            if left == 0:
-                break
-        yield from self._stream(scans)
+            yield from zip(chunk, self._resolve(chunk), strict=True)
 
     def _records(self, batches: Iterator[tuple[_Scan, batch.Batch, int, int, int]]) -> Iterator[ConsumedRecord]:
         for sc, b, first, lo, hi in batches:
@@ -271,9 +276,13 @@ class Reader:
             return None
         if self.settle_pending and ctl.pending is not None:
             self._maybe_settle(topic, partition, st)
-        return _Scan(
-            topic, partition, start, hi, lambda: self._fetches(self._slices(topic, partition, start, hi, resolved))
-        )
+        return _Scan(topic, partition, start, hi, self._source(topic, partition, start, hi, resolved))
+
+    def _source(
+        self, topic: str, partition: int, start: int, hi: int, resolved: _Resolved
+    ) -> Callable[[], Iterator[_Fetch]]:
+        """The fetches of ``[start, hi)`` from a resolution, built anew on each call."""
+        return lambda: self._fetches(self._slices(topic, partition, start, hi, resolved))
 
     def _stream(self, scans: list[_Scan]) -> Iterator[tuple[_Scan, batch.Batch, int, int, int]]:
         """Decoded slices of ``scans`` in turn, ``(scan, batch, first_offset, lo, hi)``:
@@ -331,8 +340,8 @@ class Reader:
                     lso = resolved.state.control.log_start_offset
                     if sc.done < lso:
                         raise OffsetOutOfRange(sc.topic, sc.partition, sc.done, lso) from None
-                    sc.fetches = self._fetches(self._slices(sc.topic, sc.partition, sc.done, sc.hi, resolved))
-                    sc.failed = None  # whatever its old resolution raised is moot now
+                    sc.source = self._source(sc.topic, sc.partition, sc.done, sc.hi, resolved)
+                    sc.restart()  # whatever its old resolution raised is moot now
                     continue
                 except StoreError as exc:
                     # A range past the object's end means the blob is shorter than the
