@@ -1,10 +1,39 @@
 # The two commands the README promises: `make demo` and `make test`.
+#
+# Both run inside a project virtual environment (.venv), so they work with any
+# Python >= 3.10, Debian's and Ubuntu's own /usr/bin/python3 included (PEP 668 forbids
+# installing into those). PYTHON picks the interpreter that creates the venv.
 PYTHON ?= python3
-PIP := $(PYTHON) -m pip
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(PY) -m pip
 
-.PHONY: install java demo test lint unit bench clean
+.PHONY: venv install install-demo java demo test lint unit bench clean
 
-install:
+# A venv needs the interpreter's venv module and ensurepip; Debian ships them as
+# python3-venv (python3.X-venv). Install it from Debian when it is missing.
+$(PY):
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 10))' || { \
+		echo "llog needs Python >= 3.10; $(PYTHON) is $$($(PYTHON) --version 2>&1)"; exit 1; }
+	@$(PYTHON) -m venv $(VENV) 2>/dev/null || { \
+		rm -rf $(VENV); \
+		echo "$(PYTHON) cannot make a venv; installing Debian's venv package"; \
+		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
+		VER=$$($(PYTHON) -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")'); \
+		$$SUDO apt-get update -q && \
+		{ $$SUDO apt-get install -y -q --no-install-recommends python$$VER-venv || \
+		  $$SUDO apt-get install -y -q --no-install-recommends python3-venv; } && \
+		$(PYTHON) -m venv $(VENV); \
+	}
+	@$(PIP) install -q --upgrade pip
+
+venv: $(PY)
+
+# The demo needs llog's runtime dependencies and its two local servers only.
+install-demo: $(PY)
+	$(PIP) install -q -e '.[demo]'
+
+install: $(PY)
 	$(PIP) install -q -e '.[dev,spark]'
 
 # Spark's tests need a JVM; install one from Debian when the machine has none.
@@ -16,23 +45,25 @@ java:
 	}
 	@java -version 2>&1 | head -1
 
-demo:
-	$(PIP) install -q -e '.[dev]'
-	$(PYTHON) -m llog demo
+demo: install-demo
+	$(PY) -m llog demo
 
-lint:
-	$(PYTHON) -m ruff check .
-	$(PYTHON) -m mypy
-	$(PYTHON) protocol/gen_vectors.py --check
+lint: install
+	$(PY) -m ruff check .
+	$(PY) -m mypy
+	$(PY) protocol/gen_vectors.py --check
 
 test: install java lint
-	$(PYTHON) -m pytest -q -p no:cacheprovider --durations=20
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -p no:cacheprovider --durations=20
 
-unit:
-	$(PYTHON) -m pytest -q -p no:cacheprovider tests/test_codec.py tests/test_golden_vectors.py tests/test_keys.py tests/test_config.py tests/test_partitioner.py
+unit: install
+	$(PY) -m pytest -q -p no:cacheprovider tests/test_codec.py tests/test_golden_vectors.py tests/test_keys.py tests/test_config.py tests/test_partitioner.py
 
-bench:
-	$(PYTHON) bench/write_read.py --quick
+bench: install
+	$(PY) bench/write_read.py --quick
 
 clean:
 	rm -rf build *.egg-info .mypy_cache .ruff_cache llog-data
+
+distclean: clean
+	rm -rf $(VENV)
