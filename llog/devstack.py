@@ -248,3 +248,36 @@ class LocalStack:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+class BrokerProcess:
+    """``llog broker`` as a child process on a stack (``env``: :meth:`LocalStack.env`);
+    :attr:`url` once it listens. ``port=0`` takes any free port."""
+
+    def __init__(self, env: dict[str, str], port: int = 0) -> None:
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "llog", "broker", "--port", str(port)],
+            env={**os.environ, **env}, stdout=subprocess.PIPE, text=True, start_new_session=True,
+        )
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        if "listening on " not in line:
+            self.stop()
+            raise DevStackError(f"broker did not start (exit {self.proc.returncode}): {line!r}")
+        self.url = line.rsplit(" ", 1)[1].strip()
+
+    def stop(self) -> None:
+        """SIGTERM (a graceful drain), then SIGKILL after 30 s."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def __enter__(self) -> BrokerProcess:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
