@@ -13,7 +13,7 @@ import pytest
 
 from llog.connection import Connection
 from llog.errors import ConfigError
-from llog.loadtest import orchestrator
+from llog.loadtest import orchestrator, report
 from llog.loadtest.reconcile import Ack, reconcile
 from llog.loadtest.routing import NoLiveOwner, Router, owner_set
 from llog.loadtest.scenario import load_scenario, parse_scenario
@@ -130,7 +130,8 @@ def test_reconcile_lists_lost_misplaced_and_duplicated_records(conn: Connection)
 @pytest.mark.timeout(180)
 def test_ci_scenario_with_a_broker_kill_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     scenario = load_scenario(SCENARIOS / "ci.toml")
-    run_dir, summary = orchestrator.run(scenario, tmp_path)
+    lines: list[str] = []
+    run_dir, summary = orchestrator.run(scenario, tmp_path, progress=lines.append)
     v = summary["verdict"]
     assert summary["reconciliation"]["mismatches"] == []
     assert (v["lost"], v["duplicated"]) == (0, 0)
@@ -144,8 +145,18 @@ def test_ci_scenario_with_a_broker_kill_loses_and_duplicates_nothing(tmp_path: P
     assert summary["client"]["failed_records"] == 0
     for name in ("scenario.json", "layout.json", "env.json", "git.json", "routing.json", "summary.json",
                  "collector.jsonl", "client/client_summary.json", "client/client_samples.jsonl",
-                 "logs/broker-0.log", "logs/compactor.log"):
+                 "logs/broker-0.log", "logs/compactor.log", "report.html", *report.CHARTS):
         assert (run_dir / name).is_file(), name
+    # Live progress: phases, a line per interval of load with the faults so far, the report.
+    load = [line for line in lines if line.startswith("[load")]
+    assert len(load) >= scenario.duration_s // scenario.interval_s - 2
+    assert any("faults 1" in line for line in load) and "acked" in load[-1]
+    assert lines[-1] == f"report: {run_dir / 'report.html'}"
+    page = (run_dir / "report.html").read_text()
+    assert "every acknowledged record verified" in page
+    assert all(f'src="{c}"' in page for c in report.CHARTS) and "kill broker-1" in page
+    for chart in report.CHARTS:
+        assert (run_dir / chart).read_bytes().startswith(b"\x89PNG")
 
 
 def test_up_status_down_leave_nothing_running(tmp_path: Path) -> None:

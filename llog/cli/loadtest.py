@@ -41,10 +41,11 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     # SIGTERM unwinds like Ctrl-C, so the cluster's processes are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
-    run_dir, s = orchestrator.run(load_scenario(args.scenario), args.results)
+    run_dir, s = orchestrator.run(load_scenario(args.scenario), args.results,
+                                  progress=lambda line: print(line, file=sys.stderr, flush=True))
     v, c = s["verdict"], s["client"]
     lat = c["latency"]
-    print(f"run directory: {run_dir}")
+    print(f"run directory: {run_dir} (report.html, charts, summary.json)")
     print(f"client: {c['intent_records']} intended, {c['acked_records']} acked ({c['acked_rate_rec_s']} rec/s), "
           f"{c['failed_records']} given up, {c['resends']} batch resends; "
           f"produce p50 {lat['p50_ms']} ms, p99 {lat['p99_ms']} ms")

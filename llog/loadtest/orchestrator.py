@@ -4,9 +4,10 @@ collector, broken by chaos, reconciled at the end.
 
 Each run writes ``loadtest/results/<utc>-<scenario>/``: ``scenario.json`` (resolved),
 ``layout.json`` (ports, pids, argv, logs), ``env.json``, ``git.json``, ``routing.json``,
-``logs/``, ``client/`` (generator files), ``collector.jsonl``, ``chaos.json`` and
-``summary.json``. ``up`` leaves the cluster running and points
-``loadtest/results/current`` at its directory for ``status`` and ``down``."""
+``logs/``, ``client/`` (generator files), ``collector.jsonl``, ``chaos.json``,
+``summary.json``, and ``report.html`` with its PNG charts (:mod:`llog.loadtest.report`).
+``up`` leaves the cluster running and points ``loadtest/results/current`` at its
+directory for ``status`` and ``down``."""
 
 from __future__ import annotations
 
@@ -28,8 +29,10 @@ from llog.devstack import DevStackError, LocalStack, free_port
 from llog.loadtest.chaos import Chaos
 from llog.loadtest.collector import Collector, Target
 from llog.loadtest.generator import GeneratorPlan, LoadGenerator
+from llog.loadtest.live import LiveProgress, Report
 from llog.loadtest.process import ManagedProcess
 from llog.loadtest.reconcile import read_acks, reconcile
+from llog.loadtest.report import write_report
 from llog.loadtest.routing import Router
 from llog.loadtest.scenario import Scenario
 from llog.loadtest.summary import build_summary
@@ -160,15 +163,24 @@ def _routing(scenario: Scenario, cluster: Cluster) -> dict[str, Any]:
     return manifest
 
 
-def run(scenario: Scenario, root: Path = DEFAULT_RESULTS) -> tuple[Path, dict[str, Any]]:
-    """One full run; returns the run directory and the summary."""
+def run(
+    scenario: Scenario, root: Path = DEFAULT_RESULTS, progress: Report | None = None
+) -> tuple[Path, dict[str, Any]]:
+    """One full run; returns the run directory and the summary. ``progress`` gets a
+    line per phase and, during the load, one per interval (:class:`LiveProgress`)."""
+    say: Report = progress or (lambda _line: None)
     run_dir, cluster = _prepare(scenario, root)
     _log_to(run_dir / "logs" / "orchestrator.log")
+    say(f"run directory {run_dir}")
+    say(f"cluster: starting etcd, the object store, {scenario.cluster.brokers} broker(s)"
+        f"{' and a compactor' if scenario.cluster.compactor else ''}")
     t_setup = time.monotonic()
     cluster.up()
     try:
         _routing(scenario, cluster)
         setup_s = time.monotonic() - t_setup
+        say(f"cluster: up in {setup_s:.1f} s; {scenario.duration_s:.0f} s of load from "
+            f"{scenario.load.processes} generator process(es)")
         plan = GeneratorPlan(
             run_id=run_dir.name.split("-", 1)[0].replace(".", ""),
             brokers=tuple((m.name, m.url) for m in cluster.brokers),
@@ -181,15 +193,21 @@ def run(scenario: Scenario, root: Path = DEFAULT_RESULTS) -> tuple[Path, dict[st
         collector = Collector(lambda: cluster.targets() + gen_targets, run_dir / "collector.jsonl",
                               scenario.interval_s, t0).start()
         chaos = Chaos(scenario.chaos, cluster.members, t0).start()
+        live = LiveProgress(run_dir / "client", scenario.load.processes, scenario.duration_s,
+                            scenario.interval_s, lambda: len(chaos.events), say)
+        if progress is not None:
+            live.start()
         try:
             gen.wait()
         finally:
+            live.stop()
             chaos.stop()
             collector.stop()
             gen.stop()
         load_s = time.monotonic() - t0
         _write(run_dir / "chaos.json", chaos.events)
         client = gen.summarize()
+        say(f"reconcile: reading back {client['acked_records']:,} acknowledged records")
         t_rec = time.monotonic()
         with Connection(cluster.stack.config) as conn:
             rec = reconcile(conn, read_acks(sorted((run_dir / "client").glob("acks-*.tsv"))), scenario.partitions)
@@ -201,6 +219,7 @@ def run(scenario: Scenario, root: Path = DEFAULT_RESULTS) -> tuple[Path, dict[st
         timings={"setup_s": setup_s, "load_s": load_s, "reconcile_s": reconcile_s}, exits=exits,
     )
     _write(run_dir / "summary.json", summary)
+    say(f"report: {write_report(run_dir)}")
     return run_dir, summary
 
 
