@@ -112,23 +112,38 @@ class LocalServer:
 
 
 class EtcdServer(LocalServer):
-    """etcd with its data in ``workdir`` and revision history auto-compacted."""
+    """etcd with its data in ``workdir`` and revision history auto-compacted.
+
+    A member of a cluster gets its ``name``, its ports and the cluster's
+    ``initial_cluster``; started again with the same arguments (:meth:`restart`) it
+    rejoins from its data directory."""
 
     name = "etcd"
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
-        self.peer_port = free_port()
+    def __init__(
+        self,
+        workdir: Path,
+        port: int | None = None,
+        *,
+        member: str = "llog-dev",
+        peer_port: int | None = None,
+        initial_cluster: str | None = None,
+    ) -> None:
+        self.member = member
+        self.name = "etcd" if member == "llog-dev" else f"etcd-{member}"
+        self.peer_port = peer_port or free_port()
         port = port or free_port()
         self.endpoint = f"127.0.0.1:{port}"
+        self._args = (workdir, port, member, self.peer_port, initial_cluster)
         argv = [
             etcd_binary(),
-            "--name", "llog-dev",
-            "--data-dir", str(workdir / "etcd-data"),
+            "--name", member,
+            "--data-dir", str(workdir / f"{self.name}-data"),
             "--listen-client-urls", f"http://127.0.0.1:{port}",
             "--advertise-client-urls", f"http://127.0.0.1:{port}",
             "--listen-peer-urls", f"http://127.0.0.1:{self.peer_port}",
             "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_port}",
-            "--initial-cluster", f"llog-dev=http://127.0.0.1:{self.peer_port}",
+            "--initial-cluster", initial_cluster or f"{member}=http://127.0.0.1:{self.peer_port}",
             "--auto-compaction-mode", "periodic",
             "--auto-compaction-retention", "5m",
             "--quota-backend-bytes", str(4 * 1024**3),
@@ -142,6 +157,32 @@ class EtcdServer(LocalServer):
                 return bool(r.status == 200)
         except OSError:
             return False
+
+    def kill9(self) -> None:
+        """SIGKILL: no shutdown, as in a crash."""
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        self._log.close()
+
+    def restart(self) -> EtcdServer:
+        """The same member started again on its ports and data (after :meth:`kill9`)."""
+        workdir, port, member, peer_port, initial_cluster = self._args
+        return EtcdServer(workdir, port, member=member, peer_port=peer_port, initial_cluster=initial_cluster)
+
+
+def etcd_cluster(workdir: Path, members: int) -> list[EtcdServer]:
+    """``members`` etcd processes on loopback forming one cluster (not yet ready: call
+    :meth:`EtcdServer.wait_ready` on each)."""
+    if members == 1:
+        return [EtcdServer(workdir)]
+    names = [f"m{i}" for i in range(members)]
+    peers = [free_port() for _ in names]
+    initial = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(names, peers, strict=True))
+    return [
+        EtcdServer(workdir, member=n, peer_port=p, initial_cluster=initial)
+        for n, p in zip(names, peers, strict=True)
+    ]
 
 
 class S3Server(LocalServer):
@@ -175,10 +216,13 @@ class LocalStack:
     moto's S3 server with ``s3=True``. :attr:`config` connects to it and :meth:`env`
     gives the ``LLOG_*``/``AWS_*`` variables a child process needs."""
 
-    def __init__(self, workdir: Path | None = None, *, s3: bool = False, bucket: str = "llog") -> None:
+    def __init__(
+        self, workdir: Path | None = None, *, s3: bool = False, bucket: str = "llog", etcd_members: int = 1
+    ) -> None:
         self.workdir = workdir or scratch_dir("llog-stack-")
         self.workdir.mkdir(parents=True, exist_ok=True)
-        self.etcd = EtcdServer(self.workdir)
+        #: Every etcd member; :attr:`etcd` is the first.
+        self.etcds = etcd_cluster(self.workdir, etcd_members)
         self.s3 = S3Server(self.workdir) if s3 else None
         self.bucket = bucket
 
@@ -186,7 +230,8 @@ class LocalStack:
         from llog.config import LlogConfig
 
         try:
-            self.etcd.wait_ready(timeout)
+            for member in self.etcds:
+                member.wait_ready(timeout)
             if self.s3 is not None:
                 self.s3.wait_ready(timeout)
         except BaseException:
@@ -196,7 +241,7 @@ class LocalStack:
             os.environ.setdefault(k, v)
         if self.s3 is not None:
             self.config = LlogConfig(
-                etcd_endpoints=(self.etcd.endpoint,),
+                etcd_endpoints=tuple(m.endpoint for m in self.etcds),
                 object_store=f"s3://{self.bucket}/data",
                 s3_endpoint_url=self.s3.endpoint_url,
             )
@@ -211,7 +256,7 @@ class LocalStack:
                 store.close()
         else:
             self.config = LlogConfig(
-                etcd_endpoints=(self.etcd.endpoint,),
+                etcd_endpoints=tuple(m.endpoint for m in self.etcds),
                 object_store=(self.workdir / "objects").as_uri(),
             )
         return self
@@ -238,10 +283,15 @@ class LocalStack:
             out["LLOG_S3_ENDPOINT_URL"] = cfg.s3_endpoint_url
         return out
 
+    @property
+    def etcd(self) -> EtcdServer:
+        return self.etcds[0]
+
     def stop(self) -> None:
         if self.s3 is not None:
             self.s3.stop()
-        self.etcd.stop()
+        for member in self.etcds:
+            member.stop()
 
     def __enter__(self) -> LocalStack:
         return self.start()

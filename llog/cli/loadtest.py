@@ -55,7 +55,13 @@ def _run(args: argparse.Namespace) -> int:
     for e in s["chaos"]:
         print(f"chaos: {e['action']} {e['target']} at {e['done_s']}s ok={e['ok']}")
     print(f"reconciliation: {v['verified']}/{v['acked']} verified, {v['lost']} lost, {v['duplicated']} duplicated, "
-          f"{v['mismatch_count']} mismatches")
+          f"{v['mismatch_count']} mismatches, {v['unreadable_offsets']} unreadable offsets")
+    if s.get("faults_injected"):
+        print("faults injected: " + ", ".join(f"{k} {n}" for k, n in sorted(s["faults_injected"].items())))
+    st = s["etcd"].get("state")
+    if st:
+        print(f"etcd: keys {st['start']['keys']} -> {st['end']['keys']}, "
+              f"db size {st['start']['db_size']:,} -> {st['end']['db_size']:,} bytes")
     print(json.dumps(v))
     return 0 if v["all_acked_verified"] else 1
 

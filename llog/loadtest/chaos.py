@@ -1,14 +1,34 @@
-"""Scheduled faults: kill -9 a broker or the compactor at set times after the load
-starts, and start it again ``restart_after_s`` later (same port, same log)."""
+"""Scheduled faults (the nemesis) at set times after the load starts.
+
+* ``kill``: ``kill -9`` a broker, the compactor or etcd (one member, the current
+  leader, or every member), and start it again ``restart_after_s`` later (same ports,
+  same data, same log);
+* ``pause``: ``SIGSTOP`` a broker, the compactor or an etcd member for ``duration_s``
+  (longer than the session TTL, the claim TTL and the vacuum grace, to play a GC pause
+  or a VM freeze), then ``SIGCONT``;
+* ``faults``: the S3 proxy in front of the object store injects one kind of fault
+  (5xx, timeouts, slow responses, connections dropped mid-body) into a share of the
+  requests for ``duration_s``.
+
+A member's clock skew is not an event: it runs under ``faketime`` from the start
+(:class:`llog.loadtest.scenario.ClusterSpec`).
+"""
 
 from __future__ import annotations
 
+import contextlib
+import json
 import logging
+import os
+import signal
 import threading
 import time
+import urllib.request
+from collections import Counter
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, Protocol
 
+from llog.devstack import EtcdServer, LocalStack
 from llog.errors import LlogError
 from llog.loadtest.process import ManagedProcess
 from llog.loadtest.scenario import ChaosEvent
@@ -16,19 +36,63 @@ from llog.loadtest.scenario import ChaosEvent
 log = logging.getLogger(__name__)
 
 
+class FaultSwitch(Protocol):
+    """What chaos needs of the S3 proxy: turn one kind of fault on, and off."""
+
+    def inject(self, fault: str, rate: float) -> None: ...
+
+    def clear(self) -> None: ...
+
+
+def etcd_leader(members: Sequence[EtcdServer]) -> int:
+    """Index of the member that is the etcd leader (asked through etcd's JSON gateway)."""
+    for m in members:
+        if m.proc.poll() is not None:
+            continue
+        try:
+            req = urllib.request.Request(f"http://{m.endpoint}/v3/maintenance/status", data=b"{}")
+            with urllib.request.urlopen(req, timeout=2) as r:
+                doc = json.load(r)
+        except OSError:
+            continue
+        leader = str(doc.get("leader", ""))
+        if leader and leader == str(doc.get("header", {}).get("member_id", "")):
+            return members.index(m)
+    raise LlogError("no etcd member says it is the leader")
+
+
 class Chaos:
     """A thread running the scenario's chaos events; :attr:`events` records what
-    happened. :meth:`stop` cancels whatever has not run yet."""
+    happened (one entry per step, with ``ok`` and the time it was done).
+    :meth:`stop` cancels whatever has not run yet, and resumes anything paused."""
 
-    def __init__(self, events: Sequence[ChaosEvent], processes: Mapping[str, ManagedProcess], t0: float) -> None:
-        steps: list[tuple[float, str, str]] = []
-        for e in events:
-            steps.append((e.at_s, "kill", e.target))
-            if e.restart_after_s >= 0:
-                steps.append((e.at_s + e.restart_after_s, "restart", e.target))
-        self._steps = sorted(steps)
+    def __init__(
+        self,
+        events: Sequence[ChaosEvent],
+        processes: Mapping[str, ManagedProcess],
+        t0: float,
+        *,
+        stack: LocalStack | None = None,
+        s3_faults: FaultSwitch | None = None,
+    ) -> None:
+        steps: list[tuple[float, int, str, ChaosEvent]] = []
+        for i, e in enumerate(events):
+            if e.action == "kill":
+                steps.append((e.at_s, i, "kill", e))
+                if e.restart_after_s >= 0:
+                    steps.append((e.at_s + e.restart_after_s, i, "restart", e))
+            elif e.action == "pause":
+                steps += [(e.at_s, i, "pause", e), (e.at_s + e.duration_s, i, "resume", e)]
+            else:
+                steps += [(e.at_s, i, "faults", e), (e.at_s + e.duration_s, i, "faults-off", e)]
+        self._steps = sorted(steps, key=lambda s: (s[0], s[1]))
         self._processes = processes
+        self._stack = stack
+        self._s3 = s3_faults
         self._t0 = t0
+        #: Which etcd members an event acted on, for its restart/resume step.
+        self._etcd_targets: dict[int, list[int]] = {}
+        self._paused: set[int] = set()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="llog-loadtest-chaos", daemon=True)
         self.events: list[dict[str, Any]] = []
@@ -37,26 +101,108 @@ class Chaos:
         self._thread.start()
         return self
 
+    def injected(self) -> dict[str, int]:
+        """Faults injected so far, by type (``kill:broker``, ``pause:etcd``, ``faults:5xx``, …)."""
+        out: Counter[str] = Counter()
+        for e in self.events:
+            if e["action"] in ("kill", "pause", "faults") and e.get("ok"):
+                kind = e.get("fault") if e["action"] == "faults" else e["target"].split("-")[0]
+                out[f"{e['action']}:{kind}"] += 1
+        return dict(out)
+
     def _run(self) -> None:
-        for at, action, target in self._steps:
+        for at, i, action, e in self._steps:
             if self._stop.wait(max(0.0, self._t0 + at - time.monotonic())):
                 return
-            proc = self._processes[target]
-            entry: dict[str, Any] = {"planned_s": at, "action": action, "target": target, "pid": proc.pid}
+            entry: dict[str, Any] = {"planned_s": at, "action": action, "target": e.target}
             try:
-                if action == "kill":
-                    proc.kill9()
-                else:
-                    proc.start()
-                    entry["new_pid"] = proc.pid
-                    proc.wait_healthy()
+                self._do(i, action, e, entry)
                 entry["ok"] = True
-            except LlogError as exc:
+            except (LlogError, OSError) as exc:
                 entry.update(ok=False, error=str(exc))
             entry["done_s"] = round(time.monotonic() - self._t0, 3)
-            log.warning("chaos: %s %s at %.1fs (ok=%s)", action, target, entry["done_s"], entry["ok"])
+            log.warning("chaos: %s %s at %.1fs (ok=%s)", action, e.target, entry["done_s"], entry["ok"])
             self.events.append(entry)
+
+    def _do(self, i: int, action: str, e: ChaosEvent, entry: dict[str, Any]) -> None:
+        if action in ("faults", "faults-off"):
+            if self._s3 is None:
+                raise LlogError("no S3 proxy in this cluster (cluster.store must be 's3')")
+            entry.update(fault=e.fault, rate=e.rate)
+            if action == "faults":
+                self._s3.inject(e.fault, e.rate)
+            else:
+                self._s3.clear()
+            return
+        if e.target.startswith("etcd"):
+            self._do_etcd(i, action, e, entry)
+            return
+        proc = self._processes[e.target]
+        entry["pid"] = proc.pid
+        if action == "kill":
+            proc.kill9()
+        elif action == "restart":
+            proc.start()
+            entry["new_pid"] = proc.pid
+            proc.wait_healthy()
+        else:
+            self._signal(i, proc.pid, action)
+
+    def _do_etcd(self, i: int, action: str, e: ChaosEvent, entry: dict[str, Any]) -> None:
+        if self._stack is None:
+            raise LlogError("chaos on etcd needs the cluster's stack")
+        members = self._stack.etcds
+        if action in ("kill", "pause"):
+            if e.target == "etcd":
+                chosen = list(range(len(members)))
+            elif e.target == "etcd-leader":
+                chosen = [etcd_leader(members)]
+            else:
+                chosen = [int(e.target.rsplit("-", 1)[1])]
+            self._etcd_targets[i] = chosen
+        chosen = self._etcd_targets.get(i, [])
+        entry["members"] = [members[m].member for m in chosen]
+        entry["pids"] = [members[m].proc.pid for m in chosen]
+        if action == "kill":
+            for m in chosen:
+                members[m].kill9()
+        elif action == "restart":
+            for m in chosen:
+                members[m] = members[m].restart()
+            for m in chosen:
+                members[m].wait_ready(60)
+        else:
+            for m in chosen:
+                self._signal(i, members[m].proc.pid, action)
+
+    def _signal(self, i: int, pid: int | None, action: str) -> None:
+        if pid is None:
+            raise LlogError("the process is not running")
+        if action == "pause":
+            os.kill(pid, signal.SIGSTOP)
+            self._paused.add(pid)
+        else:
+            os.kill(pid, signal.SIGCONT)
+            self._paused.discard(pid)
 
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+        for pid in list(self._paused):  # never leave a process stopped behind
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        self._paused.clear()
+        if self._s3 is not None:
+            self._s3.clear()
+
+
+def skewed(argv: list[str], offset: str) -> list[str]:
+    """``argv`` run with its wall clock ``offset`` off (``"+600s"``, ``"-10m"``), under
+    Debian's ``faketime``; its monotonic clock stays true."""
+    return ["faketime", "-f", offset, *argv]
+
+
+#: Environment a skewed member needs beside :func:`skewed`.
+SKEW_ENV = {"FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+
+__all__ = ["SKEW_ENV", "Chaos", "FaultSwitch", "etcd_leader", "skewed"]

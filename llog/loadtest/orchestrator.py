@@ -24,9 +24,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.devstack import DevStackError, LocalStack, free_port
-from llog.loadtest.chaos import Chaos
+from llog.keys import prefix_range_end
+from llog.loadtest.chaos import SKEW_ENV, Chaos, skewed
 from llog.loadtest.collector import Collector, Target
 from llog.loadtest.generator import GeneratorPlan, LoadGenerator
 from llog.loadtest.live import LiveProgress, Report
@@ -60,14 +62,15 @@ class Cluster:
         self.scenario = scenario
         self.run_dir = run_dir
         self.logs = run_dir / "logs"
-        self.stack = LocalStack(self.logs, s3=scenario.cluster.store == "s3")
+        self.stack = LocalStack(self.logs, s3=scenario.cluster.store == "s3",
+                                etcd_members=scenario.cluster.etcd_members)
         self.members: dict[str, ManagedProcess] = {}
 
     def up(self) -> Cluster:
         s = self.scenario
         self.stack.start()
         try:
-            self.env = {**os.environ, **self.stack.env()}
+            self.env = {**os.environ, **self.stack.env(), **s.cluster.env}
             with Connection(self.stack.config) as conn:
                 for t in s.topics:
                     Topics(conn).create(t.name, t.partitions)
@@ -79,8 +82,9 @@ class Cluster:
                 port = free_port()
                 self._member("compactor", [
                     *py, "compactor", "--host", "127.0.0.1", "--port", str(port), "--pass-interval", "1",
-                    "--discovery-interval", "2", "--vacuum-interval", "0",
-                ], port, LLOG_COMPACT_MIN_AGE_MS=str(s.cluster.compact_min_age_ms))
+                    "--discovery-interval", "2", "--vacuum-interval", str(s.cluster.vacuum_interval_s),
+                ], port, LLOG_COMPACT_MIN_AGE_MS=str(s.cluster.compact_min_age_ms),
+                    LLOG_VACUUM_GRACE_S=str(s.cluster.vacuum_grace_s))
             for m in self.members.values():
                 m.start()
             for m in self.members.values():
@@ -92,6 +96,9 @@ class Cluster:
         return self
 
     def _member(self, name: str, argv: list[str], port: int, **env: str) -> None:
+        skew = self.scenario.cluster.clock_skew.get(name)
+        if skew is not None:
+            argv, env = skewed(argv, skew), {**env, **SKEW_ENV}
         self.members[name] = ManagedProcess(name, argv, {**self.env, **env}, port, self.logs / f"{name}.log")
 
     @property
@@ -99,7 +106,7 @@ class Cluster:
         return [m for n, m in self.members.items() if n.startswith("broker-")]
 
     def targets(self) -> list[Target]:
-        out = [Target("etcd", self.stack.etcd.proc.pid, None)]
+        out = [Target(m.name, m.proc.pid, None) for m in self.stack.etcds if m.proc.poll() is None]
         if self.stack.s3 is not None:
             out.append(Target("s3", self.stack.s3.proc.pid, None))
         for name, m in self.members.items():
@@ -108,8 +115,8 @@ class Cluster:
         return out
 
     def layout(self) -> dict[str, Any]:
-        stack: dict[str, Any] = {"etcd": {"pid": self.stack.etcd.proc.pid, "endpoint": self.stack.etcd.endpoint,
-                                          "log": str(self.stack.etcd.log_path)}}
+        stack: dict[str, Any] = {m.name: {"pid": m.proc.pid, "endpoint": m.endpoint, "log": str(m.log_path)}
+                                 for m in self.stack.etcds}
         if self.stack.s3 is not None:
             stack["s3"] = {"pid": self.stack.s3.proc.pid, "url": self.stack.s3.endpoint_url,
                            "log": str(self.stack.s3.log_path)}
@@ -181,6 +188,7 @@ def run(
         setup_s = time.monotonic() - t_setup
         say(f"cluster: up in {setup_s:.1f} s; {scenario.duration_s:.0f} s of load from "
             f"{scenario.load.processes} generator process(es)")
+        etcd_start = etcd_state(cluster.stack.config)
         plan = GeneratorPlan(
             run_id=run_dir.name.split("-", 1)[0].replace(".", ""),
             brokers=tuple((m.name, m.url) for m in cluster.brokers),
@@ -192,9 +200,9 @@ def run(
         gen_targets = [Target(f"generator-{i}", pid, None) for i, pid in enumerate(gen.pids)]
         collector = Collector(lambda: cluster.targets() + gen_targets, run_dir / "collector.jsonl",
                               scenario.interval_s, t0).start()
-        chaos = Chaos(scenario.chaos, cluster.members, t0).start()
+        chaos = Chaos(scenario.chaos, cluster.members, t0, stack=cluster.stack).start()
         live = LiveProgress(run_dir / "client", scenario.load.processes, scenario.duration_s,
-                            scenario.interval_s, lambda: len(chaos.events), say)
+                            scenario.interval_s, lambda: sum(chaos.injected().values()), say)
         if progress is not None:
             live.start()
         try:
@@ -212,15 +220,26 @@ def run(
         with Connection(cluster.stack.config) as conn:
             rec = reconcile(conn, read_acks(sorted((run_dir / "client").glob("acks-*.tsv"))), scenario.partitions)
         reconcile_s = time.monotonic() - t_rec
+        etcd_end = etcd_state(cluster.stack.config)
     finally:
         exits = cluster.down()
     summary = build_summary(
         scenario, client, rec, collector, chaos.events, cluster.stack.config,
         timings={"setup_s": setup_s, "load_s": load_s, "reconcile_s": reconcile_s}, exits=exits,
     )
+    summary["faults_injected"] = chaos.injected()
+    summary["etcd"]["state"] = {"start": etcd_start, "end": etcd_end}
     _write(run_dir / "summary.json", summary)
     say(f"report: {write_report(run_dir)}")
     return run_dir, summary
+
+
+def etcd_state(config: LlogConfig) -> dict[str, int]:
+    """etcd's revision, DB size and number of keys under llog's root, right now."""
+    with Connection(config) as conn:
+        st = conn.etcd.status()
+        root = conn.keys.all_prefix()
+        return {**st, "keys": conn.etcd.count(root, prefix_range_end(root))}
 
 
 def _log_to(path: Path) -> None:

@@ -5,13 +5,15 @@ partition. Every mismatch is listed, none is averaged away."""
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from llog.connection import Connection
+from llog.errors import LlogError
 from llog.reader import Reader
+from llog.records import ConsumedRecord
 
 
 @dataclass(frozen=True)
@@ -51,10 +53,13 @@ class Reconciliation:
     records_read: int = 0
     partitions: int = 0
     mismatches: list[Mismatch] = field(default_factory=list)
+    #: Offsets the log could not serve (a deleted or corrupt object), with the error;
+    #: their acknowledged records count as lost.
+    unreadable: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
-        return self.verified == self.acked_records and not self.mismatches
+        return self.verified == self.acked_records and not self.mismatches and not self.unreadable
 
     def to_json(self) -> dict[str, Any]:
         d = asdict(self)
@@ -102,7 +107,7 @@ def _check_partition(reader: Reader, topic: str, p: int, acks: list[Ack], r: Rec
     r.acked_records += len(acked)
     at: dict[int, str] = {}
     where: dict[str, list[int]] = defaultdict(list)
-    for rec in reader.scan(topic, p, reader.high_watermark(topic, p)[0]):
+    for rec in _readable(reader, topic, p, r):
         rid = rec.value.split(b" ", 1)[0].decode(errors="replace")
         at[rec.offset] = rid
         where[rid].append(rec.offset)
@@ -125,3 +130,20 @@ def _check_partition(reader: Reader, topic: str, p: int, acks: list[Ack], r: Rec
             r.mismatches.append(Mismatch("duplicated", topic, p, rid, acked_at.get(rid), tuple(offs)))
         if rid not in acked_at:
             r.unacked_present += 1
+
+
+def _readable(reader: Reader, topic: str, p: int, r: Reconciliation) -> Iterator[ConsumedRecord]:
+    """Every record of the partition that can be read; an offset that raises is noted in
+    ``r.unreadable`` and the scan goes on after it, so one lost object cannot hide the
+    state of the rest of the log."""
+    start, end = reader.high_watermark(topic, p)
+    nxt = start
+    while nxt < end:
+        try:
+            for rec in reader.scan(topic, p, nxt, end):
+                yield rec
+                nxt = rec.offset + 1
+            return
+        except LlogError as exc:
+            r.unreadable.append(f"{topic}/{p}@{nxt}: {type(exc).__name__}: {exc}")
+            nxt += 1

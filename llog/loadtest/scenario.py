@@ -26,6 +26,16 @@ class ClusterSpec:
     compactor: bool = True
     #: WAL entries this old are compacted: short, so compaction runs during the test.
     compact_min_age_ms: int = 5000
+    #: etcd members on loopback (3 for a cluster whose leader chaos can kill).
+    etcd_members: int = 1
+    #: The compactor's vacuum: every this many seconds (0: never), with this grace.
+    vacuum_interval_s: float = 0.0
+    vacuum_grace_s: float = 3600.0
+    #: Extra LLOG_* settings for every broker and the compactor (e.g. short TTLs).
+    env: dict[str, str] = field(default_factory=dict)
+    #: Member name -> wall-clock offset it runs with under Debian's ``faketime``
+    #: (``"+600s"``, ``"-10m"``): a writer whose clock is minutes off.
+    clock_skew: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -46,13 +56,30 @@ class LoadSpec:
     drain_s: float = 20.0
 
 
+#: What chaos can do, and to which targets (``broker-<i>`` and the numbered etcd
+#: members are checked against the cluster's size).
+CHAOS_ACTIONS = {
+    "kill": "kill -9, then start again after restart_after_s (negative: leave it dead)",
+    "pause": "SIGSTOP for duration_s, then SIGCONT",
+    "faults": "the S3 proxy injects `fault` into a `rate` share of requests for duration_s",
+}
+S3_FAULTS = ("5xx", "timeout", "slow", "drop")
+
+
 @dataclass(frozen=True)
 class ChaosEvent:
     at_s: float
-    target: str  # "broker-<i>" or "compactor"
-    action: str = "kill"  # kill -9
-    #: Seconds after the kill to start it again; negative: leave it dead.
+    #: "broker-<i>", "compactor", "etcd" (every member), "etcd-leader", "etcd-<i>"
+    #: or, for faults, "s3".
+    target: str
+    action: str = "kill"
+    #: kill: seconds until it is started again; negative: leave it dead.
     restart_after_s: float = 3.0
+    #: pause and faults: how long they last.
+    duration_s: float = 0.0
+    #: faults: one of S3_FAULTS, injected into this share of requests.
+    fault: str = ""
+    rate: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -114,14 +141,33 @@ def _check(s: Scenario, where: str) -> None:
         problems.append("load.processes, threads, records_per_partition and owners must be > 0")
     if s.load.rate < 0 or s.load.record_bytes < 16:
         problems.append("load.rate must be >= 0 and load.record_bytes >= 16 (room for the record id)")
+    if s.cluster.etcd_members not in (1, 3, 5):
+        problems.append("cluster.etcd_members must be 1, 3 or 5")
+    members = {f"broker-{i}" for i in range(s.cluster.brokers)} | ({"compactor"} if s.cluster.compactor else set())
+    for name in s.cluster.clock_skew:
+        if name not in members:
+            problems.append(f"cluster.clock_skew names {name!r}, not one of {sorted(members)}")
+    etcds = {"etcd", "etcd-leader", *(f"etcd-{i}" for i in range(s.cluster.etcd_members))}
     for c in s.chaos:
-        if c.action != "kill":
-            problems.append(f"chaos action {c.action!r}: only 'kill' is supported")
-        if c.target == "compactor" and not s.cluster.compactor:
-            problems.append("chaos targets the compactor but cluster.compactor is false")
-        elif c.target != "compactor" and not (
-            c.target.startswith("broker-") and c.target[7:].isdigit() and int(c.target[7:]) < s.cluster.brokers
-        ):
-            problems.append(f"chaos target {c.target!r} is not compactor or broker-0..{s.cluster.brokers - 1}")
+        problems.extend(_chaos_problems(c, members, etcds, s.cluster.store))
     if problems:
         raise ConfigError(f"{where}: " + "; ".join(problems))
+
+
+def _chaos_problems(c: ChaosEvent, members: set[str], etcds: set[str], store: str) -> list[str]:
+    if c.action not in CHAOS_ACTIONS:
+        return [f"chaos action {c.action!r}: one of {sorted(CHAOS_ACTIONS)}"]
+    if c.action == "faults":
+        out = [] if c.target == "s3" else [f"chaos faults target 's3', not {c.target!r}"]
+        if store != "s3":
+            out.append("chaos faults need cluster.store = 's3'")
+        if c.fault not in S3_FAULTS:
+            out.append(f"chaos fault {c.fault!r}: one of {S3_FAULTS}")
+        if not 0 < c.rate <= 1 or c.duration_s <= 0:
+            out.append("chaos faults need 0 < rate <= 1 and duration_s > 0")
+        return out
+    if c.target not in members | etcds:
+        return [f"chaos target {c.target!r} is not one of {sorted(members | etcds)}"]
+    if c.action == "pause" and c.duration_s <= 0:
+        return ["chaos pause needs duration_s > 0"]
+    return []

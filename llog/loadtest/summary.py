@@ -51,6 +51,7 @@ def build_summary(
             "lost": rec.lost + rec.misplaced, "duplicated": rec.duplicated,
             "acked": rec.acked_records, "verified": rec.verified,
             "all_acked_verified": rec.ok, "mismatch_count": len(rec.mismatches),
+            "unreadable_offsets": len(rec.unreadable),
         },
         "client": client,
         "brokers": {
