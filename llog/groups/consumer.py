@@ -82,6 +82,8 @@ class Consumer:
         self._last_rebalance = 0.0
         self._last_commit = time.monotonic()
         self._closed = False
+        #: A partition's error met after other records were read: the next poll raises it.
+        self._failed: LlogError | None = None
         self.membership: Membership | None = None
         self.fence: Fence
         if exclusive:
@@ -155,14 +157,24 @@ class Consumer:
     # -- consuming -----------------------------------------------------------------
     def poll(self, max_records: int = 500, timeout_s: float = 1.0) -> list[ConsumedRecord]:
         """Up to ``max_records`` records from the assigned partitions (round robin),
-        waiting up to ``timeout_s`` for any to arrive."""
+        waiting up to ``timeout_s`` for any to arrive.
+
+        Positions move only past records this call returns. When a partition fails
+        part way (e.g. :class:`~llog.errors.OffsetOutOfRange` after retention, an
+        unreadable blob), the records read before the failure are returned and the
+        error is raised by the next ``poll``; a poll that has read nothing raises it at
+        once. A failed partition stays at the first record it could not deliver."""
         if self._closed:
             raise LlogError("consumer is closed")
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
         deadline = time.monotonic() + timeout_s
         while True:
             self._rebalance()
-            out = self._fetch(max_records)
+            # Before the fetch: what earlier polls returned, never what this one reads.
             self._maybe_auto_commit()
+            out = self._fetch(max_records)
             if out or time.monotonic() >= deadline:
                 return out
             time.sleep(min(self.poll_interval_s, max(0.0, deadline - time.monotonic())))
@@ -174,10 +186,20 @@ class Consumer:
         self._rr += 1
         # One etcd round trip resolves every assigned partition (Reader.scan_many), so
         # a poll of idle partitions costs one read, not one per partition.
-        for rec in self.reader.scan_many([(t, p, self._positions[(t, p)], None) for t, p in order],
-                                         max_records=max_records):
+        try:
+            for rec in self.reader.scan_many([(t, p, self._positions[(t, p)], None) for t, p in order],
+                                             max_records=max_records):
+                out.append(rec)
+        except LlogError as exc:
+            if not out:
+                raise
+            # The records read before the failure are returned; the error waits for
+            # the next poll, so it is neither lost nor the cause of a lost record.
+            log.warning("poll of group %s returns %d records; raising on the next poll: %s",
+                        self.group, len(out), exc)
+            self._failed = exc
+        for rec in out:
             tp = (rec.topic, rec.partition)
-            out.append(rec)
             self._positions[tp] = rec.offset + 1
             self._delivered[tp] = rec.offset + 1
         return out
