@@ -4,8 +4,9 @@ commits what it has delivered — never more.
 Two modes:
 
 * **group** (default): members share the topics' partitions (:mod:`membership`);
-  commits are guarded by partition ownership, so a member that lost a partition
-  cannot move its offset.
+  commits are guarded by partition ownership of this member session (its id and its
+  lease), so a member that lost a partition, or whose session expired, cannot move its
+  offset, even once a new session of the same member id owns it.
 * **exclusive** (``exclusive=True``): one consumer reads every partition; starting it
   bumps the group's epoch and commits are guarded by that epoch, so a zombie left over
   from a failure can never move the committed offsets.
@@ -85,16 +86,21 @@ class Consumer:
         #: A partition's error met after other records were read: the next poll raises it.
         self._failed: LlogError | None = None
         self.membership: Membership | None = None
-        self.fence: Fence
         if exclusive:
             self.epoch = bump_epoch(self.conn, self.group, self.member_id)
-            self.fence = Fence(epoch=self.epoch)
             self._assign(self._all_partitions())
         else:
-            self.fence = Fence(owner=self.member_id)
             self.membership = Membership(self.conn, self.group, self.member_id, ttl_s=session_ttl_s)
             self.membership.join()
             self._rebalance(force=True)
+
+    @property
+    def fence(self) -> Fence:
+        """What this consumer's commits prove: its epoch, or its current session's
+        ownership (read at each commit: a rejoin is a new session)."""
+        if self.membership is None:
+            return Fence(epoch=self.epoch)
+        return Fence(owner=self.membership.token)
 
     # -- assignment --------------------------------------------------------------
     def _all_partitions(self) -> list[TopicPartition]:
@@ -129,7 +135,11 @@ class Consumer:
             self.commit({tp: self._delivered[tp] for tp in tps if tp in self._delivered})
         except LlogError as exc:
             log.warning("commit on revoke failed for %s: %s", sorted(tps), exc)
-        for tp in tps:
+        self._forget(tps)
+
+    def _forget(self, tps: Iterable[TopicPartition]) -> None:
+        """Drop what this consumer knows of partitions it no longer owns."""
+        for tp in list(tps):
             self._positions.pop(tp, None)
             self._delivered.pop(tp, None)
             self._committed.pop(tp, None)
@@ -143,15 +153,11 @@ class Consumer:
         self._last_rebalance = now
         if self.membership.lost:
             log.warning("member %s lost its session; rejoining", self.member_id)
-            for tp in list(self._positions):
-                self._positions.pop(tp)
-                self._delivered.pop(tp, None)
+            self._forget(self._positions)
             self.membership.owned.clear()
             self.membership.join()
         owned = self.membership.sync(self._all_partitions(), self._revoke)
-        for tp in set(self._positions) - owned:
-            self._positions.pop(tp)
-            self._delivered.pop(tp, None)
+        self._forget(set(self._positions) - owned)
         self._assign(owned)
 
     # -- consuming -----------------------------------------------------------------
