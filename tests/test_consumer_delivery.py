@@ -28,3 +28,17 @@ def test_a_failing_partition_does_not_lose_the_records_read_before_it(conn: llog
     committed = {(o.topic, o.partition): o.offset for o in GroupOffsets(conn, "g").all()}
     # Everything committed was delivered; partition 1 stays where it could not deliver.
     assert committed == {("t", 0): 5, ("t", 1): 0}
+
+
+def test_auto_commit_commits_only_what_earlier_polls_returned(conn: llog.Connection) -> None:
+    llog.Topics(conn).create("t", 1)
+    with llog.Writer(conn) as w:
+        w.append("t", 0, [b"r%d" % i for i in range(6)])
+    with Consumer(conn, "g", ["t"], exclusive=True, auto_commit_interval_s=0) as c:
+        assert len(c.poll(max_records=4, timeout_s=0)) == 4
+        # Not processed yet: a crash now must deliver them again.
+        committed = GroupOffsets(conn, "g").get("t", 0)
+        assert committed is None or committed.offset == 0
+        assert len(c.poll(max_records=4, timeout_s=0)) == 2
+        committed = GroupOffsets(conn, "g").get("t", 0)
+        assert committed is not None and committed.offset == 4
