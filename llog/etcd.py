@@ -50,7 +50,7 @@ class KV:
 @dataclass(frozen=True, slots=True)
 class Compare:
     key: str
-    target: Literal["mod", "create", "version", "value"]
+    target: Literal["mod", "create", "version", "value", "lease"]
     op: Literal["=", "!=", "<", ">"]
     value: int | bytes
 
@@ -66,6 +66,11 @@ def absent(key: str) -> Compare:
 
 def value_is(key: str, value: bytes) -> Compare:
     return Compare(key, "value", "=", value)
+
+
+def lease_is(key: str, lease: int) -> Compare:
+    """Holds when ``key`` exists bound to ``lease`` (0: the key is absent or has none)."""
+    return Compare(key, "lease", "=", lease)
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +111,7 @@ _TARGETS = {
     "create": etcdrpc.Compare.CREATE,
     "version": etcdrpc.Compare.VERSION,
     "value": etcdrpc.Compare.VALUE,
+    "lease": etcdrpc.Compare.LEASE,
 }
 _OPS = {
     "=": etcdrpc.Compare.EQUAL,
@@ -128,6 +134,8 @@ def _add_compare(into: Any, c: Compare) -> None:
         msg.create_revision = int(c.value)
     elif c.target == "version":
         msg.version = int(c.value)
+    elif c.target == "lease":
+        msg.lease = int(c.value)
     else:
         assert isinstance(c.value, bytes)
         msg.value = c.value

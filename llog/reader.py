@@ -145,7 +145,10 @@ class Reader:
         the range GETs run ahead across partition boundaries, so the next partition's
         first slices are on their way while this one's last are consumed. A bad request
         raises before anything is read; a partition's :class:`OffsetOutOfRange` is
-        raised when its turn comes."""
+        raised when its turn comes. The records yielded before an error are valid and
+        complete up to it: a caller that stops at the error keeps them
+        (:meth:`llog.groups.Consumer.poll` returns them and raises the error on its
+        next poll)."""
         reqs = [(*self._check(t, p, s), e) for t, p, s, e in requests]
         if max_records is not None and (isinstance(max_records, bool) or not isinstance(max_records, int)
                                         or max_records < 0):

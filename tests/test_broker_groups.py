@@ -182,10 +182,15 @@ def test_stale_epoch_and_unowned_member_cannot_move_the_offset(broker: BrokerPro
 
     with Consumer(conn, "members", ["t"], member_id="m1") as member:
         assert member.assignment() == {("t", p) for p in range(4)}
-        status, resp = _commit(broker, "members", {0: 1}, member="m2")
+        assert member.membership is not None
+        lease = member.membership.lease
+        status, resp = _commit(broker, "members", {0: 1}, member="m2", member_lease=lease)
+        assert status == 409 and resp["results"][0]["error_type"] == "NotAssigned", resp
+        # The right member id with another session's lease (one that expired) owns nothing.
+        status, resp = _commit(broker, "members", {0: 1}, member="m1", member_lease=lease + 1)
         assert status == 409 and resp["results"][0]["error_type"] == "NotAssigned", resp
         assert _committed(conn, "members", 0) is None
-        status, resp = _commit(broker, "members", {0: 1}, member="m1")
+        status, resp = _commit(broker, "members", {0: 1}, member="m1", member_lease=lease)
         assert status == 200 and resp["results"][0]["member"] == "m1", resp
         status, view = broker.request("GET", "/offsets?group=members&topic=t")
         assert view["members"] == ["m1"] and {p["owner"] for p in view["partitions"]} == {"m1"}
@@ -205,6 +210,11 @@ def test_stale_epoch_and_unowned_member_cannot_move_the_offset(broker: BrokerPro
     ({"group": "g", "offsets": [{"topic": "t", "partition": 0, "offset": 1}], "reset": 1}, "reset"),
     ({"group": "g", "offsets": [{"topic": "t", "partition": 0, "offset": 1}], "epoch": 0}, "epoch"),
     ({"group": "g", "offsets": [{"topic": "t", "partition": 0, "offset": 1}], "member": ""}, "member"),
+    # A member id alone cannot prove ownership: a session that expired has it too.
+    ({"group": "g", "offsets": [{"topic": "t", "partition": 0, "offset": 1}], "member": "m"}, "member_lease"),
+    ({"group": "g", "offsets": [{"topic": "t", "partition": 0, "offset": 1}], "member_lease": 5}, "member"),
+    ({"group": "g", "offsets": [{"topic": "t", "partition": 0, "offset": 1}], "member": "m",
+      "member_lease": 0}, "member_lease"),
     ({"group": "g", "offsets": [{"topic": "t", "partition": 0, "offset": 1}], "extra": 1}, "extra"),
 ])
 def test_malformed_commit_is_400_with_field(
@@ -326,7 +336,7 @@ def test_openapi_document_describes_the_group_routes(broker: BrokerProcess) -> N
     check("POST", "/commit", {"group": "d", "offsets": [{"topic": "t", "partition": 0, "offset": 2}]})
     check("POST", "/commit", {"group": "d", "offsets": [{"topic": "t", "partition": 1, "offset": 9}], "reset": True})
     check("POST", "/commit", {"group": "d", "offsets": [{"topic": "t", "partition": 0, "offset": 2}], "epoch": 3,
-                              "member": "m"})
+                              "member": "m", "member_lease": 7})
     check("GET", "/offsets?group=d&topic=t")
     check("GET", "/offsets?group=d&topic=missing")
     check("GET", "/offsets?group=a/b")

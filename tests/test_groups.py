@@ -104,7 +104,7 @@ def test_members_share_partitions_and_take_over(conn: llog.Connection) -> None:
         # b's commit is refused for a partition it does not own.
         foreign = sorted(a.assignment())[0]
         with pytest.raises(NotAssigned):
-            GroupOffsets(conn, "g").commit(*foreign, 1, fence=Fence(owner="b"))
+            GroupOffsets(conn, "g").commit(*foreign, 1, fence=b.fence)
     finally:
         b.close(commit=True)
     for _ in range(3):

@@ -49,6 +49,7 @@ from llog.errors import BackPressure, LlogError, OffsetOutOfRange, StaleEpoch, U
 from llog.groups.admin import describe_group
 from llog.groups.epoch import current_epoch
 from llog.groups.offsets import Fence, GroupOffsets
+from llog.groups.owner import Owner
 from llog.producer import BatchingProducer
 from llog.reader import Reader
 from llog.records import ConsumedRecord, Record, payload_size
@@ -243,7 +244,8 @@ class Broker:
     def commit(self, req: CommitRequest) -> list[dict[str, Any]]:
         """Commit each offset on its own; a refused one leaves that partition unchanged."""
         offsets = GroupOffsets(self.conn, req.group)
-        fence = Fence(owner=req.member)
+        fence = Fence(owner=None if req.member is None or req.member_lease is None
+                      else Owner(req.member, req.member_lease))
         stale = None
         if req.epoch is not None:
             current = current_epoch(self.conn, req.group)

@@ -77,6 +77,7 @@ class CommitRequest:
     reset: bool = False
     epoch: int | None = None  # exclusive-consumer epoch the commit runs under
     member: str | None = None  # member that must own every partition
+    member_lease: int | None = None  # the lease of that member's session (given with member)
 
 
 @dataclass(frozen=True)
@@ -147,7 +148,7 @@ def parse_consume(body: bytes) -> ConsumeRequest:
 
 def parse_commit(body: bytes) -> CommitRequest:
     doc = load_json(body)
-    _only(doc, "body", {"group", "offsets", "reset", "epoch", "member"})
+    _only(doc, "body", {"group", "offsets", "reset", "epoch", "member", "member_lease"})
     group = _group(doc)
     out: list[CommitOffset] = []
     seen: set[tuple[str, int]] = set()
@@ -166,7 +167,14 @@ def parse_commit(body: bytes) -> CommitRequest:
     member = doc.get("member")
     if member is not None and (not isinstance(member, str) or not 0 < len(member) <= MAX_MEMBER_CHARS):
         raise InvalidRequest("member", f"must be a string of 1 to {MAX_MEMBER_CHARS} characters")
-    return CommitRequest(group, tuple(out), reset, _int(doc, "epoch", "", required=False, minimum=1), member)
+    # A member id alone proves nothing: a session that expired and a new one of the same
+    # id share it. The lease tells them apart.
+    member_lease = _int(doc, "member_lease", "", required=member is not None, minimum=1)
+    if member_lease is not None and member is None:
+        raise InvalidRequest("member", "is required with member_lease")
+    return CommitRequest(
+        group, tuple(out), reset, _int(doc, "epoch", "", required=False, minimum=1), member, member_lease
+    )
 
 
 def parse_offsets_query(params: list[tuple[str, str]]) -> OffsetsQuery:
@@ -352,7 +360,9 @@ def openapi_document() -> dict[str, Any]:
         "reset": {"type": "boolean", "default": False, "description": "allow moving backwards"},
         "epoch": {"type": "integer", "minimum": 1, "description": "fence: the group's current exclusive epoch"},
         "member": {"type": "string", "minLength": 1, "maxLength": MAX_MEMBER_CHARS,
-                   "description": "fence: the member that must own every partition"},
+                   "description": "fence: the member that must own every partition (requires member_lease)"},
+        "member_lease": {"type": "integer", "minimum": 1,
+                         "description": "fence: the etcd lease of that member's session (requires member)"},
     }}
     commit_res = {"type": "object", "properties": {
         "group": {"type": "string"},

@@ -4,8 +4,9 @@ commits what it has delivered — never more.
 Two modes:
 
 * **group** (default): members share the topics' partitions (:mod:`membership`);
-  commits are guarded by partition ownership, so a member that lost a partition
-  cannot move its offset.
+  commits are guarded by partition ownership of this member session (its id and its
+  lease), so a member that lost a partition, or whose session expired, cannot move its
+  offset, even once a new session of the same member id owns it.
 * **exclusive** (``exclusive=True``): one consumer reads every partition; starting it
   bumps the group's epoch and commits are guarded by that epoch, so a zombie left over
   from a failure can never move the committed offsets.
@@ -82,17 +83,24 @@ class Consumer:
         self._last_rebalance = 0.0
         self._last_commit = time.monotonic()
         self._closed = False
+        #: A partition's error met after other records were read: the next poll raises it.
+        self._failed: LlogError | None = None
         self.membership: Membership | None = None
-        self.fence: Fence
         if exclusive:
             self.epoch = bump_epoch(self.conn, self.group, self.member_id)
-            self.fence = Fence(epoch=self.epoch)
             self._assign(self._all_partitions())
         else:
-            self.fence = Fence(owner=self.member_id)
             self.membership = Membership(self.conn, self.group, self.member_id, ttl_s=session_ttl_s)
             self.membership.join()
             self._rebalance(force=True)
+
+    @property
+    def fence(self) -> Fence:
+        """What this consumer's commits prove: its epoch, or its current session's
+        ownership (read at each commit: a rejoin is a new session)."""
+        if self.membership is None:
+            return Fence(epoch=self.epoch)
+        return Fence(owner=self.membership.token)
 
     # -- assignment --------------------------------------------------------------
     def _all_partitions(self) -> list[TopicPartition]:
@@ -127,7 +135,11 @@ class Consumer:
             self.commit({tp: self._delivered[tp] for tp in tps if tp in self._delivered})
         except LlogError as exc:
             log.warning("commit on revoke failed for %s: %s", sorted(tps), exc)
-        for tp in tps:
+        self._forget(tps)
+
+    def _forget(self, tps: Iterable[TopicPartition]) -> None:
+        """Drop what this consumer knows of partitions it no longer owns."""
+        for tp in list(tps):
             self._positions.pop(tp, None)
             self._delivered.pop(tp, None)
             self._committed.pop(tp, None)
@@ -141,28 +153,34 @@ class Consumer:
         self._last_rebalance = now
         if self.membership.lost:
             log.warning("member %s lost its session; rejoining", self.member_id)
-            for tp in list(self._positions):
-                self._positions.pop(tp)
-                self._delivered.pop(tp, None)
+            self._forget(self._positions)
             self.membership.owned.clear()
             self.membership.join()
         owned = self.membership.sync(self._all_partitions(), self._revoke)
-        for tp in set(self._positions) - owned:
-            self._positions.pop(tp)
-            self._delivered.pop(tp, None)
+        self._forget(set(self._positions) - owned)
         self._assign(owned)
 
     # -- consuming -----------------------------------------------------------------
     def poll(self, max_records: int = 500, timeout_s: float = 1.0) -> list[ConsumedRecord]:
         """Up to ``max_records`` records from the assigned partitions (round robin),
-        waiting up to ``timeout_s`` for any to arrive."""
+        waiting up to ``timeout_s`` for any to arrive.
+
+        Positions move only past records this call returns. When a partition fails
+        part way (e.g. :class:`~llog.errors.OffsetOutOfRange` after retention, an
+        unreadable blob), the records read before the failure are returned and the
+        error is raised by the next ``poll``; a poll that has read nothing raises it at
+        once. A failed partition stays at the first record it could not deliver."""
         if self._closed:
             raise LlogError("consumer is closed")
+        if self._failed is not None:
+            failed, self._failed = self._failed, None
+            raise failed
         deadline = time.monotonic() + timeout_s
         while True:
             self._rebalance()
-            out = self._fetch(max_records)
+            # Before the fetch: what earlier polls returned, never what this one reads.
             self._maybe_auto_commit()
+            out = self._fetch(max_records)
             if out or time.monotonic() >= deadline:
                 return out
             time.sleep(min(self.poll_interval_s, max(0.0, deadline - time.monotonic())))
@@ -174,10 +192,20 @@ class Consumer:
         self._rr += 1
         # One etcd round trip resolves every assigned partition (Reader.scan_many), so
         # a poll of idle partitions costs one read, not one per partition.
-        for rec in self.reader.scan_many([(t, p, self._positions[(t, p)], None) for t, p in order],
-                                         max_records=max_records):
+        try:
+            for rec in self.reader.scan_many([(t, p, self._positions[(t, p)], None) for t, p in order],
+                                             max_records=max_records):
+                out.append(rec)
+        except LlogError as exc:
+            if not out:
+                raise
+            # The records read before the failure are returned; the error waits for
+            # the next poll, so it is neither lost nor the cause of a lost record.
+            log.warning("poll of group %s returns %d records; raising on the next poll: %s",
+                        self.group, len(out), exc)
+            self._failed = exc
+        for rec in out:
             tp = (rec.topic, rec.partition)
-            out.append(rec)
             self._positions[tp] = rec.offset + 1
             self._delivered[tp] = rec.offset + 1
         return out

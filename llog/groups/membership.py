@@ -3,9 +3,12 @@
 Each member holds a lease and a member key bound to it. The desired assignment is a
 pure function of the sorted live member ids and the sorted partitions
 (:func:`range_assign`), so every member computes the same one. Ownership itself is an
-``owners/{topic}/{partition}`` key bound to the owner's lease and created only if
-absent: a partition moves only after its old owner deletes the key (after committing)
-or its lease expires, so two live members never own one partition at once.
+``owners/{topic}/{partition}`` key holding the member id, bound to the owner's lease
+and created only if absent: a partition moves only after its old owner deletes the key
+(after committing) or its lease expires, so two live members never own one partition
+at once. A member session is its id *and* its lease (:class:`~llog.groups.owner.Owner`):
+every ownership check compares both, so a session that expired owns nothing even when a
+new session of the same member id took its partitions again.
 """
 
 from __future__ import annotations
@@ -16,7 +19,8 @@ from collections.abc import Callable, Iterable, Sequence
 
 from llog.connection import Connection
 from llog.errors import CoordinationError
-from llog.etcd import Delete, Put, absent, value_is
+from llog.etcd import Delete, Put, absent, lease_is, value_is
+from llog.groups.owner import Owner
 from llog.keys import prefix_range_end
 
 log = logging.getLogger(__name__)
@@ -66,6 +70,12 @@ class Membership:
         """The lease expired (e.g. a long pause): every ownership is gone; rejoin."""
         return self._lost.is_set()
 
+    @property
+    def token(self) -> Owner:
+        """This session's ownership token: what a commit must prove (the lease is 0
+        before :meth:`join` and after :meth:`leave`, and owns nothing)."""
+        return Owner(self.member_id, self.lease)
+
     def join(self) -> None:
         keys = self.conn.keys
         self.lease = self.conn.etcd.grant_lease(self.ttl_s)
@@ -105,18 +115,16 @@ class Membership:
         keys, etcd = self.conn.keys, self.conn.etcd
         desired = range_assign(self.members(), partitions).get(self.member_id, set())
         # Drop what we believe we own but do not (lease expired, key deleted by hand).
+        token = self.token
         prefix = keys.group_owner_prefix(self.group)
-        held = {
-            kv.key for kv in etcd.scan(prefix, prefix_range_end(prefix))
-            if kv.value == self.member_id.encode()
-        }
+        held = {kv.key for kv in etcd.scan(prefix, prefix_range_end(prefix)) if token.holds(kv)}
         self.owned = {tp for tp in self.owned if keys.group_owner(self.group, *tp) in held}
         release = self.owned - desired
         if release:
             on_revoke(release)
             for tp in release:
                 key = keys.group_owner(self.group, *tp)
-                etcd.txn([value_is(key, self.member_id.encode())], [Delete(key)])
+                etcd.txn([value_is(key, self.member_id.encode()), lease_is(key, self.lease)], [Delete(key)])
             self.owned -= release
         for tp in sorted(desired - self.owned):
             key = keys.group_owner(self.group, *tp)

@@ -3,8 +3,12 @@
 A commit is refused (and changes nothing) when it would move the offset backwards
 without ``reset=True`` (:class:`BackwardsCommit`), point past the partition's next
 offset (:class:`CommitOutOfRange`), carry a stale exclusive-consumer epoch
-(:class:`StaleEpoch`) or come from a member that no longer owns the partition
-(:class:`NotAssigned`). The guards ride in the same etcd transaction as the write.
+(:class:`StaleEpoch`) or come from a member session that does not own the partition
+(:class:`NotAssigned`). Ownership is proved by the member id *and* the lease of the
+session that took the partition: the owner key must hold the id and be bound to that
+lease, so a session that expired cannot commit even after a new session of the same
+member id took the partition again. The guards ride in the same etcd transaction as
+the write.
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ from llog.errors import (
     NotAssigned,
     StaleEpoch,
 )
-from llog.etcd import KV, Compare, Get, Put, mod_revision_is, value_is
+from llog.etcd import KV, Compare, Get, Put, lease_is, mod_revision_is, value_is
+from llog.groups.owner import Owner, describe_owner
 from llog.keys import prefix_range_end
 from llog.names import check_group, check_partition, check_topic
 
@@ -55,10 +60,10 @@ def decode_epoch(kv: KV) -> GroupEpoch:
 @dataclass(frozen=True)
 class Fence:
     """What a commit must prove: the exclusive epoch it runs under (the exact bytes of
-    the epoch key) and/or the member that must own the partition."""
+    the epoch key) and/or the member session that must own the partition."""
 
     epoch: GroupEpoch | None = None
-    owner: str | None = None
+    owner: Owner | None = None
 
 
 class GroupOffsets:
@@ -120,7 +125,8 @@ class GroupOffsets:
         if fence.epoch is not None:
             guards.append(value_is(epoch_key, fence.epoch.encode()))
         if fence.owner is not None:
-            guards.append(value_is(owner_key, fence.owner.encode()))
+            guards.append(value_is(owner_key, fence.owner.member.encode()))
+            guards.append(lease_is(owner_key, fence.owner.lease))
         kv = etcd.get(key)
         for _ in range(self.conn.config.commit_max_attempts):
             current = None if kv is None else _decode_offset(kv)
@@ -130,7 +136,10 @@ class GroupOffsets:
                     f"below the committed offset {current.offset} (use reset to move back)",
                 )
             value = GroupOffset(
-                offset, fence.epoch.epoch if fence.epoch else 0, member or (fence.owner or ""), now_ms()
+                offset,
+                fence.epoch.epoch if fence.epoch else 0,
+                member or (fence.owner.member if fence.owner else ""),
+                now_ms(),
             )
             r = etcd.txn(
                 [mod_revision_is(key, 0 if kv is None else kv.mod_revision), *guards],
@@ -148,11 +157,11 @@ class GroupOffsets:
                     self.group, topic, partition, offset,
                     f"epoch {fence.epoch.epoch} is stale (current epoch {now})",
                 )
-            if fence.owner is not None and (not got_owner or got_owner[0].value != fence.owner.encode()):
-                holder = got_owner[0].value.decode() if got_owner else "nobody"
+            owner_kv = got_owner[0] if got_owner else None
+            if fence.owner is not None and not fence.owner.holds(owner_kv):
                 raise NotAssigned(
                     self.group, topic, partition, offset,
-                    f"member {fence.owner!r} does not own it (owner: {holder})",
+                    f"member {fence.owner} does not own it (owner: {describe_owner(owner_kv)})",
                 )
             kv = got_offset[0] if got_offset else None
         raise CasConflict(key, self.conn.config.commit_max_attempts)
