@@ -192,6 +192,11 @@ def test_stale_epoch_and_unowned_member_cannot_move_the_offset(broker: BrokerPro
         assert _committed(conn, "members", 0) is None
         status, resp = _commit(broker, "members", {0: 1}, member="m1", member_lease=lease)
         assert status == 200 and resp["results"][0]["member"] == "m1", resp
+        # Clients of the earlier API name the member alone: the id-only fence.
+        status, resp = _commit(broker, "members", {0: 2}, member="m2")
+        assert status == 409 and resp["results"][0]["error_type"] == "NotAssigned", resp
+        status, resp = _commit(broker, "members", {0: 2}, member="m1")
+        assert status == 200, resp
         status, view = broker.request("GET", "/offsets?group=members&topic=t")
         assert view["members"] == ["m1"] and {p["owner"] for p in view["partitions"]} == {"m1"}
 
@@ -210,8 +215,6 @@ def test_stale_epoch_and_unowned_member_cannot_move_the_offset(broker: BrokerPro
     ({"group": "g", "offsets": [{"topic": "t", "partition": 0, "offset": 1}], "reset": 1}, "reset"),
     ({"group": "g", "offsets": [{"topic": "t", "partition": 0, "offset": 1}], "epoch": 0}, "epoch"),
     ({"group": "g", "offsets": [{"topic": "t", "partition": 0, "offset": 1}], "member": ""}, "member"),
-    # A member id alone cannot prove ownership: a session that expired has it too.
-    ({"group": "g", "offsets": [{"topic": "t", "partition": 0, "offset": 1}], "member": "m"}, "member_lease"),
     ({"group": "g", "offsets": [{"topic": "t", "partition": 0, "offset": 1}], "member_lease": 5}, "member"),
     ({"group": "g", "offsets": [{"topic": "t", "partition": 0, "offset": 1}], "member": "m",
       "member_lease": 0}, "member_lease"),

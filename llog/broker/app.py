@@ -244,8 +244,7 @@ class Broker:
     def commit(self, req: CommitRequest) -> list[dict[str, Any]]:
         """Commit each offset on its own; a refused one leaves that partition unchanged."""
         offsets = GroupOffsets(self.conn, req.group)
-        fence = Fence(owner=None if req.member is None or req.member_lease is None
-                      else Owner(req.member, req.member_lease))
+        fence = Fence(owner=None if req.member is None else Owner(req.member, req.member_lease))
         stale = None
         if req.epoch is not None:
             current = current_epoch(self.conn, req.group)

@@ -167,9 +167,9 @@ def parse_commit(body: bytes) -> CommitRequest:
     member = doc.get("member")
     if member is not None and (not isinstance(member, str) or not 0 < len(member) <= MAX_MEMBER_CHARS):
         raise InvalidRequest("member", f"must be a string of 1 to {MAX_MEMBER_CHARS} characters")
-    # A member id alone proves nothing: a session that expired and a new one of the same
-    # id share it. The lease tells them apart.
-    member_lease = _int(doc, "member_lease", "", required=member is not None, minimum=1)
+    # A member id alone cannot tell a session that expired from a new one of the same id;
+    # the lease can. Without it (clients of the earlier API) the fence is the id only.
+    member_lease = _int(doc, "member_lease", "", required=False, minimum=1)
     if member_lease is not None and member is None:
         raise InvalidRequest("member", "is required with member_lease")
     return CommitRequest(
@@ -360,7 +360,7 @@ def openapi_document() -> dict[str, Any]:
         "reset": {"type": "boolean", "default": False, "description": "allow moving backwards"},
         "epoch": {"type": "integer", "minimum": 1, "description": "fence: the group's current exclusive epoch"},
         "member": {"type": "string", "minLength": 1, "maxLength": MAX_MEMBER_CHARS,
-                   "description": "fence: the member that must own every partition (requires member_lease)"},
+                   "description": "fence: the member that must own every partition (with member_lease: that session)"},
         "member_lease": {"type": "integer", "minimum": 1,
                          "description": "fence: the etcd lease of that member's session (requires member)"},
     }}

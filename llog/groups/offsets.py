@@ -126,7 +126,8 @@ class GroupOffsets:
             guards.append(value_is(epoch_key, fence.epoch.encode()))
         if fence.owner is not None:
             guards.append(value_is(owner_key, fence.owner.member.encode()))
-            guards.append(lease_is(owner_key, fence.owner.lease))
+            if fence.owner.lease is not None:
+                guards.append(lease_is(owner_key, fence.owner.lease))
         kv = etcd.get(key)
         for _ in range(self.conn.config.commit_max_attempts):
             current = None if kv is None else _decode_offset(kv)

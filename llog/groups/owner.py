@@ -16,14 +16,17 @@ class Owner:
     to. A rejoin of the same member id is a new session (a new lease)."""
 
     member: str
-    lease: int
+    #: ``None`` only for HTTP clients of the earlier API that name the member alone: any
+    #: session of that member id then passes (the weaker, id-only fence).
+    lease: int | None
 
     def holds(self, kv: KV | None) -> bool:
         """Whether ``kv`` (an owner key, or ``None`` when absent) is this session's."""
-        return kv is not None and kv.value == self.member.encode() and kv.lease == self.lease
+        return (kv is not None and kv.value == self.member.encode()
+                and (self.lease is None or kv.lease == self.lease))
 
     def __str__(self) -> str:
-        return f"{self.member!r} (lease {self.lease:x})"
+        return f"{self.member!r}" if self.lease is None else f"{self.member!r} (lease {self.lease:x})"
 
 
 def describe_owner(kv: KV | None) -> str:
