@@ -225,6 +225,10 @@ class S3Proxy:
                     return
         except (HttpParseError, ConnectionError, asyncio.IncompleteReadError, ValueError) as exc:
             log.debug("S3 proxy connection ended: %r", exc)
+        except asyncio.CancelledError:
+            # stop() cancels open connections; ending quietly keeps Python 3.11's
+            # start_server callback from logging the cancellation as an error.
+            return
         finally:
             self._conns.discard(task)
             for _, up_writer in upstream:
