@@ -5,14 +5,19 @@ what was injected, and the latency profiles draw what their docs state."""
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import urllib.request
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import boto3
 import pytest
 from botocore.config import Config
 
+from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import ConfigError, LlogError, StoreError
 from llog.nemesis.control import NemesisControlError, proxy_state, set_faults, set_latency
@@ -296,3 +301,35 @@ def test_failed_list_is_a_store_error(s3_proxy: ProxiedS3, root_prefix: str) -> 
     with pytest.raises(StoreError, match=f"LIST of s3://{TEST_BUCKET}/{root_prefix}/data/"):
         list(store.list("data/"))
     store.close()
+
+
+def test_dev_up_with_s3_latency_points_clients_at_the_proxy(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llog", "dev", "up", "--s3-latency", "fixed:1", "--no-broker",
+         "--dir", str(tmp_path / "stack")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        lines: list[str] = []
+        while not lines or not lines[-1].startswith("# S3 proxy: "):
+            line = proc.stdout.readline()
+            assert line, f"dev up ended early: {proc.stderr.read() if proc.stderr else ''}"
+            lines.append(line.strip())
+        exports = dict(x[len("export "):].split("=", 1) for x in lines if x.startswith("export "))
+        proxy_url = lines[-1].split()[3]
+        assert exports["LLOG_S3_ENDPOINT_URL"] == proxy_url
+        with Connection(LlogConfig.from_env(exports)) as conn:
+            Topics(conn).create("devp", 1)
+            with Writer(conn) as w:
+                w.append("devp", 0, [b"a", b"b"])
+            with Reader(conn) as r:
+                assert [rec.value for rec in r.scan("devp", 0)] == [b"a", b"b"]
+        state = proxy_state(proxy_url)
+        assert state["latency"]["profile"] == "fixed:1"
+        assert state["requests"]["PUT"] >= 1 and state["requests"]["GET"] >= 1
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    with pytest.raises(NemesisControlError):
+        proxy_state(proxy_url)  # the proxy stopped with the stack
