@@ -20,6 +20,8 @@ from botocore.config import Config
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import ConfigError, LlogError, StoreError
+from llog.loadtest import orchestrator
+from llog.loadtest.scenario import parse_scenario
 from llog.nemesis.control import NemesisControlError, proxy_state, set_faults, set_latency
 from llog.nemesis.faults import DROP, ERROR_500, ERROR_503, SLOW, TIMEOUT, FaultPlan, FaultRule
 from llog.nemesis.latency import PROFILES, LatencySampler, profile, quantile
@@ -333,3 +335,34 @@ def test_dev_up_with_s3_latency_points_clients_at_the_proxy(tmp_path: Path) -> N
         assert proc.wait(timeout=60) == 0
     with pytest.raises(NemesisControlError):
         proxy_state(proxy_url)  # the proxy stopped with the stack
+
+
+def test_scenario_s3_section() -> None:
+    base = {"name": "x", "duration_s": 1, "topics": [{"name": "t", "partitions": 1}]}
+    s = parse_scenario({**base, "s3": {"profile": "standard",
+                                       "faults": [{"kind": "error_503", "probability": 0.1, "ops": ["put"]}]}})
+    assert s.s3.enabled and s.s3.faults == (FaultRule(ERROR_503, 0.1, ops=("PUT",)),)
+    assert not parse_scenario(base).s3.enabled
+    with pytest.raises(ConfigError, match="glacier"):
+        parse_scenario({**base, "s3": {"profile": "glacier"}})
+    with pytest.raises(ConfigError, match="store"):
+        parse_scenario({**base, "cluster": {"store": "file"}, "s3": {"proxy": True}})
+    with pytest.raises(ConfigError, match="colour"):
+        parse_scenario({**base, "s3": {"colour": 1}})
+
+
+@pytest.mark.timeout(180)
+def test_loadtest_through_the_proxy_reports_faults_by_kind(tmp_path: Path) -> None:
+    scenario = parse_scenario({
+        "name": "proxied", "duration_s": 4, "seed": 3, "topics": [{"name": "lt", "partitions": 2}],
+        "cluster": {"brokers": 1, "compactor": False},
+        "load": {"processes": 1, "threads": 1, "rate": 200, "owners": 1, "drain_s": 10},
+        "s3": {"profile": "express", "faults": [{"kind": "error_503", "probability": 0.2, "ops": ["PUT"]}]},
+    })
+    run_dir, summary = orchestrator.run(scenario, tmp_path)
+    v = summary["verdict"]
+    assert (v["lost"], v["duplicated"]) == (0, 0) and v["all_acked_verified"] and v["acked"] > 0
+    proxy = summary["s3_proxy"]
+    assert proxy["injected"]["error_503"] > 0 and proxy["requests"]["PUT"] > proxy["injected"]["error_503"]
+    assert proxy["latency"]["profile"] == "express" and proxy["latency"]["draws"] > 0
+    assert "s3-proxy" in json.loads((run_dir / "layout.json").read_text())

@@ -33,6 +33,8 @@ from llog.loadtest.reconcile import read_acks, reconcile
 from llog.loadtest.routing import Router
 from llog.loadtest.scenario import Scenario
 from llog.loadtest.summary import build_summary
+from llog.nemesis.control import proxy_state, set_faults
+from llog.nemesis.faults import FaultPlan
 from llog.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -57,7 +59,8 @@ class Cluster:
         self.scenario = scenario
         self.run_dir = run_dir
         self.logs = run_dir / "logs"
-        self.stack = LocalStack(self.logs, s3=scenario.cluster.store == "s3")
+        self.stack = LocalStack(self.logs, s3=scenario.cluster.store == "s3", seed=scenario.seed,
+                                s3_latency=scenario.s3.profile if scenario.s3.enabled else None)
         self.members: dict[str, ManagedProcess] = {}
 
     def up(self) -> Cluster:
@@ -82,6 +85,8 @@ class Cluster:
                 m.start()
             for m in self.members.values():
                 m.wait_healthy()
+            if self.stack.s3_proxy is not None and s.s3.faults:
+                set_faults(self.stack.s3_proxy.endpoint_url, FaultPlan(s.s3.faults))
         except BaseException:
             self.down()
             raise
@@ -99,6 +104,8 @@ class Cluster:
         out = [Target("etcd", self.stack.etcd.proc.pid, None)]
         if self.stack.s3 is not None:
             out.append(Target("s3", self.stack.s3.proc.pid, None))
+        if self.stack.s3_proxy is not None:
+            out.append(Target("s3-proxy", self.stack.s3_proxy.proc.pid, None))
         for name, m in self.members.items():
             if m.alive() and m.pid is not None:
                 out.append(Target(name, m.pid, f"{m.url}/metrics"))
@@ -110,6 +117,9 @@ class Cluster:
         if self.stack.s3 is not None:
             stack["s3"] = {"pid": self.stack.s3.proc.pid, "url": self.stack.s3.endpoint_url,
                            "log": str(self.stack.s3.log_path)}
+        if self.stack.s3_proxy is not None:
+            stack["s3-proxy"] = {"pid": self.stack.s3_proxy.proc.pid, "url": self.stack.s3_proxy.endpoint_url,
+                                 "log": str(self.stack.s3_proxy.log_path)}
         return {**stack, **{n: m.describe() for n, m in self.members.items()},
                 "object_store": self.stack.config.object_store}
 
@@ -194,12 +204,15 @@ def run(scenario: Scenario, root: Path = DEFAULT_RESULTS) -> tuple[Path, dict[st
         with Connection(cluster.stack.config) as conn:
             rec = reconcile(conn, read_acks(sorted((run_dir / "client").glob("acks-*.tsv"))), scenario.partitions)
         reconcile_s = time.monotonic() - t_rec
+        s3_proxy = None if cluster.stack.s3_proxy is None else proxy_state(cluster.stack.s3_proxy.endpoint_url)
     finally:
         exits = cluster.down()
     summary = build_summary(
         scenario, client, rec, collector, chaos.events, cluster.stack.config,
         timings={"setup_s": setup_s, "load_s": load_s, "reconcile_s": reconcile_s}, exits=exits,
     )
+    if s3_proxy is not None:  # faults injected by kind, requests by operation, latency drawn
+        summary["s3_proxy"] = {k: s3_proxy[k] for k in ("faults", "latency", "requests", "injected")}
     _write(run_dir / "summary.json", summary)
     return run_dir, summary
 
@@ -253,7 +266,7 @@ def status(root: Path = DEFAULT_RESULTS) -> dict[str, Any]:
     for name, pid in _pids(layout).items():
         entry: dict[str, Any] = {"pid": pid, "alive": _pid_alive(pid)}
         url = layout[name].get("url")
-        if url and entry["alive"] and name != "s3":
+        if url and entry["alive"] and name not in ("s3", "s3-proxy"):
             try:
                 with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
                     entry["healthy"] = r.status == 200
