@@ -10,9 +10,10 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from email.utils import formatdate
 
-#: Largest message head accepted (request line or status line plus headers).
-MAX_HEAD_BYTES = 64 * 1024
-_COPY_BYTES = 64 * 1024
+#: The streams' buffer limit: the largest message head accepted, and how much a stream
+#: buffers before it stops reading (64 KiB, asyncio's default, halves a large GET's rate).
+STREAM_LIMIT = 1024 * 1024
+_COPY_BYTES = 1024 * 1024
 
 
 class HttpParseError(Exception):
@@ -70,7 +71,7 @@ async def read_head(reader: asyncio.StreamReader) -> Head | None:
             return None
         raise HttpParseError("connection closed inside a message head") from None
     except asyncio.LimitOverrunError:
-        raise HttpParseError(f"message head over {MAX_HEAD_BYTES} bytes") from None
+        raise HttpParseError(f"message head over {STREAM_LIMIT} bytes") from None
     return parse_head(raw)
 
 

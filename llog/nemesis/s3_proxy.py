@@ -32,7 +32,7 @@ from urllib.parse import parse_qs, urlsplit
 from llog.errors import ConfigError
 from llog.nemesis.faults import DROP, ERROR_500, ERROR_503, SLOW, TIMEOUT, FaultPlan, FaultRule
 from llog.nemesis.http import (
-    MAX_HEAD_BYTES,
+    STREAM_LIMIT,
     Head,
     HttpParseError,
     copy_body,
@@ -105,7 +105,7 @@ class S3Proxy:
 
     def start(self, timeout: float = 10.0) -> S3Proxy:
         """Listen on a thread of its own; returns once the port is bound."""
-        self._thread = threading.Thread(target=self._run, name=f"s3-proxy-{self.port}", daemon=True)
+        self._thread = threading.Thread(target=self._run, name="s3-proxy", daemon=True)
         self._thread.start()
         if not self._ready.wait(timeout) or self._error is not None:
             self.stop()
@@ -142,7 +142,7 @@ class S3Proxy:
 
     async def _serve(self) -> None:
         self._stopping = asyncio.Event()
-        server = await asyncio.start_server(self._accept, self.host, self.port, limit=MAX_HEAD_BYTES)
+        server = await asyncio.start_server(self._accept, self.host, self.port, limit=STREAM_LIMIT)
         self.port = int(server.sockets[0].getsockname()[1])
         self._ready.set()
         async with server:
@@ -223,7 +223,7 @@ class S3Proxy:
                     continue
                 if not await self._exchange(head, reader, writer, upstream):
                     return
-        except (HttpParseError, ConnectionError, asyncio.IncompleteReadError, ValueError) as exc:
+        except (HttpParseError, OSError, asyncio.IncompleteReadError, ValueError) as exc:
             log.debug("S3 proxy connection ended: %r", exc)
         except asyncio.CancelledError:
             # stop() cancels open connections; ending quietly keeps Python 3.11's
@@ -312,8 +312,10 @@ class S3Proxy:
             await asyncio.sleep(delay_ms / 1000)
 
     async def _upstream(self, upstream: list[_Streams]) -> _Streams:
+        if upstream and (upstream[0][0].at_eof() or upstream[0][1].is_closing()):
+            upstream.pop()[1].close()  # the server closed it while idle: not a fault of ours
         if not upstream:
-            upstream.append(await asyncio.open_connection(*self.upstream, limit=MAX_HEAD_BYTES))
+            upstream.append(await asyncio.open_connection(*self.upstream, limit=STREAM_LIMIT))
         return upstream[0]
 
     async def _control(self, head: Head, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
