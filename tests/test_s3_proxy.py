@@ -4,6 +4,7 @@ what was injected, and the latency profiles draw what their docs state."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import signal
 import subprocess
@@ -24,8 +25,9 @@ from llog.loadtest import orchestrator
 from llog.loadtest.scenario import parse_scenario
 from llog.nemesis.control import NemesisControlError, proxy_state, set_faults, set_latency
 from llog.nemesis.faults import DROP, ERROR_500, ERROR_503, SLOW, TIMEOUT, FaultPlan, FaultRule
+from llog.nemesis.http import Framing, parse_head, read_body, request_framing, response_framing
 from llog.nemesis.latency import PROFILES, LatencySampler, profile, quantile
-from llog.nemesis.s3_proxy import classify
+from llog.nemesis.s3_proxy import S3Proxy, classify
 from llog.reader import Reader
 from llog.records import AppendGroup, Record
 from llog.store.s3 import S3Store
@@ -366,3 +368,25 @@ def test_loadtest_through_the_proxy_reports_faults_by_kind(tmp_path: Path) -> No
     assert proxy["injected"]["error_503"] > 0 and proxy["requests"]["PUT"] > proxy["injected"]["error_503"]
     assert proxy["latency"]["profile"] == "express" and proxy["latency"]["draws"] > 0
     assert "s3-proxy" in json.loads((run_dir / "layout.json").read_text())
+
+
+def test_body_framing_copies_chunked_and_close_delimited_bodies_verbatim() -> None:
+    async def body(framing: Framing, raw: bytes) -> tuple[bytes, bytes]:
+        reader = asyncio.StreamReader()
+        reader.feed_data(raw + b"NEXT")
+        reader.feed_eof()
+        got = await read_body(framing, reader)
+        return got, await reader.read()
+
+    chunked = b"5;ext=1\r\nhello\r\n3\r\n, w\r\n0\r\nx-amz-checksum-crc32: AAAAAA==\r\n\r\n"
+    head = parse_head(b"PUT /b/k HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n")
+    assert asyncio.run(body(request_framing(head), chunked)) == (chunked, b"NEXT")
+    resp = parse_head(b"HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n\r\n")
+    assert response_framing(resp, "GET") == Framing("close")
+    assert asyncio.run(body(Framing("close"), b"all of it")) == (b"all of itNEXT", b"")
+    assert response_framing(parse_head(b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n"), "HEAD").empty
+
+
+def test_a_taken_port_is_a_clear_error(s3_proxy: ProxiedS3, servers: Servers) -> None:
+    with pytest.raises(ConfigError, match="did not start"):
+        S3Proxy(servers.s3_endpoint, port=s3_proxy.proxy.port).start()
