@@ -294,6 +294,9 @@ def test_writer_and_reader_through_faults(s3_proxy: ProxiedS3) -> None:
     injected = proxy.injected()
     assert sum(len(v) for v in acked.values()) >= 3 * 3 * 25  # botocore's retries absorb nearly all
     assert set(injected) == {ERROR_500, ERROR_503, SLOW, DROP}, injected
+    samples = [s for m in proxy.metrics.registry.collect() if m.name == "llog_nemesis_faults_injected"
+               for s in m.samples if s.name.endswith("_total")]
+    assert {k: sum(s.value for s in samples if s.labels["kind"] == k) for k in injected} == injected
 
 
 def test_failed_list_is_a_store_error(s3_proxy: ProxiedS3, root_prefix: str) -> None:

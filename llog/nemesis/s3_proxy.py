@@ -254,6 +254,7 @@ class S3Proxy:
     ) -> bool:
         """Serve one request; False when the client connection must be closed."""
         method, target = head.first[0], head.first[1]
+        resource = target.split("?", 1)[0]
         op = classify(method, target)
         rule, delay_ms = self._draw(op)
         kind = rule.kind if rule is not None else None
@@ -264,11 +265,11 @@ class S3Proxy:
             await self._delay(delay_ms)
             status = 500 if kind == ERROR_500 else 503
             if expects:  # refuse before the body is sent, as S3 does, and drop the connection
-                writer.write(s3_error(status, target, with_body=method != "HEAD", close=True))
+                writer.write(s3_error(status, resource, with_body=method != "HEAD", close=True))
                 await writer.drain()
                 return False
             await copy_body(framing, reader, None)
-            writer.write(s3_error(status, target, with_body=method != "HEAD"))
+            writer.write(s3_error(status, resource, with_body=method != "HEAD"))
             await writer.drain()
             return not head.wants_close
         if kind == TIMEOUT:
