@@ -29,7 +29,9 @@ from collections.abc import Callable, Sequence
 from typing import Any, Literal
 
 from llog.config import LlogConfig
-from llog.devstack import EtcdServer, S3Server, scratch_dir
+from llog.devstack import EtcdServer, S3ProxyServer, S3Server, scratch_dir
+from llog.errors import ConfigError
+from llog.nemesis.latency import profile
 from llog.store.s3 import S3Store
 
 MIB = 1024 * 1024
@@ -46,21 +48,43 @@ def bench_args(description: str) -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=description)
     p.add_argument("--quick", action="store_true", help="a short run (under 2 minutes)")
     p.add_argument("--runs", type=int, default=None, help="repetitions per figure (median reported)")
+    p.add_argument(
+        "--s3-profile", action=_S3ProfileAction, metavar="PROFILE",
+        help="put the nemesis S3 proxy with this latency profile between the bench and S3: "
+        "standard, express, none or fixed:<ms> (sets LLOG_BENCH_S3_PROFILE, which LocalStack reads)",
+    )
     return p
+
+
+class _S3ProfileAction(argparse.Action):
+    """Hands the profile to :class:`LocalStack` through the environment, so every bench
+    script gets the flag without passing it on (and child processes see it too)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        try:
+            profile(str(values))  # an unknown name fails at parse time
+        except ConfigError as exc:
+            raise argparse.ArgumentError(self, str(exc)) from None
+        os.environ["LLOG_BENCH_S3_PROFILE"] = str(values)
+        setattr(namespace, self.dest, values)
 
 
 class LocalStack:
     """A real etcd and a moto S3 server on free loopback ports, stopped on exit.
 
     ``LLOG_BENCH_ETCD_ENDPOINT`` / ``LLOG_BENCH_S3_ENDPOINT`` point the bench at servers
-    someone else runs instead (the docker-compose stack).
+    someone else runs instead (the docker-compose stack). ``s3_profile`` (default
+    ``LLOG_BENCH_S3_PROFILE``, set by ``--s3-profile``) puts the nemesis S3 proxy with
+    that latency profile in front of S3; :attr:`s3_endpoint` is then the proxy.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, s3_profile: str | None = None) -> None:
         self.workdir = scratch_dir("llog-bench-")
-        self._servers: list[EtcdServer | S3Server] = []
+        self._servers: list[EtcdServer | S3Server | S3ProxyServer] = []
         self.etcd_endpoint = os.environ.get("LLOG_BENCH_ETCD_ENDPOINT", "")
         self.s3_endpoint = os.environ.get("LLOG_BENCH_S3_ENDPOINT", "")
+        self.s3_profile = s3_profile or os.environ.get("LLOG_BENCH_S3_PROFILE") or None
 
     def __enter__(self) -> LocalStack:
         try:
@@ -74,6 +98,11 @@ class LocalStack:
                 self._servers.append(s3)
                 s3.wait_ready()
                 self.s3_endpoint = s3.endpoint_url
+            if self.s3_profile:
+                proxy = S3ProxyServer(self.workdir, self.s3_endpoint, self.s3_profile)
+                self._servers.append(proxy)
+                proxy.wait_ready()
+                self.s3_endpoint = proxy.endpoint_url
             store = S3Store(BUCKET, endpoint_url=self.s3_endpoint)
             try:
                 store.create_bucket()

@@ -207,24 +207,71 @@ class S3Server(LocalServer):
             return False
 
 
+class S3ProxyServer(LocalServer):
+    """The nemesis S3 proxy (``python -m llog.nemesis``) in front of ``upstream_url``,
+    adding latency from the ``latency`` profile; faults are switched on through its
+    control API (``<endpoint_url>/_nemesis/...``, see docs/nemesis.md)."""
+
+    name = "s3-proxy"
+
+    def __init__(self, workdir: Path, upstream_url: str, latency: str = "none", seed: int = 0) -> None:
+        port = free_port()
+        self.endpoint_url = f"http://127.0.0.1:{port}"
+        self.latency = latency
+        argv = [sys.executable, "-m", "llog.nemesis", "--upstream", upstream_url, "--port", str(port),
+                "--latency", latency, "--seed", str(seed)]
+        super().__init__(argv, port, workdir)
+
+    def ready(self) -> bool:
+        try:
+            with urllib.request.urlopen(f"{self.endpoint_url}/_nemesis/state", timeout=1) as r:
+                return bool(r.status == 200)
+        except OSError:
+            return False
+
+
 def scratch_dir(prefix: str = "llog-") -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix))
 
 
 class LocalStack:
     """etcd plus an object store for one machine: a local directory by default, or
-    moto's S3 server with ``s3=True``. :attr:`config` connects to it and :meth:`env`
-    gives the ``LLOG_*``/``AWS_*`` variables a child process needs."""
+    moto's S3 server with ``s3=True``. ``s3_latency`` (a profile name, implies ``s3``)
+    puts the nemesis S3 proxy in front of it, and clients talk to the proxy.
+    :attr:`config` connects to it and :meth:`env` gives the ``LLOG_*``/``AWS_*``
+    variables a child process needs."""
 
     def __init__(
-        self, workdir: Path | None = None, *, s3: bool = False, bucket: str = "llog", etcd_members: int = 1
+        self,
+        workdir: Path | None = None,
+        *,
+        s3: bool = False,
+        bucket: str = "llog",
+        s3_latency: str | None = None,
+        seed: int = 0,
+        etcd_members: int = 1,
     ) -> None:
+        if s3_latency is not None:
+            from llog.nemesis.latency import profile
+
+            profile(s3_latency)  # an unknown name fails before any server starts
         self.workdir = workdir or scratch_dir("llog-stack-")
         self.workdir.mkdir(parents=True, exist_ok=True)
         #: Every etcd member; :attr:`etcd` is the first.
         self.etcds = etcd_cluster(self.workdir, etcd_members)
-        self.s3 = S3Server(self.workdir) if s3 else None
+        self.s3 = S3Server(self.workdir) if s3 or s3_latency is not None else None
+        self.s3_proxy = (
+            S3ProxyServer(self.workdir, self.s3.endpoint_url, s3_latency, seed)
+            if self.s3 is not None and s3_latency is not None else None
+        )
         self.bucket = bucket
+
+    @property
+    def s3_endpoint_url(self) -> str | None:
+        """Where clients send S3 requests: the proxy when there is one."""
+        if self.s3_proxy is not None:
+            return self.s3_proxy.endpoint_url
+        return self.s3.endpoint_url if self.s3 is not None else None
 
     def start(self, timeout: float = 30.0) -> LocalStack:
         from llog.config import LlogConfig
@@ -234,6 +281,8 @@ class LocalStack:
                 member.wait_ready(timeout)
             if self.s3 is not None:
                 self.s3.wait_ready(timeout)
+            if self.s3_proxy is not None:
+                self.s3_proxy.wait_ready(timeout)
         except BaseException:
             self.stop()
             raise
@@ -243,7 +292,7 @@ class LocalStack:
             self.config = LlogConfig(
                 etcd_endpoints=tuple(m.endpoint for m in self.etcds),
                 object_store=f"s3://{self.bucket}/data",
-                s3_endpoint_url=self.s3.endpoint_url,
+                s3_endpoint_url=self.s3_endpoint_url,
             )
             from llog.store import open_store
             from llog.store.s3 import S3Store
@@ -288,6 +337,8 @@ class LocalStack:
         return self.etcds[0]
 
     def stop(self) -> None:
+        if self.s3_proxy is not None:
+            self.s3_proxy.stop()
         if self.s3 is not None:
             self.s3.stop()
         for member in self.etcds:

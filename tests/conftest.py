@@ -26,6 +26,7 @@ import pytest
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.devstack import EtcdServer, S3Server, scratch_dir
+from llog.nemesis.s3_proxy import S3Proxy
 from llog.store.s3 import S3Store
 
 TEST_BUCKET = "llog-test"
@@ -123,6 +124,23 @@ def s3_config(servers: Servers, root_prefix: str) -> LlogConfig:
         s3_endpoint_url=servers.s3_endpoint,
         root_prefix=root_prefix,
     )
+
+
+@dataclass(frozen=True)
+class ProxiedS3:
+    """An S3 proxy (:mod:`llog.nemesis`) in front of the suite's S3 server and a config
+    whose ``s3_endpoint_url`` is the proxy."""
+
+    proxy: S3Proxy
+    config: LlogConfig
+
+
+@pytest.fixture
+def s3_proxy(servers: Servers, s3_config: LlogConfig) -> Iterator[ProxiedS3]:
+    """A fresh proxy per test: no faults, no added latency, seed 0 (set them with
+    ``proxy.set_plan`` / ``proxy.set_latency``)."""
+    with S3Proxy(servers.s3_endpoint) as proxy:
+        yield ProxiedS3(proxy, replace(s3_config, s3_endpoint_url=proxy.url))
 
 
 @pytest.fixture

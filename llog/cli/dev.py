@@ -19,6 +19,11 @@ def register(subparsers: Any) -> None:
     dsub = dev.add_subparsers(dest="dev_command", metavar="ACTION", required=True)
     p = dsub.add_parser("up", help="run etcd and an object store on loopback until Ctrl-C")
     p.add_argument("--s3", action="store_true", help="serve objects from a local S3 server (moto), not a directory")
+    p.add_argument(
+        "--s3-latency", metavar="PROFILE",
+        help="put the nemesis S3 proxy in front of the S3 server (implies --s3) with this latency "
+        "profile: standard, express, none or fixed:<ms> (docs/nemesis.md)",
+    )
     p.add_argument("--dir", type=Path, help="working directory (default: a new temp dir)")
     p.add_argument("--env-file", type=Path, help="also write the LLOG_* variables to this file")
     p.add_argument("--broker-port", type=int, default=8080, help="HTTP broker port (default 8080, 0: any free)")
@@ -38,11 +43,14 @@ def register(subparsers: Any) -> None:
 def _up(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
-    with LocalStack(args.dir, s3=args.s3) as stack:
+    with LocalStack(args.dir, s3=args.s3, s3_latency=args.s3_latency) as stack:
         env = stack.env()
         broker = None if args.no_broker else BrokerProcess(env, args.broker_port)
         try:
             lines = [f"export {k}={v}" for k, v in sorted(env.items())]
+            if stack.s3_proxy is not None and stack.s3 is not None:
+                lines.append(f"# S3 proxy: {stack.s3_proxy.endpoint_url} -> {stack.s3.endpoint_url}, latency "
+                             f"{stack.s3_proxy.latency}; control: {stack.s3_proxy.endpoint_url}/_nemesis/state")
             if broker is not None:
                 lines.append(f"# broker: {broker.url}  (POST /produce, /consume; GET /openapi.json)")
             if args.env_file:

@@ -38,6 +38,8 @@ from llog.loadtest.report import write_report
 from llog.loadtest.routing import Router
 from llog.loadtest.scenario import Scenario
 from llog.loadtest.summary import build_summary
+from llog.nemesis.control import ProxyFaults, proxy_state, set_faults
+from llog.nemesis.faults import FaultPlan
 from llog.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -62,7 +64,8 @@ class Cluster:
         self.scenario = scenario
         self.run_dir = run_dir
         self.logs = run_dir / "logs"
-        self.stack = LocalStack(self.logs, s3=scenario.cluster.store == "s3",
+        self.stack = LocalStack(self.logs, s3=scenario.cluster.store == "s3", seed=scenario.seed,
+                                s3_latency=scenario.s3.profile if scenario.needs_s3_proxy else None,
                                 etcd_members=scenario.cluster.etcd_members)
         self.members: dict[str, ManagedProcess] = {}
 
@@ -89,6 +92,8 @@ class Cluster:
                 m.start()
             for m in self.members.values():
                 m.wait_healthy()
+            if self.stack.s3_proxy is not None and s.s3.faults:
+                set_faults(self.stack.s3_proxy.endpoint_url, FaultPlan(s.s3.faults))
         except BaseException:
             self.down()
             raise
@@ -109,6 +114,8 @@ class Cluster:
         out = [Target(m.name, m.proc.pid, None) for m in self.stack.etcds if m.proc.poll() is None]
         if self.stack.s3 is not None:
             out.append(Target("s3", self.stack.s3.proc.pid, None))
+        if self.stack.s3_proxy is not None:
+            out.append(Target("s3-proxy", self.stack.s3_proxy.proc.pid, None))
         for name, m in self.members.items():
             if m.alive() and m.pid is not None:
                 out.append(Target(name, m.pid, f"{m.url}/metrics"))
@@ -120,6 +127,9 @@ class Cluster:
         if self.stack.s3 is not None:
             stack["s3"] = {"pid": self.stack.s3.proc.pid, "url": self.stack.s3.endpoint_url,
                            "log": str(self.stack.s3.log_path)}
+        if self.stack.s3_proxy is not None:
+            stack["s3-proxy"] = {"pid": self.stack.s3_proxy.proc.pid, "url": self.stack.s3_proxy.endpoint_url,
+                                 "log": str(self.stack.s3_proxy.log_path)}
         return {**stack, **{n: m.describe() for n, m in self.members.items()},
                 "object_store": self.stack.config.object_store}
 
@@ -200,7 +210,9 @@ def run(
         gen_targets = [Target(f"generator-{i}", pid, None) for i, pid in enumerate(gen.pids)]
         collector = Collector(lambda: cluster.targets() + gen_targets, run_dir / "collector.jsonl",
                               scenario.interval_s, t0).start()
-        chaos = Chaos(scenario.chaos, cluster.members, t0, stack=cluster.stack).start()
+        proxy = cluster.stack.s3_proxy
+        s3_faults = None if proxy is None else ProxyFaults(proxy.endpoint_url, FaultPlan(scenario.s3.faults))
+        chaos = Chaos(scenario.chaos, cluster.members, t0, stack=cluster.stack, s3_faults=s3_faults).start()
         live = LiveProgress(run_dir / "client", scenario.load.processes, scenario.duration_s,
                             scenario.interval_s, lambda: sum(chaos.injected().values()), say)
         if progress is not None:
@@ -221,6 +233,7 @@ def run(
             rec = reconcile(conn, read_acks(sorted((run_dir / "client").glob("acks-*.tsv"))), scenario.partitions)
         reconcile_s = time.monotonic() - t_rec
         etcd_end = etcd_state(cluster.stack.config)
+        s3_proxy = None if cluster.stack.s3_proxy is None else proxy_state(cluster.stack.s3_proxy.endpoint_url)
     finally:
         exits = cluster.down()
     summary = build_summary(
@@ -229,6 +242,11 @@ def run(
     )
     summary["faults_injected"] = chaos.injected()
     summary["etcd"]["state"] = {"start": etcd_start, "end": etcd_end}
+    if s3_proxy is not None:  # faults injected by kind, requests by operation, latency drawn
+        summary["s3_proxy"] = {k: s3_proxy[k] for k in ("faults", "latency", "requests", "injected")}
+        for kind, n in s3_proxy["injected"].items():
+            if n:
+                summary["faults_injected"][f"s3:{kind}"] = n
     _write(run_dir / "summary.json", summary)
     say(f"report: {write_report(run_dir)}")
     return run_dir, summary
@@ -291,7 +309,7 @@ def status(root: Path = DEFAULT_RESULTS) -> dict[str, Any]:
     for name, pid in _pids(layout).items():
         entry: dict[str, Any] = {"pid": pid, "alive": _pid_alive(pid)}
         url = layout[name].get("url")
-        if url and entry["alive"] and name != "s3":
+        if url and entry["alive"] and name not in ("s3", "s3-proxy"):
             try:
                 with urllib.request.urlopen(f"{url}/health", timeout=2) as r:
                     entry["healthy"] = r.status == 200

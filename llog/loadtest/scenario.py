@@ -8,6 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from llog.errors import ConfigError
+from llog.nemesis.faults import KINDS, FaultPlan, FaultRule
+from llog.nemesis.latency import profile
 
 ROUTING_POLICIES = ("round_robin", "least_inflight")
 STORES = ("s3", "file")
@@ -61,9 +63,28 @@ class LoadSpec:
 CHAOS_ACTIONS = {
     "kill": "kill -9, then start again after restart_after_s (negative: leave it dead)",
     "pause": "SIGSTOP for duration_s, then SIGCONT",
-    "faults": "the S3 proxy injects `fault` into a `rate` share of requests for duration_s",
+    "faults": "the S3 proxy injects `fault` (llog/nemesis/faults.py KINDS) into a `rate` share of requests "
+              "for duration_s",
 }
-S3_FAULTS = ("5xx", "timeout", "slow", "drop")
+S3_FAULTS = KINDS
+
+
+@dataclass(frozen=True)
+class S3Spec:
+    """The nemesis S3 proxy between every process and the S3 server (docs/nemesis.md)."""
+
+    #: Latency profile: ``standard``, ``express``, ``none`` or ``fixed:<ms>``.
+    profile: str = "none"
+    #: Run the proxy even with profile ``none`` and no faults (to switch faults on
+    #: through its control API; ``layout.json`` gives its URL).
+    proxy: bool = False
+    #: ``[[s3.faults]]`` rules applied from the start (``kind``, ``probability``, ``ops``,
+    #: ``delay_ms``; see llog/nemesis/faults.py).
+    faults: tuple[FaultRule, ...] = ()
+
+    @property
+    def enabled(self) -> bool:
+        return self.proxy or self.profile != "none" or bool(self.faults)
 
 
 @dataclass(frozen=True)
@@ -91,10 +112,16 @@ class Scenario:
     seed: int = 0
     cluster: ClusterSpec = field(default_factory=ClusterSpec)
     load: LoadSpec = field(default_factory=LoadSpec)
+    s3: S3Spec = field(default_factory=S3Spec)
     chaos: tuple[ChaosEvent, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    @property
+    def needs_s3_proxy(self) -> bool:
+        """The S3 proxy runs for a latency profile or fault plan, or for chaos faults."""
+        return self.s3.enabled or any(c.action == "faults" for c in self.chaos)
 
     @property
     def partitions(self) -> list[tuple[str, int]]:
@@ -116,9 +143,12 @@ def parse_scenario(doc: dict[str, Any], where: str = "scenario") -> Scenario:
         top = dict(doc)
         cluster = ClusterSpec(**top.pop("cluster", {}))
         load = LoadSpec(**top.pop("load", {}))
+        s3_doc = dict(top.pop("s3", {}))
+        s3_faults = FaultPlan.from_json({"rules": s3_doc.pop("faults", [])}).rules
+        s3 = S3Spec(**s3_doc, faults=s3_faults)
         topics = tuple(TopicSpec(**t) for t in top.pop("topics", []))
         chaos = tuple(ChaosEvent(**c) for c in top.pop("chaos", []))
-        s = Scenario(topics=topics, cluster=cluster, load=load, chaos=chaos, **top)
+        s = Scenario(topics=topics, cluster=cluster, load=load, s3=s3, chaos=chaos, **top)
     except TypeError as exc:  # unknown or missing keys
         raise ConfigError(f"{where}: {exc}") from None
     _check(s, where)
@@ -135,6 +165,12 @@ def _check(s: Scenario, where: str) -> None:
         problems.append("cluster.brokers must be > 0")
     if s.cluster.store not in STORES:
         problems.append(f"cluster.store must be one of {STORES}")
+    if s.s3.enabled and s.cluster.store != "s3":
+        problems.append("[s3] needs cluster.store = 's3'")
+    try:
+        profile(s.s3.profile)
+    except ConfigError as exc:
+        problems.append(f"s3.profile: {exc}")
     if s.load.routing not in ROUTING_POLICIES:
         problems.append(f"load.routing must be one of {ROUTING_POLICIES}")
     if min(s.load.processes, s.load.threads, s.load.records_per_partition, s.load.owners) <= 0:

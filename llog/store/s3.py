@@ -156,7 +156,8 @@ class S3Store(ObjectStore):
                         obj["Key"][cut:], int(obj["Size"]), obj["LastModified"].timestamp()
                     )
         except (ClientError, BotoCoreError) as exc:
-            raise self._error(exc, prefix, "LIST") from exc
+            # Not _error(): a listing prefix ends in "/", which is no valid object key.
+            raise StoreError(f"S3 LIST of s3://{self.bucket}/{self.prefix}{prefix} failed: {exc}") from exc
 
     def delete(self, keys: Iterable[str]) -> int:
         batch: builtins.list[str] = []
