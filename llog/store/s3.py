@@ -52,6 +52,7 @@ class S3Store(ObjectStore):
     ) -> None:
         super().__init__(metrics)
         self.bucket = bucket
+        self.max_attempts = max_attempts
         self.prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
         self.uri = f"s3://{bucket}/{self.prefix}"
         self._client = client or boto3.session.Session().client(
@@ -96,11 +97,29 @@ class S3Store(ObjectStore):
                 raise self._error(exc, key, "PUT") from exc
         self.metrics.s3_bytes.labels("in").inc(len(data))
 
+    def _get_object(self, key: str, byte_range: str | None = None) -> bytes:
+        """One GET with its body read whole. botocore retries a request that fails, but
+        not a body cut off on the way (a connection dropped mid-body: an incomplete
+        read, a reset, a read timeout); such a GET is sent again, up to
+        ``max_attempts`` in all, since objects never change."""
+        for attempt in range(1, self.max_attempts + 1):
+            if byte_range is None:
+                resp = self._client.get_object(Bucket=self.bucket, Key=self._k(key))
+            else:
+                resp = self._client.get_object(Bucket=self.bucket, Key=self._k(key), Range=byte_range)
+            try:
+                data: bytes = resp["Body"].read()
+                return data
+            except BotoCoreError:
+                if attempt == self.max_attempts:
+                    raise
+                self.metrics.s3_ops.labels("body_retry").inc()
+        raise AssertionError("unreachable")
+
     def get(self, key: str) -> bytes:
         with self._measure("get"):
             try:
-                resp = self._client.get_object(Bucket=self.bucket, Key=self._k(key))
-                data: bytes = resp["Body"].read()
+                data = self._get_object(key)
             except (ClientError, BotoCoreError) as exc:
                 raise self._error(exc, key, "GET") from exc
         self.metrics.s3_bytes.labels("out").inc(len(data))
@@ -110,12 +129,7 @@ class S3Store(ObjectStore):
         check_range(key, offset, length)
         with self._measure("get_range"):
             try:
-                resp = self._client.get_object(
-                    Bucket=self.bucket,
-                    Key=self._k(key),
-                    Range=f"bytes={offset}-{offset + length - 1}",
-                )
-                data: bytes = resp["Body"].read()
+                data = self._get_object(key, f"bytes={offset}-{offset + length - 1}")
             except ClientError as exc:
                 code = str(exc.response.get("Error", {}).get("Code", ""))
                 if code == "InvalidRange":
