@@ -137,7 +137,7 @@ def _consume(args: argparse.Namespace) -> int:
     left = args.max
     progress = Progress("consumed", enabled=args.progress)
     with connection_from_args(args) as conn, Reader(conn) as reader:
-        parts = args.partition or range(conn.topic(args.topic).partitions)
+        parts = sorted(set(args.partition)) if args.partition else range(conn.topic(args.topic).partitions)
         start: StartPosition = args.start
         offsets = {p: start.resolve(reader, args.topic, p) for p in parts}
         while True:
