@@ -17,6 +17,7 @@ from compactor.claims import ClaimConflict, claimed
 from compactor.compact import COMPACTED, Compactor
 from compactor.service import CompactorService
 from compactor.vacuum import vacuum
+from llog.cli import values
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import LlogError
@@ -34,15 +35,16 @@ def _config(args: argparse.Namespace, **fields: Any) -> LlogConfig:
 
 
 def add_service_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--host", help="HTTP bind host (LLOG_COMPACTOR_HOST)")
-    p.add_argument("--port", type=int, help="HTTP port (LLOG_COMPACTOR_PORT)")
-    p.add_argument("--workers", type=int, help="compaction tasks at once (LLOG_COMPACTOR_WORKERS)")
+    p.add_argument("--host", type=values.host, help="HTTP bind host (LLOG_COMPACTOR_HOST)")
+    p.add_argument("--port", type=values.listen_port, help="HTTP port, 0 for any free one (LLOG_COMPACTOR_PORT)")
+    p.add_argument("--workers", type=values.positive_int, help="compaction tasks at once (LLOG_COMPACTOR_WORKERS)")
     p.add_argument("--targets", help="seed targets: topic or topic:partition, comma separated")
-    p.add_argument("--pass-interval", type=float, help="seconds between passes")
-    p.add_argument("--discovery-interval", type=float, help="seconds between discovery scans")
-    p.add_argument("--claim-ttl", type=int, help="claim lease TTL in seconds")
-    p.add_argument("--vacuum-interval", type=float, help="seconds between vacuum passes (0: off)")
-    p.add_argument("--log-level", default="INFO", help="logging level (default INFO)")
+    p.add_argument("--pass-interval", type=values.seconds, help="seconds between passes")
+    p.add_argument("--discovery-interval", type=values.seconds, help="seconds between discovery scans")
+    p.add_argument("--claim-ttl", type=values.positive_int, help="claim lease TTL in seconds")
+    p.add_argument("--vacuum-interval", type=values.seconds_or_zero, help="seconds between vacuum passes (0: off)")
+    p.add_argument("--log-level", default="INFO", type=str.upper,
+                   choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), help="logging level (default INFO)")
 
 
 def run_service(args: argparse.Namespace) -> int:
@@ -70,12 +72,14 @@ def run_service(args: argparse.Namespace) -> int:
 
 
 def add_compact_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("topic")
-    p.add_argument("partition", type=int, nargs="?", help="one partition (default: all)")
+    p.add_argument("topic", type=values.topic)
+    p.add_argument("partition", type=values.partition, nargs="?", help="one partition (default: all)")
     p.add_argument(
-        "--min-age-ms", type=int, help="compact WAL entries at least this old (LLOG_COMPACT_MIN_AGE_MS)"
+        "--min-age-ms", type=values.non_negative_int,
+        help="compact WAL entries at least this old (LLOG_COMPACT_MIN_AGE_MS)",
     )
-    p.add_argument("--max-runs", type=int, default=1000, help="compact_once calls per partition at most")
+    p.add_argument("--max-runs", type=values.positive_int, default=1000,
+                   help="compact_once calls per partition at most")
 
 
 def run_compact(args: argparse.Namespace) -> int:
@@ -114,7 +118,7 @@ def run_compact(args: argparse.Namespace) -> int:
 
 def add_vacuum_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
-    p.add_argument("--grace-s", type=float, help="minimum object age in seconds (LLOG_VACUUM_GRACE_S)")
+    p.add_argument("--grace-s", type=values.seconds_or_zero, help="minimum object age in seconds (LLOG_VACUUM_GRACE_S)")
 
 
 def run_vacuum(args: argparse.Namespace) -> int:

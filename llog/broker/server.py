@@ -12,6 +12,7 @@ import uvicorn
 
 from llog.broker.app import create_app
 from llog.config import LlogConfig
+from llog.errors import ConfigError
 
 
 class _Server(uvicorn.Server):
@@ -37,13 +38,19 @@ def serve(
     ``port=0`` picks a free port (the URL tells which)."""
     # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say so; without
     # it every response waits ~40 ms for Nagle against the client's delayed ACK.
-    sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
+    host = host or config.broker_host
+    port = config.broker_port if port is None else port
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM, socket.IPPROTO_TCP)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((host or config.broker_host, config.broker_port if port is None else port))
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"broker cannot listen on {host}:{port}: {exc.strerror or exc}") from exc
     # Listening before startup: early clients queue in the backlog instead of failing.
     sock.listen(2048)
     bound_host, bound_port = sock.getsockname()[:2]
-    url = f"http://{bound_host}:{bound_port}"
+    url = f"http://[{bound_host}]:{bound_port}" if ":" in bound_host else f"http://{bound_host}:{bound_port}"
     app = create_app(
         config,
         max_request_bytes=max_request_bytes,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from llog.cli import values
 from llog.cli.common import connection_from_args, print_json
 from llog.topics import Topics
 
@@ -14,24 +15,25 @@ def register(subparsers: Any) -> None:
     tsub = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
 
     p = tsub.add_parser("create", help="create a topic (idempotent for the same partition count)")
-    p.add_argument("topic")
-    p.add_argument("-p", "--partitions", type=int, default=1)
-    p.add_argument("--retention-ms", type=int, help="drop records older than this")
-    p.add_argument("--retention-bytes", type=int, help="keep at most about this many bytes per partition")
+    p.add_argument("topic", type=values.topic)
+    p.add_argument("-p", "--partitions", type=values.partition_count, default=1)
+    p.add_argument("--retention-ms", type=values.positive_int, help="drop records older than this")
+    p.add_argument("--retention-bytes", type=values.positive_int,
+                   help="keep at most about this many bytes per partition")
     p.set_defaults(func=_create)
 
     p = tsub.add_parser("list", help="list topics")
     p.set_defaults(func=_list)
 
     p = tsub.add_parser("describe", help="per-partition offsets, pending, index keys, compaction")
-    p.add_argument("topic")
+    p.add_argument("topic", type=values.topic)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
     p.set_defaults(func=_describe)
 
     for name, helptext in (("fence", "stop appends to a partition"), ("unfence", "allow appends again")):
         p = subparsers.add_parser(name, help=helptext)
-        p.add_argument("topic")
-        p.add_argument("partition", type=int)
+        p.add_argument("topic", type=values.topic)
+        p.add_argument("partition", type=values.partition)
         p.set_defaults(func=_fence, state=name)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from llog.cli import values
 from llog.cli.common import config_from_args
 
 
@@ -15,13 +16,13 @@ def register(subparsers: Any) -> None:
                     "/metrics/prometheus, /openapi.json) until Ctrl-C. A bearer token is required when "
                     "LLOG_BROKER_TOKEN is set.",
     )
-    p.add_argument("--host", help="listen address (LLOG_BROKER_HOST)")
-    p.add_argument("--port", type=int, help="listen port, 0 for any free one (LLOG_BROKER_PORT)")
-    p.add_argument("--max-request-bytes", type=int, default=16 * 1024 * 1024,
+    p.add_argument("--host", type=values.host, help="listen address, IPv4 or IPv6 (LLOG_BROKER_HOST)")
+    p.add_argument("--port", type=values.listen_port, help="listen port, 0 for any free one (LLOG_BROKER_PORT)")
+    p.add_argument("--max-request-bytes", type=values.positive_int, default=16 * 1024 * 1024,
                    help="largest request body accepted (413 beyond)")
-    p.add_argument("--send-timeout", type=float, default=5.0,
+    p.add_argument("--send-timeout", type=values.seconds, default=5.0,
                    help="seconds a produce waits for room in the batch buffer before 503")
-    p.add_argument("--tail-cache-bytes", type=int, default=64 * 1024 * 1024,
+    p.add_argument("--tail-cache-bytes", type=values.non_negative_int, default=64 * 1024 * 1024,
                    help="bytes of recently written records kept for tail consumers")
     p.set_defaults(func=_run)
 

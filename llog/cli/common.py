@@ -12,7 +12,8 @@ from llog.connection import Connection, connect
 
 
 def config_from_args(args: argparse.Namespace) -> LlogConfig:
-    """``LLOG_*`` settings with the global ``--etcd``/``--store``/``--root-prefix`` flags applied."""
+    """``LLOG_*`` settings with the global ``--etcd``/``--store``/``--root-prefix`` flags applied
+    (absent when not given: their parser defaults are ``SUPPRESS``)."""
     return LlogConfig.from_env(
         etcd_endpoints=getattr(args, "etcd", None),
         object_store=getattr(args, "store", None),

@@ -1,9 +1,10 @@
 """``llog produce`` and ``llog consume``: records in and out from a shell.
 
-``produce`` reads one record per line from stdin or files. With ``--key-separator``
-each line is ``KEY<sep>VALUE`` and the key picks the partition (Kafka's murmur2, see
-:mod:`llog.partitioner`) unless ``--partition`` is given. ``consume`` prints records
-as text or JSON lines and can follow the tail.
+``produce`` reads one record per line from stdin or files. With ``-K SEP``
+each line is ``KEY<SEP>VALUE`` and the key picks the partition (Kafka's murmur2, see
+:mod:`llog.partitioner`) unless ``--partition`` is given. ``consume`` prints the
+values (``KEY<SEP>VALUE`` with ``-K``) or JSON lines of every partition, or of those
+given with ``-p``, from a start position (:mod:`llog.cli.start`), and can follow the tail.
 """
 
 from __future__ import annotations
@@ -12,36 +13,49 @@ import argparse
 import base64
 import json
 import sys
-import threading
+import time
 from collections.abc import Iterator
 from typing import IO, Any
 
+from llog.cli import values
 from llog.cli.common import connection_from_args
 from llog.cli.progress import Progress
-from llog.errors import InvalidInput
+from llog.cli.start import StartPosition, parse_start
 from llog.partitioner import partition_for_key
 from llog.reader import Reader
 from llog.records import AppendGroup, ConsumedRecord, Record
 from llog.writer import AppendFailure, Writer
 
+#: Seconds between polls of the tail with ``--follow``.
+_FOLLOW_POLL_S = 0.2
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("produce", help="append lines from stdin or files as records")
-    p.add_argument("topic")
+    p.add_argument("topic", type=values.topic)
     p.add_argument("files", nargs="*", help="files to read (default: stdin)")
-    p.add_argument("-p", "--partition", type=int, help="partition (default: by key, else 0)")
-    p.add_argument("--key-separator", help="split each line into KEY<sep>VALUE")
-    p.add_argument("--batch", type=int, default=1000, help="lines per shared append (default 1000)")
+    p.add_argument("-p", "--partition", type=values.partition, help="partition (default: by key, else 0)")
+    p.add_argument("-K", "--key-separator", metavar="SEP", help="split each line into KEY<SEP>VALUE")
+    p.add_argument("--batch", type=values.positive_int, default=1000, help="lines per shared append (default 1000)")
     p.add_argument("--progress", action="store_true", default=None, help="rate lines on stderr (default: on a tty)")
     p.set_defaults(func=_produce)
 
-    p = subparsers.add_parser("consume", help="print records of a partition")
-    p.add_argument("topic")
-    p.add_argument("-p", "--partition", type=int, default=0)
-    p.add_argument("--from", dest="start", default="earliest", help="earliest, latest or an offset")
-    p.add_argument("-n", "--max", type=int, help="stop after this many records")
+    p = subparsers.add_parser(
+        "consume", help="print records (every partition unless -p)",
+        description="Print each record's value on a line (KEY<SEP>VALUE with -K), or JSON lines with --json. "
+                    "Without -p every partition is read, one after the other.",
+    )
+    p.add_argument("topic", type=values.topic)
+    p.add_argument("-p", "--partition", type=values.partition, action="append",
+                   help="read this partition (repeatable; default: all)")
+    p.add_argument("--from", dest="start", type=parse_start, default=parse_start("earliest"), metavar="START",
+                   help="earliest, latest, an offset N, -N (N before the end), +N (N after the start), "
+                        "an ISO-8601 time (UTC unless it says) or @EPOCH_MS; per partition (default earliest)")
+    p.add_argument("-K", "--key-separator", metavar="SEP", help="print KEY<SEP>VALUE (no key: empty)")
+    p.add_argument("-n", "--max", type=values.positive_int, help="stop after this many records")
     p.add_argument("-f", "--follow", action="store_true", help="keep waiting for new records")
-    p.add_argument("--json", action="store_true", help="JSON lines with offset, timestamp, key, value, headers")
+    p.add_argument("--json", action="store_true",
+                   help="JSON lines with topic, partition, offset, timestamp, key, value, headers")
     p.add_argument("--progress", action="store_true", default=None, help="rate lines on stderr (default: on a tty)")
     p.set_defaults(func=_consume)
 
@@ -56,8 +70,6 @@ def _lines(files: list[str]) -> Iterator[bytes]:
 
 
 def _produce(args: argparse.Namespace) -> int:
-    if args.batch <= 0:
-        raise InvalidInput(f"--batch must be positive, got {args.batch}")
     sep = args.key_separator.encode() if args.key_separator else None
     progress = Progress("produced", enabled=args.progress)
     with connection_from_args(args) as conn, Writer(conn) as writer:
@@ -101,9 +113,10 @@ def _text(b: bytes | None) -> str | None:
     return None if b is None else b.decode("utf-8", "backslashreplace")
 
 
-def _print(rec: ConsumedRecord, as_json: bool, out: IO[str]) -> None:
+def _print(rec: ConsumedRecord, as_json: bool, key_sep: str | None, out: IO[str]) -> None:
     if not as_json:
-        out.write(f"{rec.offset}\t{_text(rec.value)}\n")
+        key = "" if key_sep is None else f"{_text(rec.key) or ''}{key_sep}"
+        out.write(f"{key}{_text(rec.value)}\n")
         return
     try:
         value: Any = rec.value.decode()
@@ -121,31 +134,23 @@ def _print(rec: ConsumedRecord, as_json: bool, out: IO[str]) -> None:
 
 
 def _consume(args: argparse.Namespace) -> int:
-    stop = threading.Event()
-    seen = 0
+    left = args.max
     progress = Progress("consumed", enabled=args.progress)
     with connection_from_args(args) as conn, Reader(conn) as reader:
-        low, high = reader.high_watermark(args.topic, args.partition)
-        if args.start == "earliest":
-            offset = low
-        elif args.start == "latest":
-            offset = high
-        else:
-            try:
-                offset = int(args.start)
-            except ValueError:
-                raise InvalidInput(f"--from must be earliest, latest or an offset, got {args.start!r}") from None
-        while not stop.is_set():
-            for rec in reader.scan(args.topic, args.partition, offset):
-                _print(rec, args.json, sys.stdout)
-                offset = rec.offset + 1
-                seen += 1
+        parts = sorted(set(args.partition)) if args.partition else range(conn.topic(args.topic).partitions)
+        start: StartPosition = args.start
+        offsets = {p: start.resolve(reader, args.topic, p) for p in parts}
+        while True:
+            requests = [(args.topic, p, off, None) for p, off in offsets.items()]
+            for rec in reader.scan_many(requests, max_records=left):
+                _print(rec, args.json, args.key_separator, sys.stdout)
+                offsets[rec.partition] = rec.offset + 1
                 progress.add(1, len(rec.value))
-                if args.max is not None and seen >= args.max:
-                    return 0
+                if left is not None:
+                    left -= 1
             sys.stdout.flush()
-            if not args.follow:
+            if not args.follow or left == 0:
                 break
             # Poll the tail; the broker's consume long-polls on an etcd watch instead.
-            stop.wait(0.2)
+            time.sleep(_FOLLOW_POLL_S)
     return 0

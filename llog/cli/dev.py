@@ -11,6 +11,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
+from llog.cli import values
 from llog.devstack import BrokerProcess, LocalStack
 
 
@@ -26,7 +27,8 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--dir", type=Path, help="working directory (default: a new temp dir)")
     p.add_argument("--env-file", type=Path, help="also write the LLOG_* variables to this file")
-    p.add_argument("--broker-port", type=int, default=8080, help="HTTP broker port (default 8080, 0: any free)")
+    p.add_argument("--broker-port", type=values.listen_port, default=8080,
+                   help="HTTP broker port (default 8080, 0: any free)")
     p.add_argument("--no-broker", action="store_true", help="do not start an HTTP broker")
     p.set_defaults(func=_up)
 
@@ -34,8 +36,8 @@ def register(subparsers: Any) -> None:
         "demo", help="the whole system on this machine: produce, a consumer group, compaction, Spark; then stop"
     )
     p.add_argument("--s3", action="store_true", help="use a local S3 server (moto) instead of a directory")
-    p.add_argument("--records", type=int, default=20_000, help="records to write (default 20000)")
-    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--records", type=values.positive_int, default=20_000, help="records to write (default 20000)")
+    p.add_argument("--partitions", type=values.partition_count, default=4)
     p.add_argument("--no-spark", action="store_true", help="skip the Spark step even when Java and PySpark are there")
     p.set_defaults(func=_demo)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from llog.cli import values
 from llog.cli.common import connection_from_args, print_json
 from llog.groups.admin import describe_group, reset_offsets
 from llog.groups.offsets import list_groups
@@ -18,16 +19,16 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_list)
 
     p = gsub.add_parser("describe", help="members, epoch, committed offset and lag per partition")
-    p.add_argument("group")
-    p.add_argument("--topic", action="append", help="also show this topic's uncommitted partitions")
+    p.add_argument("group", type=values.group)
+    p.add_argument("--topic", type=values.topic, action="append", help="also show this topic's uncommitted partitions")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_describe)
 
     p = gsub.add_parser("reset", help="move committed offsets (stop the group's consumers first)")
-    p.add_argument("group")
-    p.add_argument("topic")
-    p.add_argument("--to", required=True, help="earliest, latest, an offset, or ts:EPOCH_MS")
-    p.add_argument("-p", "--partition", type=int, action="append", help="only these partitions")
+    p.add_argument("group", type=values.group)
+    p.add_argument("topic", type=values.topic)
+    p.add_argument("--to", type=values.reset_target, required=True, help="earliest, latest, an offset, or ts:EPOCH_MS")
+    p.add_argument("-p", "--partition", type=values.partition, action="append", help="only these partitions")
     p.set_defaults(func=_reset)
 
 

@@ -3,15 +3,17 @@ dataclasses. Unknown keys are errors, so a typo never silently runs the default.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, get_type_hints
 
-from llog.errors import ConfigError
+from llog.errors import ConfigError, InvalidTopicName
+from llog.names import check_topic
 from llog.nemesis.faults import KINDS, FaultPlan, FaultRule
 from llog.nemesis.latency import profile
 
 ROUTING_POLICIES = ("round_robin", "least_inflight")
+_TYPE_NAMES: dict[object, str] = {float: "a number", int: "an integer", str: "a string", bool: "true or false"}
 STORES = ("s3", "file")
 
 
@@ -133,7 +135,7 @@ def load_scenario(path: Path) -> Scenario:
 
     try:
         doc = tomllib.loads(path.read_text())
-    except (OSError, tomllib.TOMLDecodeError) as exc:
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"scenario {path}: {exc}") from exc
     return parse_scenario(doc, str(path))
 
@@ -149,14 +151,50 @@ def parse_scenario(doc: dict[str, Any], where: str = "scenario") -> Scenario:
         topics = tuple(TopicSpec(**t) for t in top.pop("topics", []))
         chaos = tuple(ChaosEvent(**c) for c in top.pop("chaos", []))
         s = Scenario(topics=topics, cluster=cluster, load=load, s3=s3, chaos=chaos, **top)
-    except TypeError as exc:  # unknown or missing keys
+    except TypeError as exc:  # unknown or missing keys, or a section that is not a table
         raise ConfigError(f"{where}: {exc}") from None
+    _check_types(s, where)
     _check(s, where)
     return s
 
 
+def _type_ok(value: object, expected: object) -> bool:
+    # TOML has no int/float distinction worth failing on: 60 is a fine duration_s.
+    if expected is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if expected is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, expected) if isinstance(expected, type) else True
+
+
+def _check_types(obj: Any, where: str, section: str = "") -> None:
+    """Every scalar field has its declared type (``duration_s = "sixty"`` is an error
+    naming the key, not a crash later)."""
+    hints = get_type_hints(type(obj))
+    for f in fields(obj):
+        value = getattr(obj, f.name)
+        key = f"{section}{f.name}"
+        if is_dataclass(value):
+            _check_types(value, where, f"{key}.")
+        elif isinstance(value, tuple):
+            for i, item in enumerate(value):
+                if is_dataclass(item):
+                    _check_types(item, where, f"{key}[{i}].")
+        elif isinstance(value, dict):
+            bad = [k for k, v in value.items() if not (isinstance(k, str) and isinstance(v, str))]
+            if bad:
+                raise ConfigError(f"{where}: {key}.{bad[0]} must be a string (quote it)")
+        elif not _type_ok(value, hints[f.name]):
+            raise ConfigError(f"{where}: {key} = {value!r} must be {_TYPE_NAMES[hints[f.name]]}")
+
+
 def _check(s: Scenario, where: str) -> None:
     problems = []
+    for t in s.topics:
+        try:
+            check_topic(t.name)
+        except InvalidTopicName as exc:
+            problems.append(str(exc))
     if not s.topics or any(t.partitions <= 0 for t in s.topics):
         problems.append("needs at least one topic with partitions > 0")
     if s.duration_s <= 0 or s.interval_s <= 0:
