@@ -21,6 +21,8 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import LlogError
 
+log = logging.getLogger(__name__)
+
 
 def _config(args: argparse.Namespace, **fields: Any) -> LlogConfig:
     """``LLOG_*`` settings with the global connection flags (when the ``llog`` CLI
@@ -109,6 +111,10 @@ def run_compact(args: argparse.Namespace) -> int:
                 out["outcome"], out["error"] = "error", f"{type(exc).__name__}: {exc}"
                 status = 1
             print(json.dumps(out), flush=True)
+        try:  # this run's revision samples let the next one judge ages (revision_clock.py)
+            comp.clock.save()
+        except LlogError as exc:
+            log.warning("could not save the revision clock: %s", exc)
     return status
 
 
