@@ -75,7 +75,9 @@ def add_compact_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("topic")
     p.add_argument("partition", type=int, nargs="?", help="one partition (default: all)")
     p.add_argument(
-        "--min-age-ms", type=int, help="compact WAL entries at least this old (LLOG_COMPACT_MIN_AGE_MS)"
+        "--min-age-ms", type=int,
+        help="compact WAL entries at least this old (LLOG_COMPACT_MIN_AGE_MS), judged by etcd revision from the "
+        "revision samples a compactor saved; with none yet, only 0 compacts at once"
     )
     p.add_argument("--max-runs", type=int, default=1000, help="compact_once calls per partition at most")
 

@@ -153,10 +153,10 @@ class RevisionClock:
 
 
 def _thin(samples: list[_Sample]) -> list[_Sample]:
-    if len(samples) <= MAX_SAMPLES:
-        return samples
-    half = len(samples) // 2
-    return samples[:half:2] + samples[half:]
+    while len(samples) > MAX_SAMPLES:
+        half = len(samples) // 2
+        samples = samples[:half:2] + samples[half:]
+    return samples
 
 
 def _decode(key: str, raw: bytes) -> list[tuple[int, int]]:

@@ -12,13 +12,14 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
+import msgpack
 import pytest
 
 import llog
 import llog.writer
 from compactor import Compactor
 from compactor.compact import COMPACTED
-from compactor.revision_clock import RevisionClock
+from compactor.revision_clock import MAX_SAMPLES, RevisionClock
 from compactor.service import CompactorService
 from llog.codec.meta import COMPACTED as KIND_COMPACTED
 from llog.codec.meta import WAL
@@ -290,3 +291,23 @@ def test_revision_clock_ages_by_its_own_samples_and_persists_them(conn: llog.Con
     again = RevisionClock.load(conn, monotonic=lambda: t2.mono, wall=lambda: t2.wall)
     assert again.aged_revision(8000) == r0
     assert again.aged_revision(3000) == r1
+
+
+def test_revision_clock_resolves_contradictions_low_and_stays_bounded(conn: llog.Connection) -> None:
+    """Samples merged from hosts whose clocks disagree count at the lower revision; a
+    long history is thinned but keeps its oldest sample."""
+    t = _FakeTime()
+    wall_ms = round(t.wall * 1000)
+    contradictory = [[wall_ms - 20_000, 100], [wall_ms - 10_000, 50]]
+    conn.etcd.put(conn.keys.revision_clock(), msgpack.packb({"samples": contradictory}))
+    clock = RevisionClock.load(conn, monotonic=lambda: t.mono, wall=lambda: t.wall)
+    assert clock.aged_revision(15_000) == 50
+    long = [[wall_ms - 1000 * (5000 - i), 10 + i] for i in range(5000)]
+    conn.etcd.put(conn.keys.revision_clock(), msgpack.packb({"samples": long}))
+    clock = RevisionClock.load(conn, monotonic=lambda: t.mono, wall=lambda: t.wall)
+    clock.save()
+    kv = conn.etcd.get(conn.keys.revision_clock())
+    assert kv is not None
+    assert len(msgpack.unpackb(kv.value)["samples"]) <= MAX_SAMPLES
+    assert clock.aged_revision(5_000_000) == 10  # the oldest sample survives thinning
+    assert clock.aged_revision(2_000) == 5008  # recent ones are kept at full resolution
