@@ -22,6 +22,8 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import LlogError
 
+log = logging.getLogger(__name__)
+
 
 def _config(args: argparse.Namespace, **fields: Any) -> LlogConfig:
     """``LLOG_*`` settings with the global connection flags (when the ``llog`` CLI
@@ -76,7 +78,8 @@ def add_compact_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("partition", type=values.partition, nargs="?", help="one partition (default: all)")
     p.add_argument(
         "--min-age-ms", type=values.non_negative_int,
-        help="compact WAL entries at least this old (LLOG_COMPACT_MIN_AGE_MS)",
+        help="compact WAL entries at least this old (LLOG_COMPACT_MIN_AGE_MS), judged by etcd revision from the "
+        "revision samples a compactor saved; with none yet, only 0 compacts at once"
     )
     p.add_argument("--max-runs", type=values.positive_int, default=1000,
                    help="compact_once calls per partition at most")
@@ -113,6 +116,10 @@ def run_compact(args: argparse.Namespace) -> int:
                 out["outcome"], out["error"] = "error", f"{type(exc).__name__}: {exc}"
                 status = 1
             print(json.dumps(out), flush=True)
+        try:  # this run's revision samples let the next one judge ages (revision_clock.py)
+            comp.clock.save()
+        except LlogError as exc:
+            log.warning("could not save the revision clock: %s", exc)
     return status
 
 

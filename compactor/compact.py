@@ -1,7 +1,8 @@
 """``compact_once``: rewrite one run of a partition's WAL slices into one compacted blob.
 
 1. Finish any interrupted compaction (``meta/compaction``), then settle an idle
-   ``pending`` so its append can be compacted too.
+   ``pending`` so its append can be compacted too. Ages are judged by etcd revision
+   on the compactor's own clock (:mod:`compactor.revision_clock`), never by a writer's.
 2. Read the cursor (absent: the log start offset) and select one contiguous run of WAL
    index entries starting exactly there (:mod:`compactor.planner`).
 3. Read the run's records through the reader and write them as ONE ``bytes-batch-v1``
@@ -25,11 +26,12 @@ from compactor.claims import Claim, ClaimLost, claim_guard, claim_lost, process_
 from compactor.metrics import CompactorMetrics, compactor_metrics
 from compactor.planner import WalRun, select_run
 from compactor.recovery import Recovered, finish_interrupted
+from compactor.revision_clock import RevisionClock
 from compactor.stages import WRITING_COMPACTED_INDEX, StageHook, StageRunner
 from llog.codec import batch
 from llog.codec.meta import CompactionCursor, CompactionRecord, MetaFormatError
 from llog.connection import Connection
-from llog.control import now_ms, settle
+from llog.control import now_ms, read_control, settle
 from llog.errors import CorruptMetadata, OffsetOutOfRange
 from llog.etcd import Get, Put, absent, mod_revision_is
 from llog.names import check_partition, check_topic
@@ -91,8 +93,11 @@ class Compactor:
         *,
         hook: StageHook | None = None,
         metrics: CompactorMetrics | None = None,
+        clock: RevisionClock | None = None,
     ) -> None:
         self.conn = conn
+        #: Judges the minimum age (the persisted samples unless the caller shares one).
+        self.clock = clock if clock is not None else RevisionClock.load(conn)
         self.config = conn.config
         self.hook = hook
         self.metrics = metrics if metrics is not None else compactor_metrics(conn.metrics)
@@ -123,7 +128,12 @@ class Compactor:
         with m.time("recover"):
             recovered = finish_interrupted(conn, topic, partition, claim=claim, metrics=m, hook=self.hook)
         with m.time("select"):
-            st = settle(conn, topic, partition, min_age_ms=cfg.settle_after_ms)
+            self.clock.observe()
+            st = read_control(conn, topic, partition)
+            # An idle pending is settled by the age of its commit's revision, so a writer
+            # clock ahead cannot keep it (and the run it ends) out of compaction.
+            if st.control.pending is not None and st.mod_revision <= self.clock.aged_revision(cfg.settle_after_ms):
+                st = settle(conn, topic, partition, state=st, max_attempts=1)
             cursor, cursor_rev = read_cursor(conn, topic, partition)
             lso = st.control.log_start_offset
             start = lso if cursor is None else max(cursor, lso)
@@ -131,8 +141,7 @@ class Compactor:
                 conn, topic, partition, start,
                 target_bytes=cfg.compact_target_bytes,
                 max_records=cfg.compact_max_records,
-                min_age_ms=cfg.compact_min_age_ms,
-                now_ms=now_ms(),
+                aged_revision=self.clock.aged_revision(cfg.compact_min_age_ms),
             )
         if run is None:
             return CompactionResult(topic, partition, IDLE, recovered)

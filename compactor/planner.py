@@ -37,15 +37,16 @@ def select_run(
     *,
     target_bytes: int,
     max_records: int,
-    min_age_ms: int,
-    now_ms: int,
+    aged_revision: int,
 ) -> WalRun | None:
     """The run to compact next, or ``None`` when there is nothing ready.
 
     Takes WAL entries in offset order from the one starting at ``cursor`` while they
-    are contiguous, at least ``min_age_ms`` old, and the run stays within
-    ``target_bytes`` slice bytes and ``max_records`` records (the first entry is taken
-    whatever its size, so the cursor never sticks behind a large append).
+    are contiguous, old enough (their index key's ``mod_revision`` is at most
+    ``aged_revision``, see :mod:`compactor.revision_clock`: no writer's clock counts),
+    and the run stays within ``target_bytes`` slice bytes and ``max_records`` records
+    (the first entry is taken whatever its size, so the cursor never sticks behind a
+    large append).
     """
     keys, etcd = conn.keys, conn.etcd
     end_key = keys.index_range_end(topic, partition)
@@ -53,14 +54,13 @@ def select_run(
     nxt = cursor
     entries = size = 0
     last_start = max_ts = -1
-    cutoff = now_ms - min_age_ms
     while True:
         kvs = etcd.range(start_key, end_key, limit=_PAGE)
         for kv in kvs:
             e = decode_index(kv.key, kv.value)
             e_end = keys.end_offset_of(kv.key)
             e_start = e_end - e.msg_count + 1
-            if e_start != nxt or e.kind != WAL or e.created_at_ms > cutoff:
+            if e_start != nxt or e.kind != WAL or kv.mod_revision > aged_revision:
                 return _run(cursor, nxt, last_start, entries, size, max_ts)
             if entries and (size + e.byte_length > target_bytes or e_end - cursor + 1 > max_records):
                 return _run(cursor, nxt, last_start, entries, size, max_ts)

@@ -1,7 +1,10 @@
 """Retention: drop a partition's oldest index entries by age or size.
 
 A topic's ``retention_ms`` drops leading entries whose newest record timestamp is
-older than that; ``retention_bytes`` drops leading entries while the partition's
+older than that (record time, as Kafka does) or whose index key was last written longer
+ago than that (commit time, judged by etcd revision on the compactor's clock,
+:mod:`compactor.revision_clock`): a record timestamp in the future cannot pin the log.
+``retention_bytes`` drops leading entries while the partition's
 slices (index entries plus the pending) add up to more than that. Whole entries only:
 ``log_start_offset`` moves to the start of the first entry kept. One transaction
 advances ``log_start_offset`` in ``meta/control``, deletes the index keys below it and
@@ -19,6 +22,7 @@ from dataclasses import dataclass
 from compactor.claims import Claim, ClaimLost, claim_guard, claim_lost
 from compactor.compact import read_cursor
 from compactor.metrics import compactor_metrics
+from compactor.revision_clock import RevisionClock
 from llog.codec.meta import CompactionCursor
 from llog.connection import Connection
 from llog.control import decode_index, now_ms, read_control
@@ -44,19 +48,25 @@ class RetentionResult:
 
 
 def retention_cut(
-    entries: list[tuple[int, int, int]],
+    entries: list[tuple[int, int, int, int]],
     pending_bytes: int,
     *,
     retention_ms: int | None,
     retention_bytes: int | None,
     now_ms: int,
+    expired_revision: int = 0,
 ) -> int:
     """How many leading entries expire. ``entries`` are ``(end_offset, byte_length,
-    max_timestamp)`` in offset order; ``pending_bytes`` is the pending slice (never
-    dropped, but it counts toward the size)."""
+    max_timestamp, mod_revision)`` in offset order; ``pending_bytes`` is the pending
+    slice (never dropped, but it counts toward the size). By time, an entry expires if
+    its newest record is older than ``now_ms - retention_ms`` or its index key's
+    ``mod_revision`` is at most ``expired_revision`` (written at least ``retention_ms``
+    ago)."""
     by_time = 0
     if retention_ms is not None:
-        while by_time < len(entries) and entries[by_time][2] < now_ms - retention_ms:
+        while by_time < len(entries) and (
+            entries[by_time][2] < now_ms - retention_ms or entries[by_time][3] <= expired_revision
+        ):
             by_time += 1
     by_size = 0
     if retention_bytes is not None:
@@ -74,9 +84,11 @@ def apply_retention(
     *,
     claim: Claim | None = None,
     now: int | None = None,
+    clock: RevisionClock | None = None,
 ) -> RetentionResult:
     """Apply the topic's retention to one partition (a no-op result when the topic has
-    none or nothing expired). :class:`CasConflict` if appends kept moving the control
+    none or nothing expired). ``clock`` judges commit ages (default: one loaded from
+    the persisted samples). :class:`CasConflict` if appends kept moving the control
     for every attempt; :class:`ClaimLost` if the claim went away."""
     check_topic(topic)
     check_partition(topic, partition)
@@ -85,6 +97,11 @@ def apply_retention(
     keys, etcd = conn.keys, conn.etcd
     ckey, rkey = keys.control(topic, partition), keys.compaction(topic, partition)
     curkey = keys.compaction_cursor(topic, partition)
+    expired_revision = 0
+    if meta.retention_ms is not None:
+        clock = clock if clock is not None else RevisionClock.load(conn)
+        clock.observe()
+        expired_revision = clock.aged_revision(meta.retention_ms)
     for _ in range(_ATTEMPTS):
         st = read_control(conn, topic, partition)
         ctl = st.control
@@ -93,7 +110,7 @@ def apply_retention(
             return RetentionResult(topic, partition, old, old, 0)
         cursor, cursor_rev = read_cursor(conn, topic, partition)
         entries = [
-            (keys.end_offset_of(kv.key), e.byte_length, e.max_timestamp)
+            (keys.end_offset_of(kv.key), e.byte_length, e.max_timestamp, kv.mod_revision)
             for kv in etcd.scan(keys.index_prefix(topic, partition), keys.index_range_end(topic, partition))
             for e in (decode_index(kv.key, kv.value),)
         ]
@@ -103,6 +120,7 @@ def apply_retention(
             retention_ms=meta.retention_ms,
             retention_bytes=meta.retention_bytes,
             now_ms=now_ms() if now is None else now,
+            expired_revision=expired_revision,
         )
         new = entries[n - 1][0] + 1 if n else old
         if new <= old:

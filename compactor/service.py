@@ -5,7 +5,8 @@ An apscheduler ``BackgroundScheduler`` runs three jobs:
 * discovery (every ``compactor_discovery_interval_s``, first at start): the
   partitions with data (:mod:`compactor.discovery`) plus the seed targets from
   ``compactor_targets``; new ones are added, those of deleted topics pruned;
-* a pass (every ``compactor_pass_interval_s``): the known partitions, shuffled, each
+* a pass (every ``compactor_pass_interval_s``): a revision clock sample (persisted every
+  30 s, :mod:`compactor.revision_clock`), then the known partitions, shuffled, each
   submitted to a bounded worker pool unless it already has a task queued or running;
 * vacuum (every ``vacuum_interval_s``, if > 0).
 
@@ -247,6 +248,11 @@ class CompactorService:
         """Submit a task for every known partition without one; return how many."""
         if self._stopping.is_set():
             return 0
+        try:  # a sample every pass, persisted now and then (compactor/revision_clock.py)
+            self.compactor.clock.observe()
+            self.compactor.clock.save_if_due()
+        except LlogError as exc:
+            log.warning("revision clock sample failed: %s", exc)
         with self._lock:
             todo = list(self._targets - self._inflight)
             random.shuffle(todo)
@@ -296,7 +302,7 @@ class CompactorService:
         try:
             meta = self.conn.topic(topic)
             if meta.retention_ms is not None or meta.retention_bytes is not None:
-                apply_retention(self.conn, topic, partition, claim=got)
+                apply_retention(self.conn, topic, partition, claim=got, clock=self.compactor.clock)
             for _ in range(self.config.compactor_max_runs_per_task):
                 res = self.compactor.compact_once(topic, partition, claim=got)
                 if res.outcome != COMPACTED or self._stopping.is_set():

@@ -82,9 +82,8 @@ class LlogConfig:
     compact_max_records: int = 1_000_000
     #: Range GETs a compaction keeps in flight while reading its run's slices.
     compact_read_prefetch: int = 16
-    #: WAL entries younger than this are left alone. A writer whose commit outcome was
-    #: unknown finds its append again by the append_id in the WAL index entry, which
-    #: compaction replaces: this must exceed the writer's commit retry window.
+    #: WAL entries whose index key was written less than this long ago are left
+    #: alone, judged by etcd revision on the compactor's clock (compactor/revision_clock.py).
     compact_min_age_ms: int = 120_000
     #: Compaction tasks the service runs at once.
     compactor_workers: int = 4

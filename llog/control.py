@@ -74,7 +74,8 @@ def settle(
     st = state if state is not None else read_control(conn, topic, partition)
     for _ in range(max_attempts):
         p = st.control.pending
-        if p is None or now_ms() - p.created_at_ms < min_age_ms:
+        # min_age_ms 0 settles whatever the writer's clock said in created_at_ms.
+        if p is None or (min_age_ms > 0 and now_ms() - p.created_at_ms < min_age_ms):
             return st
         new = st.control.with_changes(pending=None)
         r = conn.etcd.txn(

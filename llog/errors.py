@@ -184,3 +184,13 @@ class SequenceError(LlogError):
         self.producer_id = producer_id
         self.expected = expected
         self.got = got
+
+
+class HistoryCompacted(LlogError):
+    """etcd no longer holds ``key`` as of ``revision``: its history up to there was
+    compacted."""
+
+    def __init__(self, key: str, revision: int) -> None:
+        super().__init__(f"etcd history of {key} at revision {revision} has been compacted")
+        self.key = key
+        self.revision = revision

@@ -22,7 +22,7 @@ import etcd3.watch
 import grpc
 from etcd3 import etcdrpc
 
-from llog.errors import CoordinationError
+from llog.errors import CoordinationError, HistoryCompacted
 from llog.metrics import Metrics
 
 # python3-etcd3 0.13's watch.py calls six.itervalues() without importing six, so a watch
@@ -253,6 +253,25 @@ class Etcd:
     # -- reads -----------------------------------------------------------------
     def get(self, key: str) -> KV | None:
         resp = self._range(_range_req(key, None), "get")
+        return _kv(resp.kvs[0]) if resp.kvs else None
+
+    def get_at(self, key: str, revision: int) -> KV | None:
+        """``key`` as it was at store revision ``revision`` (``None``: absent then); its
+        ``mod_revision`` is the last write at or before ``revision``. Raises
+        :class:`HistoryCompacted` once etcd compacted its history past ``revision``."""
+        req = _range_req(key, None, revision=revision)
+
+        def call(c: Any) -> Any:
+            try:
+                return c.kvstub.Range(req, self.timeout, metadata=c.metadata)
+            except grpc.RpcError as exc:
+                if exc.code() == grpc.StatusCode.OUT_OF_RANGE and "compacted" in str(exc.details()):
+                    return None
+                raise
+
+        resp = self._call("get_at", call, retry=True)
+        if resp is None:
+            raise HistoryCompacted(key, revision)
         return _kv(resp.kvs[0]) if resp.kvs else None
 
     def ceiling(self, key: str, range_end: str) -> KV | None:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 OFFSET_DIGITS = 20
 #: Reserved name under the root that holds consumer-group state (never a topic name).
 GROUPS = "_groups"
+#: Reserved name under the root that holds llog's own maintenance state.
+MAINTENANCE = "_maintenance"
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,10 @@ class KeyLayout:
 
     def group_owner(self, group: str, topic: str, partition: int) -> str:
         return f"{self.group_owner_prefix(group)}{topic}/{partition}"
+
+    def revision_clock(self) -> str:
+        """The compactor's persisted revision-to-time samples (compactor/revision_clock.py)."""
+        return f"{self.root}/{MAINTENANCE}/revision-clock"
 
     def all_prefix(self) -> str:
         return f"{self.root}/"

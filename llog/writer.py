@@ -24,13 +24,13 @@ from dataclasses import dataclass
 from typing import TypeVar, cast
 
 from llog.codec import batch, blob
-from llog.codec.meta import FENCED, Control, IndexEntry, MetaFormatError, Pending, ProducerState
+from llog.codec.meta import FENCED, Control, MetaFormatError, Pending, ProducerState
+from llog.commit_resolution import find_committed
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.control import (
     ControlState,
     decode_control,
-    decode_index,
     materialize_ops,
     now_ms,
     read_control,
@@ -700,7 +700,9 @@ class Writer:
                 if verdict is not None:
                     raise verdict
             else:
-                found = _find_committed(conn, topic, partition, pending.append_id, ctl, unknown_starts, n)
+                found = find_committed(
+                    conn, topic, partition, pending.append_id, ctl, st.mod_revision, unknown_starts, n
+                )
                 if found is not None:
                     return self._ack(topic, partition, found, st)
             if ctl.log_state == FENCED:
@@ -812,31 +814,3 @@ def _sequence_verdict(
         return last
     return SequenceError(topic, partition, producer.id, last.sequence + 1, producer.sequence)
 
-
-def _find_committed(
-    conn: Connection,
-    topic: str,
-    partition: int,
-    append_id: str,
-    ctl: Control,
-    unknown_starts: list[int],
-    n: int,
-) -> Pending | None:
-    """After an unknown outcome, find our append by append_id: in ``pending``, or at
-    the index key an earlier attempt would have written. Never append twice."""
-    if not unknown_starts:
-        return None
-    if ctl.pending is not None and ctl.pending.append_id == append_id:
-        return ctl.pending
-    for start in unknown_starts:
-        key = conn.keys.index(topic, partition, start + n - 1)
-        kv = conn.etcd.get(key)
-        if kv is None:
-            continue
-        e: IndexEntry = decode_index(key, kv.value)
-        if e.append_id == append_id:
-            return Pending(
-                append_id, start, start + n - 1, n, e.data_key, e.byte_offset,
-                e.byte_length, e.created_at_ms, e.max_timestamp,
-            )
-    return None

@@ -4,6 +4,7 @@ machine, recovery from every stage in-process, claims, and readers during compac
 from __future__ import annotations
 
 import random
+import sys
 import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -24,6 +25,8 @@ from llog.codec.meta import WAL, CompactionRecord, IndexEntry
 from llog.control import read_control
 
 TOPIC = "orders"
+#: select_run's aged_revision with no minimum age: above every key's mod_revision.
+EVERY_KEY = sys.maxsize
 
 
 @pytest.fixture
@@ -130,15 +133,14 @@ def test_selection_respects_min_age_and_byte_target(cconn: llog.Connection) -> N
         young.close()
     sizes = [e.byte_length for _, _, e in _index(cconn)]
     run = select_run(cconn, TOPIC, 0, 0, target_bytes=sizes[0] + sizes[1], max_records=10**6,
-                     min_age_ms=0, now_ms=llog.control.now_ms())
+                     aged_revision=EVERY_KEY)
     assert run is not None and (run.start_offset, run.end_offset, run.entries) == (0, 3, 2)
     # A first entry bigger than the target is still taken alone: the cursor never sticks.
-    run = select_run(cconn, TOPIC, 0, 2, target_bytes=1, max_records=1, min_age_ms=0,
-                     now_ms=llog.control.now_ms())
+    run = select_run(cconn, TOPIC, 0, 2, target_bytes=1, max_records=1, aged_revision=EVERY_KEY)
     assert run is not None and (run.start_offset, run.end_offset, run.last_wal_start_offset) == (2, 3, 2)
     # Not at an entry boundary: nothing to select.
-    assert select_run(cconn, TOPIC, 0, 1, target_bytes=10**9, max_records=10**6, min_age_ms=0,
-                      now_ms=llog.control.now_ms()) is None
+    assert select_run(cconn, TOPIC, 0, 1, target_bytes=10**9, max_records=10**6,
+                      aged_revision=EVERY_KEY) is None
 
 
 def test_pending_is_settled_then_compacted(cconn: llog.Connection) -> None:

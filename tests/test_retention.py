@@ -39,10 +39,12 @@ def _slice_bytes(records: int) -> int:
 
 
 def test_retention_cut_counts_whole_entries() -> None:
-    entries = [(1, 100, 10), (3, 100, 20), (4, 100, 30), (9, 100, 40)]
+    entries = [(1, 100, 10, 5), (3, 100, 20, 6), (4, 100, 30, 7), (9, 100, 40, 8)]
 
-    def cut(pending: int = 0, ms: int | None = None, size: int | None = None) -> int:
-        return retention_cut(entries, pending, retention_ms=ms, retention_bytes=size, now_ms=100)
+    def cut(pending: int = 0, ms: int | None = None, size: int | None = None, rev: int = 0) -> int:
+        return retention_cut(
+            entries, pending, retention_ms=ms, retention_bytes=size, now_ms=100, expired_revision=rev
+        )
 
     assert cut() == 0
     assert cut(size=250) == 2
@@ -50,6 +52,10 @@ def test_retention_cut_counts_whole_entries() -> None:
     assert cut(ms=75) == 2  # entries whose newest record is older than 100 - 75
     assert cut(ms=1) == 4
     assert cut(ms=75, size=150) == 3  # whichever drops more
+    # Committed at or before the expired revision: gone whatever the record time says.
+    assert cut(ms=1000, rev=6) == 2
+    assert cut(ms=75, rev=7) == 3
+    assert cut(rev=8) == 0  # no retention_ms: no expiry by time at all
 
 
 def test_size_retention_moves_log_start_and_leaves_blobs_to_vacuum(rconn: llog.Connection) -> None:
