@@ -41,6 +41,9 @@ class LlogConfig:
     s3_region: str | None = None
     #: Retries the S3 client makes on throttling and 5xx before raising.
     s3_max_attempts: int = 5
+    #: Seconds an S3 request may wait to connect, and between bytes of its answer,
+    #: before it is retried: a request the store never answers fails over this soon.
+    s3_timeout_s: float = 60.0
     #: Root of every etcd key and object key llog writes.
     root_prefix: str = "llog"
     #: Largest single record (value + key + headers) accepted, in bytes.
@@ -131,7 +134,7 @@ class LlogConfig:
                 raise ConfigError(f"etcd endpoint {ep!r} is not host:port")
         if not self.root_prefix or "/" in self.root_prefix.strip("/"):
             raise ConfigError(f"root_prefix {self.root_prefix!r} must be one non-empty path segment")
-        for name in ("max_record_bytes", "max_blob_bytes", "commit_max_attempts",
+        for name in ("max_record_bytes", "max_blob_bytes", "commit_max_attempts", "s3_timeout_s",
                      "read_max_fetch_bytes", "read_prefetch", "batch_max_bytes",
                      "batch_max_buffered_bytes", "batch_max_inflight", "batch_max_inflight_puts",
                      "default_partitions", "compact_target_bytes",

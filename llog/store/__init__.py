@@ -29,6 +29,7 @@ def open_store(config: LlogConfig, metrics: Metrics | None = None) -> ObjectStor
             endpoint_url=config.s3_endpoint_url,
             region=config.s3_region,
             max_attempts=config.s3_max_attempts,
+            timeout_s=config.s3_timeout_s,
             metrics=metrics,
         )
     if uri.startswith("file://"):

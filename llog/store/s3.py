@@ -46,6 +46,7 @@ class S3Store(ObjectStore):
         endpoint_url: str | None = None,
         region: str | None = None,
         max_attempts: int = 5,
+        timeout_s: float = 60.0,
         max_pool_connections: int = 32,
         metrics: Metrics | None = None,
         client: Any = None,
@@ -61,6 +62,8 @@ class S3Store(ObjectStore):
             region_name=region or "us-east-1",
             config=Config(
                 retries={"max_attempts": max_attempts, "mode": "standard"},
+                connect_timeout=timeout_s,
+                read_timeout=timeout_s,
                 max_pool_connections=max_pool_connections,
                 s3={"addressing_style": "path"} if endpoint_url else None,
             ),
