@@ -7,7 +7,14 @@ An apscheduler ``BackgroundScheduler`` runs three jobs:
   ``compactor_targets``; new ones are added, those of deleted topics pruned;
 * a pass (every ``compactor_pass_interval_s``): the known partitions, shuffled, each
   submitted to a bounded worker pool unless it already has a task queued or running;
-* vacuum (every ``vacuum_interval_s``, if > 0).
+* vacuum (every ``vacuum_interval_s``, if > 0);
+* etcd history compaction (every ``etcd_compact_interval_s``, if > 0, first at start:
+  :mod:`compactor.etcd_history`);
+* producer-state expiry (every quarter of ``producer_state_ttl_s``, if > 0, first at
+  start: :mod:`compactor.producer_expiry`).
+
+The last two judge age by etcd revisions sampled on this process's monotonic clock
+(:mod:`compactor.revision_clock`), shared between them.
 
 A task claims the partition (``meta/compactor-claim``, bound to the process's lease,
 created only if absent; a held claim is skipped and counted as a claim conflict),
@@ -40,9 +47,12 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from compactor.claims import ClaimConflict, ClaimLost, LeaseKeeper, process_owner, release_claim, try_claim
 from compactor.compact import COMPACTED, Compactor, read_cursor
 from compactor.discovery import discover
+from compactor.etcd_history import EtcdHistoryCompactor
 from compactor.http import HttpServer
 from compactor.metrics import compactor_metrics, register_cost_estimate
+from compactor.producer_expiry import ProducerExpiry
 from compactor.retention import apply_retention
+from compactor.revision_clock import RevisionClock
 from compactor.stages import StageHook
 from compactor.vacuum import vacuum
 from llog.config import LlogConfig
@@ -97,6 +107,11 @@ class CompactorService:
         self.metrics = compactor_metrics(self.conn.metrics)
         register_cost_estimate(self.conn.metrics, config)
         self.compactor = Compactor(self.conn, hook=hook, metrics=self.metrics)
+        revisions = RevisionClock(max(config.etcd_compact_interval_s, config.producer_state_ttl_s))
+        self.etcd_history = EtcdHistoryCompactor(
+            self.conn, revisions, config.etcd_compact_interval_s, self.metrics
+        )
+        self.producer_expiry = ProducerExpiry(self.conn, revisions, config.producer_state_ttl_s, self.metrics)
         self._targets: set[Target] = set()
         self._inflight: set[Target] = set()
         self._pending_seen: dict[Target, bool] = {}
@@ -130,6 +145,16 @@ class CompactorService:
             self._scheduler.add_job(
                 self.run_vacuum, "interval", seconds=cfg.vacuum_interval_s, id="vacuum",
                 max_instances=1, coalesce=True,
+            )
+        if cfg.etcd_compact_interval_s > 0:
+            self._scheduler.add_job(
+                self.compact_etcd, "interval", seconds=cfg.etcd_compact_interval_s, id="etcd-compact",
+                next_run_time=_now(), max_instances=1, coalesce=True,
+            )
+        if cfg.producer_state_ttl_s > 0:
+            self._scheduler.add_job(
+                self.expire_producers, "interval", seconds=cfg.producer_state_ttl_s / 4, id="producer-expiry",
+                next_run_time=_now(), max_instances=1, coalesce=True,
             )
         self._scheduler.start()
         if self._http is not None:
@@ -270,6 +295,22 @@ class CompactorService:
             vacuum(self.conn)
         except LlogError as exc:
             log.warning("vacuum failed: %s", exc)
+
+    def compact_etcd(self) -> None:
+        if self._stopping.is_set():
+            return
+        try:
+            self.etcd_history.run()
+        except LlogError as exc:
+            log.warning("etcd history compaction failed: %s", exc)
+
+    def expire_producers(self) -> None:
+        if self._stopping.is_set():
+            return
+        try:
+            self.producer_expiry.run(self.targets)
+        except LlogError as exc:
+            log.warning("producer-state expiry failed: %s", exc)
 
     # -- one partition ------------------------------------------------------------------
     def _task(self, topic: str, partition: int) -> None:

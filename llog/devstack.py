@@ -116,7 +116,7 @@ class EtcdServer(LocalServer):
 
     name = "etcd"
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, *, quota_backend_bytes: int = 4 * 1024**3) -> None:
         self.peer_port = free_port()
         port = port or free_port()
         self.endpoint = f"127.0.0.1:{port}"
@@ -131,7 +131,7 @@ class EtcdServer(LocalServer):
             "--initial-cluster", f"llog-dev=http://127.0.0.1:{self.peer_port}",
             "--auto-compaction-mode", "periodic",
             "--auto-compaction-retention", "5m",
-            "--quota-backend-bytes", str(4 * 1024**3),
+            "--quota-backend-bytes", str(quota_backend_bytes),
             "--log-level", "warn",
         ]
         super().__init__(argv, port, workdir)

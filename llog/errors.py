@@ -184,3 +184,44 @@ class SequenceError(LlogError):
         self.producer_id = producer_id
         self.expected = expected
         self.got = got
+
+
+class EtcdSpaceExhausted(CoordinationError):
+    """etcd refused a write: its database reached ``--quota-backend-bytes`` (the NOSPACE
+    alarm). The write was definitely not applied; nothing will be until an operator
+    frees space, so retrying is useless."""
+
+    FIX = (
+        "compact etcd's history, defragment, then disarm the alarm: "
+        "`llog etcd compact && llog etcd defrag && llog etcd disarm` "
+        "(or `etcdctl compact <rev>`, `etcdctl defrag`, `etcdctl alarm disarm`)"
+    )
+
+    def __init__(self, op: str, detail: str) -> None:
+        super().__init__(f"etcd {op} refused, database space exceeded ({detail}); fix: {self.FIX}")
+        self.op = op
+
+
+class TooManyUncompactedKeys(BackPressure):
+    """A partition holds more uncompacted index keys than ``LLOG_MAX_UNCOMPACTED_KEYS``:
+    the writer refuses appends to it (nothing was written) until compaction catches up.
+    Retriable: retry after a while, or start the compactor."""
+
+    def __init__(self, topic: str, partition: int, count: int, bound: int) -> None:
+        super().__init__(
+            f"{topic}/{partition} has {count} uncompacted index keys, above the bound of {bound} "
+            "(LLOG_MAX_UNCOMPACTED_KEYS): retry later; is the compactor running?"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.count = count
+        self.bound = bound
+
+
+class EtcdRevisionCompacted(CoordinationError):
+    """A read or a compaction named a revision older than etcd's compacted history."""
+
+    def __init__(self, op: str, revision: int) -> None:
+        super().__init__(f"etcd {op} at revision {revision}: that history has been compacted")
+        self.op = op
+        self.revision = revision

@@ -9,6 +9,7 @@ which callers cache to make their next compare-and-swap without a read.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -22,7 +23,7 @@ import etcd3.watch
 import grpc
 from etcd3 import etcdrpc
 
-from llog.errors import CoordinationError
+from llog.errors import CoordinationError, EtcdRevisionCompacted, EtcdSpaceExhausted
 from llog.metrics import Metrics
 
 # python3-etcd3 0.13's watch.py calls six.itervalues() without importing six, so a watch
@@ -33,6 +34,8 @@ if not hasattr(etcd3.watch, "six"):
 log = logging.getLogger(__name__)
 
 _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+#: Defragmenting rewrites a member's whole database file: give it longer than an RPC.
+_MIN_DEFRAG_TIMEOUT_S = 120.0
 #: Longest wait between attempts to reconnect to an etcd that went away.
 _MAX_RECONNECT_BACKOFF_MS = 500
 
@@ -162,6 +165,19 @@ def _add_op(into: Any, op: Op) -> None:
         _fill_range(msg.request_range, op.key, op.range_end, op.limit)
 
 
+def _error(op: str, exc: grpc.RpcError, revision: int = 0) -> CoordinationError:
+    """The typed error for a failed etcd RPC (``revision``: the one it named, if any)."""
+    code = exc.code() if hasattr(exc, "code") else None
+    detail = str(exc.details() if hasattr(exc, "details") else exc)
+    # etcd's ErrGRPCNoSpace: the quota check or the NOSPACE alarm refused a write
+    # before it was applied, so the outcome is known: nothing changed.
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "space exceeded" in detail:
+        return EtcdSpaceExhausted(op, detail)
+    if code == grpc.StatusCode.OUT_OF_RANGE and "compacted" in detail:
+        return EtcdRevisionCompacted(op, revision)
+    return CoordinationError(f"etcd {op} failed: {code}: {detail}")
+
+
 def _kv(kv: Any) -> KV:
     return KV(
         kv.key.decode(), kv.value, kv.mod_revision, kv.create_revision, kv.version, kv.lease
@@ -213,7 +229,7 @@ class Etcd:
             old, self._client = self._client, self._connect(self._current)
         old.close()
 
-    def _call(self, op: str, fn: Callable[[Any], Any], *, retry: bool) -> Any:
+    def _call(self, op: str, fn: Callable[[Any], Any], *, retry: bool, revision: int = 0) -> Any:
         attempts = self.read_retries if retry else 1
         for attempt in range(attempts):
             client = self._client
@@ -231,8 +247,7 @@ class Etcd:
                         # outlasts an etcd restart.
                         time.sleep(0.05 * 2**attempt)
                         continue
-                detail = exc.details() if hasattr(exc, "details") else exc
-                raise CoordinationError(f"etcd {op} failed: {code}: {detail}") from exc
+                raise _error(op, exc, revision) from exc
             finally:
                 self.metrics.etcd_latency.labels(op).observe(time.perf_counter() - t0)
         raise AssertionError("unreachable")
@@ -280,6 +295,31 @@ class Etcd:
 
     def count(self, start: str, end: str) -> int:
         return int(self._range(_range_req(start, end, count_only=True), "count").count)
+
+    def get_and_count(self, key: str, start: str, end: str) -> tuple[KV | None, int]:
+        """``key``'s value and the number of keys in ``[start, end)``, at one revision
+        and in one round trip."""
+        req = etcdrpc.TxnRequest()
+        _add_op(req.success, Get(key))
+        req.success.add().request_range.CopyFrom(_range_req(start, end, count_only=True))
+        resp = self._call(
+            "get_and_count", lambda c: c.kvstub.Txn(req, self.timeout, metadata=c.metadata), retry=True
+        )
+        got, counted = resp.responses
+        kvs = got.response_range.kvs
+        return (_kv(kvs[0]) if kvs else None), int(counted.response_range.count)
+
+    def readable_at(self, revision: int) -> bool:
+        """Whether etcd still holds its history at ``revision`` (a read there works)."""
+        req = _range_req("\0", None, 1, revision=revision, count_only=True)
+        try:
+            self._call(
+                "range_at", lambda c: c.kvstub.Range(req, self.timeout, metadata=c.metadata),
+                retry=True, revision=revision,
+            )
+        except EtcdRevisionCompacted:
+            return False
+        return True
 
     def keys(self, start: str, end: str, *, limit: int = 0) -> list[str]:
         resp = self._range(_range_req(start, end, limit, keys_only=True), "keys")
@@ -411,6 +451,86 @@ class Etcd:
             retry=True,
         )
         return {"revision": int(resp.header.revision), "db_size": int(resp.dbSize)}
+
+    # -- maintenance -------------------------------------------------------------
+    def compact(self, revision: int) -> bool:
+        """Drop the history before ``revision`` (cluster-wide; returns once the member
+        has applied it to its database). ``False``: history was already compacted at or
+        past ``revision``."""
+        req = etcdrpc.CompactionRequest(revision=revision, physical=True)
+        try:
+            self._call(
+                "compact", lambda c: c.kvstub.Compact(req, self.timeout, metadata=c.metadata),
+                retry=False, revision=revision,
+            )
+        except EtcdRevisionCompacted:
+            return False
+        return True
+
+    def member_statuses(self) -> list[dict[str, int | str]]:
+        """Per configured endpoint: its revision, DB size, member id, leader and
+        version (a member that does not answer raises :class:`CoordinationError`)."""
+        out: list[dict[str, int | str]] = []
+        for ep in self.endpoints:
+            resp = self._on_member(
+                ep, "status",
+                lambda c: c.maintenancestub.Status(etcdrpc.StatusRequest(), self.timeout, metadata=c.metadata),
+            )
+            out.append({
+                "endpoint": ep, "revision": int(resp.header.revision), "db_size": int(resp.dbSize),
+                "member_id": int(resp.header.member_id), "leader": int(resp.leader), "version": resp.version,
+            })
+        return out
+
+    def defragment(self) -> list[str]:
+        """Defragment the member behind each configured endpoint, one after the other
+        (a member serves nothing while it rewrites its database, so never all at
+        once). This is what returns compacted space to the file system and lowers the
+        DB size the space quota counts. Returns the endpoints done."""
+        timeout = max(self.timeout, _MIN_DEFRAG_TIMEOUT_S)
+        for ep in self.endpoints:
+            self._on_member(
+                ep, "defragment",
+                lambda c: c.maintenancestub.Defragment(etcdrpc.DefragmentRequest(), timeout, metadata=c.metadata),
+            )
+        return list(self.endpoints)
+
+    def alarms(self) -> list[tuple[int, str]]:
+        """The cluster's raised alarms: ``(member id, "NOSPACE" | "CORRUPT" | ...)``."""
+        req = etcdrpc.AlarmRequest(action=etcdrpc.AlarmRequest.GET, memberID=0, alarm=etcdrpc.NONE)
+        resp = self._call(
+            "alarm", lambda c: c.maintenancestub.Alarm(req, self.timeout, metadata=c.metadata), retry=True
+        )
+        return [(int(a.memberID), etcdrpc.AlarmType.Name(a.alarm)) for a in resp.alarms]
+
+    def disarm(self) -> list[tuple[int, str]]:
+        """Clear every raised alarm (after freeing space: a NOSPACE alarm stays raised,
+        and refuses writes, until disarmed). Returns the alarms cleared."""
+        raised = self.alarms()
+        for member, name in raised:
+            req = etcdrpc.AlarmRequest(
+                action=etcdrpc.AlarmRequest.DEACTIVATE, memberID=member, alarm=etcdrpc.AlarmType.Value(name)
+            )
+            self._call("alarm", functools.partial(self._alarm, req), retry=False)
+        return raised
+
+    def _alarm(self, req: Any, c: Any) -> Any:
+        return c.maintenancestub.Alarm(req, self.timeout, metadata=c.metadata)
+
+    def _on_member(self, endpoint: str, op: str, fn: Callable[[Any], Any]) -> Any:
+        """One RPC to the member behind ``endpoint`` (not the failover client)."""
+        i = self.endpoints.index(endpoint)
+        with self._lock:
+            shared = self._client if i == self._current else None
+        client = shared if shared is not None else self._connect(i)
+        self.metrics.etcd_ops.labels(op).inc()
+        try:
+            return fn(client)
+        except grpc.RpcError as exc:
+            raise _error(f"{op} on {endpoint}", exc) from exc
+        finally:
+            if shared is None:
+                client.close()
 
     def close(self) -> None:
         self._client.close()

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 OFFSET_DIGITS = 20
 #: Reserved name under the root that holds consumer-group state (never a topic name).
 GROUPS = "_groups"
+#: Reserved name under the root that holds llog's maintenance records (never a topic name).
+MAINTENANCE = "_maintenance"
 
 
 @dataclass(frozen=True)
@@ -84,6 +86,10 @@ class KeyLayout:
 
     def group_owner(self, group: str, topic: str, partition: int) -> str:
         return f"{self.group_owner_prefix(group)}{topic}/{partition}"
+
+    def etcd_compaction_record(self) -> str:
+        """The last compaction of etcd's history the compactor service made."""
+        return f"{self.root}/{MAINTENANCE}/etcd-compaction"
 
     def all_prefix(self) -> str:
         return f"{self.root}/"

@@ -437,6 +437,8 @@ def create_app(
         return JSONResponse(
             {"results": results, "success_count": len(results) - len(errors), "error_count": len(errors)},
             status_code=status,
+            # Back-pressure (a full buffer, a partition compaction is behind on) passes.
+            headers={"Retry-After": "1"} if status == 503 else None,
         )
 
     async def consume(request: Request) -> Response:
