@@ -13,8 +13,8 @@ An apscheduler ``BackgroundScheduler`` runs three jobs:
 * producer-state expiry (every quarter of ``producer_state_ttl_s``, if > 0, first at
   start: :mod:`compactor.producer_expiry`).
 
-The last two judge age by etcd revisions sampled on this process's monotonic clock
-(:mod:`compactor.revision_clock`), shared between them.
+The last two judge age by etcd revisions each samples on this process's monotonic
+clock (:mod:`compactor.revision_clock`).
 
 A task claims the partition (``meta/compactor-claim``, bound to the process's lease,
 created only if absent; a held claim is skipped and counted as a claim conflict),
@@ -107,11 +107,12 @@ class CompactorService:
         self.metrics = compactor_metrics(self.conn.metrics)
         register_cost_estimate(self.conn.metrics, config)
         self.compactor = Compactor(self.conn, hook=hook, metrics=self.metrics)
-        revisions = RevisionClock(max(config.etcd_compact_interval_s, config.producer_state_ttl_s))
         self.etcd_history = EtcdHistoryCompactor(
-            self.conn, revisions, config.etcd_compact_interval_s, self.metrics
+            self.conn, RevisionClock(config.etcd_compact_interval_s), config.etcd_compact_interval_s, self.metrics
         )
-        self.producer_expiry = ProducerExpiry(self.conn, revisions, config.producer_state_ttl_s, self.metrics)
+        self.producer_expiry = ProducerExpiry(
+            self.conn, RevisionClock(config.producer_state_ttl_s), config.producer_state_ttl_s, self.metrics
+        )
         self._targets: set[Target] = set()
         self._inflight: set[Target] = set()
         self._pending_seen: dict[Target, bool] = {}
