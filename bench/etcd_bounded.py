@@ -19,6 +19,7 @@ No pass/fail: the last line is one JSON object with the figures.
 
 from __future__ import annotations
 
+import logging
 import sys
 import time
 from collections import Counter
@@ -105,6 +106,7 @@ def main() -> None:
     ap.add_argument("--bound", type=int, default=None, help="LLOG_MAX_UNCOMPACTED_KEYS")
     ap.add_argument("--etcd-interval", type=float, default=2.0, help="LLOG_ETCD_COMPACT_INTERVAL_S for the service")
     args = ap.parse_args()
+    logging.getLogger("apscheduler").setLevel(logging.ERROR)  # skipped runs on a busy machine
     partitions = args.partitions or (4 if args.quick else 8)
     bound = args.bound or (500 if args.quick else 5000)
     with LocalStack() as stack:

@@ -152,6 +152,9 @@ class CompactorService:
                 self.compact_etcd, "interval", seconds=cfg.etcd_compact_interval_s, id="etcd-compact",
                 next_run_time=_now(), max_instances=1, coalesce=True,
             )
+        else:
+            log.warning("etcd history compaction is off (LLOG_ETCD_COMPACT_INTERVAL_S=0): etcd needs "
+                        "--auto-compaction-mode/--auto-compaction-retention, or it fills its space quota")
         if cfg.producer_state_ttl_s > 0:
             self._scheduler.add_job(
                 self.expire_producers, "interval", seconds=cfg.producer_state_ttl_s / 4, id="producer-expiry",

@@ -8,11 +8,12 @@ cursor number ``LLOG_MAX_UNCOMPACTED_KEYS`` or more, with
 :class:`~llog.errors.TooManyUncompactedKeys` (a retriable
 :class:`~llog.errors.BackPressure`), before anything is PUT.
 
-The check stays off the hot path's etcd budget: each partition's count is refreshed by
-one etcd request (the cursor and the count, at one revision) at most every
-``LLOG_BACKPRESSURE_CHECK_S``; in between the writer adds the appends it admitted
-itself. Other writers' appends show up at the next refresh, so with ``W`` writers a
-partition can overshoot the bound by what they append in one check interval.
+The check stays off the hot path's etcd budget: a partition's count is refreshed at
+most every ``LLOG_BACKPRESSURE_CHECK_S``, the partitions of one call that are due
+together in one etcd request (each one's cursor and count, at one revision); in
+between the writer adds the appends it admitted itself. Other writers' appends show up
+at the next refresh, so with ``W`` writers a partition can overshoot the bound by what
+they append in one check interval.
 """
 
 from __future__ import annotations
@@ -63,11 +64,13 @@ class UncompactedKeysGate:
             return
         wanted = list(partitions)
         now = self._clock()
-        for tp in dict.fromkeys(wanted):
-            with self._lock:
-                c = self._counts.get(tp)
-            if c is None or now - c.at >= self.every_s:
-                c = self._refresh(tp, c, now)
+        with self._lock:
+            known = {tp: self._counts.get(tp) for tp in dict.fromkeys(wanted)}
+        due = [tp for tp, c in known.items() if c is None or now - c.at >= self.every_s]
+        if due:
+            known.update(self._refresh(due, known, now))
+        for tp, c in known.items():
+            assert c is not None
             if c.keys >= self.bound:
                 raise TooManyUncompactedKeys(tp[0], tp[1], c.keys, self.bound)
         with self._lock:
@@ -76,27 +79,34 @@ class UncompactedKeysGate:
                 if got is not None:
                     got.keys += 1
 
-    def _refresh(self, tp: tuple[str, int], old: _Count | None, now: float) -> _Count:
-        topic, partition = tp
-        keys = self.conn.keys
-        ckey = keys.compaction_cursor(topic, partition)
-        end = keys.index_range_end(topic, partition)
-        cursor = old.cursor if old is not None else None
-        kv, n = self.conn.etcd.get_and_count(ckey, keys.index(topic, partition, cursor or 0), end)
-        moved = _cursor(ckey, kv.value) if kv is not None else None
-        if moved != cursor:  # compaction moved the cursor: count from where it is now
-            cursor = moved
-            n = self.conn.etcd.count(keys.index(topic, partition, cursor or 0), end)
-        c = _Count(cursor, n, now)
+    def _refresh(
+        self, due: list[tuple[str, int]], known: dict[tuple[str, int], _Count | None], now: float
+    ) -> dict[tuple[str, int], _Count]:
+        """Recount ``due`` partitions: one request for all of them, counting from the
+        cursor each had last time, and one more per partition whose cursor moved."""
+        keys, etcd = self.conn.keys, self.conn.etcd
+        starts = {tp: c.cursor if (c := known[tp]) is not None else None for tp in due}
+        got = etcd.get_and_count([
+            (keys.compaction_cursor(t, p), keys.index(t, p, starts[(t, p)] or 0), keys.index_range_end(t, p))
+            for t, p in due
+        ])
+        fresh: dict[tuple[str, int], _Count] = {}
+        for (t, p), (kv, n) in zip(due, got, strict=True):
+            cursor = _cursor(kv.key, kv.value) if kv is not None else None
+            if cursor != starts[(t, p)]:  # compaction moved the cursor: count from where it is now
+                n = etcd.count(keys.index(t, p, cursor or 0), keys.index_range_end(t, p))
+            fresh[(t, p)] = _Count(cursor, n, now)
+            old = known[(t, p)]
+            if n >= self.bound and (old is None or old.keys < self.bound):
+                log.warning("%s/%s has %d uncompacted index keys (bound %d): refusing appends",
+                            t, p, n, self.bound)
         with self._lock:
-            self._counts.pop(tp, None)
-            self._counts[tp] = c
+            for tp, c in fresh.items():
+                self._counts.pop(tp, None)
+                self._counts[tp] = c
             while len(self._counts) > MAX_TRACKED_PARTITIONS:
                 del self._counts[next(iter(self._counts))]
-        if n >= self.bound and (old is None or old.keys < self.bound):
-            log.warning("%s/%s has %d uncompacted index keys (bound %d): refusing appends",
-                        topic, partition, n, self.bound)
-        return c
+        return fresh
 
 
 def _cursor(key: str, raw: bytes) -> int:

@@ -34,6 +34,9 @@ if not hasattr(etcd3.watch, "six"):
 log = logging.getLogger(__name__)
 
 _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+#: Reads per get_and_count transaction: two operations each, within etcd's default
+#: ``--max-txn-ops`` of 128.
+GET_AND_COUNT_BATCH = 64
 #: Defragmenting rewrites a member's whole database file: give it longer than an RPC.
 _MIN_DEFRAG_TIMEOUT_S = 120.0
 #: Longest wait between attempts to reconnect to an etcd that went away.
@@ -296,18 +299,22 @@ class Etcd:
     def count(self, start: str, end: str) -> int:
         return int(self._range(_range_req(start, end, count_only=True), "count").count)
 
-    def get_and_count(self, key: str, start: str, end: str) -> tuple[KV | None, int]:
-        """``key``'s value and the number of keys in ``[start, end)``, at one revision
-        and in one round trip."""
-        req = etcdrpc.TxnRequest()
-        _add_op(req.success, Get(key))
-        req.success.add().request_range.CopyFrom(_range_req(start, end, count_only=True))
-        resp = self._call(
-            "get_and_count", lambda c: c.kvstub.Txn(req, self.timeout, metadata=c.metadata), retry=True
-        )
-        got, counted = resp.responses
-        kvs = got.response_range.kvs
-        return (_kv(kvs[0]) if kvs else None), int(counted.response_range.count)
+    def get_and_count(self, reads: Sequence[tuple[str, str, str]]) -> list[tuple[KV | None, int]]:
+        """For each ``(key, start, end)``: ``key``'s value and the number of keys in
+        ``[start, end)``. One round trip (all at one revision) per
+        :data:`GET_AND_COUNT_BATCH` reads."""
+        out: list[tuple[KV | None, int]] = []
+        for i in range(0, len(reads), GET_AND_COUNT_BATCH):
+            req = etcdrpc.TxnRequest()
+            for key, start, end in reads[i : i + GET_AND_COUNT_BATCH]:
+                _add_op(req.success, Get(key))
+                req.success.add().request_range.CopyFrom(_range_req(start, end, count_only=True))
+            resp = self._call("get_and_count", functools.partial(self._txn, req), retry=True)
+            rs = resp.responses
+            for got, counted in zip(rs[::2], rs[1::2], strict=True):
+                kvs = got.response_range.kvs
+                out.append(((_kv(kvs[0]) if kvs else None), int(counted.response_range.count)))
+        return out
 
     def readable_at(self, revision: int) -> bool:
         """Whether etcd still holds its history at ``revision`` (a read there works)."""
@@ -513,6 +520,9 @@ class Etcd:
             )
             self._call("alarm", functools.partial(self._alarm, req), retry=False)
         return raised
+
+    def _txn(self, req: Any, c: Any) -> Any:
+        return c.kvstub.Txn(req, self.timeout, metadata=c.metadata)
 
     def _alarm(self, req: Any, c: Any) -> Any:
         return c.maintenancestub.Alarm(req, self.timeout, metadata=c.metadata)

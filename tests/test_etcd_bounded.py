@@ -116,6 +116,10 @@ def test_doctor_warns_until_history_is_compacted(
         assert found["etcd history"].level == "OK"
         assert cli(["doctor", "--max-history-revisions", "10"]) == 0
         assert "OK    etcd history" in capsys.readouterr().out
+        assert cli(["etcd", "status"]) == 0
+        status = json.loads(capsys.readouterr().out)
+        assert status["alarms"] == [] and status["llog_compaction"]["revision"] > 30
+        assert status["members"][0]["endpoint"] == private_etcd.endpoint
     broken = replace(cfg, etcd_endpoints=("127.0.0.1:1",), etcd_timeout_s=1)
     with llog.Connection(broken) as conn:
         assert [f.level for f in diagnose(conn) if f.check == "etcd"] == ["ERROR"]
@@ -213,13 +217,15 @@ def test_backpressure_refuses_at_the_bound_writes_nothing_and_lifts_after_compac
 def test_backpressure_counts_own_appends_between_checks(config: llog.LlogConfig) -> None:
     cfg = replace(config, max_uncompacted_keys=3, backpressure_check_s=3600)
     with llog.Connection(cfg) as conn, llog.Writer(conn) as w:
-        llog.Topics(conn).create("t", 1)
+        llog.Topics(conn).create("t", 3)
+        groups = [AppendGroup("t", p, [b"r"]) for p in range(3)]
         for _ in range(3):
-            w.append("t", 0, [b"r"])
+            assert all(isinstance(o, AppendResult) for o in w.append_shared(groups))
         with pytest.raises(TooManyUncompactedKeys) as got:
-            w.append("t", 0, [b"r"])
+            w.append_shared(groups)
         assert got.value.count == 3
-        # One count request for all four appends: the rest was counted locally.
+        # One count request for the three partitions of all four calls: the rest was
+        # counted locally.
         assert conn.metrics.value("llog_etcd_ops_total", op="get_and_count") == 1
 
 
