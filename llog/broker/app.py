@@ -437,7 +437,7 @@ def create_app(
         return JSONResponse(
             {"results": results, "success_count": len(results) - len(errors), "error_count": len(errors)},
             status_code=status,
-            # Back-pressure (a full buffer, a partition compaction is behind on) passes.
+            # Every partition refused for back-pressure (a full buffer, compaction behind): it passes.
             headers={"Retry-After": "1"} if status == 503 else None,
         )
 
