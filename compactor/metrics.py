@@ -83,6 +83,19 @@ class CompactorMetrics:
             registry=r,
         )
 
+        self.etcd_compacted_revision = Gauge(
+            "llog_etcd_compacted_revision", "revision the service last compacted etcd's history at",
+            registry=r,
+        )
+        self.etcd_db_size = Gauge(
+            "llog_etcd_db_size_bytes", "etcd's database size (the space quota counts it) at the last look",
+            registry=r,
+        )
+        self.producers_expired = Counter(
+            "llog_producer_states_expired", "producer-id keys deleted after LLOG_PRODUCER_STATE_TTL_S",
+            registry=r,
+        )
+
     @contextmanager
     def time(self, stage: str) -> Iterator[None]:
         """Observe the duration of the ``with`` body as ``stage``."""

@@ -8,7 +8,14 @@ An apscheduler ``BackgroundScheduler`` runs three jobs:
 * a pass (every ``compactor_pass_interval_s``): a revision clock sample (persisted every
   30 s, :mod:`compactor.revision_clock`), then the known partitions, shuffled, each
   submitted to a bounded worker pool unless it already has a task queued or running;
-* vacuum (every ``vacuum_interval_s``, if > 0).
+* vacuum (every ``vacuum_interval_s``, if > 0);
+* etcd history compaction (every ``etcd_compact_interval_s``, if > 0, first at start:
+  :mod:`compactor.etcd_history`);
+* producer-state expiry (every quarter of ``producer_state_ttl_s``, if > 0, first at
+  start: :mod:`compactor.producer_expiry`).
+
+The last two judge age by etcd revisions each samples on this process's monotonic
+clock (:mod:`compactor.revision_clock`).
 
 A task claims the partition (``meta/compactor-claim``, bound to the process's lease,
 created only if absent; a held claim is skipped and counted as a claim conflict),
@@ -41,8 +48,10 @@ from apscheduler.schedulers.background import BackgroundScheduler
 from compactor.claims import ClaimConflict, ClaimLost, LeaseKeeper, process_owner, release_claim, try_claim
 from compactor.compact import COMPACTED, Compactor, read_cursor
 from compactor.discovery import discover
+from compactor.etcd_history import EtcdHistoryCompactor
 from compactor.http import HttpServer
 from compactor.metrics import compactor_metrics, register_cost_estimate
+from compactor.producer_expiry import ProducerExpiry
 from compactor.retention import apply_retention
 from compactor.stages import StageHook
 from compactor.vacuum import vacuum
@@ -98,6 +107,12 @@ class CompactorService:
         self.metrics = compactor_metrics(self.conn.metrics)
         register_cost_estimate(self.conn.metrics, config)
         self.compactor = Compactor(self.conn, hook=hook, metrics=self.metrics)
+        self.etcd_history = EtcdHistoryCompactor(
+            self.conn, self.compactor.clock, config.etcd_compact_interval_s, self.metrics
+        )
+        self.producer_expiry = ProducerExpiry(
+            self.conn, self.compactor.clock, config.producer_state_ttl_s, self.metrics
+        )
         self._targets: set[Target] = set()
         self._inflight: set[Target] = set()
         self._pending_seen: dict[Target, bool] = {}
@@ -131,6 +146,19 @@ class CompactorService:
             self._scheduler.add_job(
                 self.run_vacuum, "interval", seconds=cfg.vacuum_interval_s, id="vacuum",
                 max_instances=1, coalesce=True,
+            )
+        if cfg.etcd_compact_interval_s > 0:
+            self._scheduler.add_job(
+                self.compact_etcd, "interval", seconds=cfg.etcd_compact_interval_s, id="etcd-compact",
+                next_run_time=_now(), max_instances=1, coalesce=True,
+            )
+        else:
+            log.warning("etcd history compaction is off (LLOG_ETCD_COMPACT_INTERVAL_S=0): etcd needs "
+                        "--auto-compaction-mode/--auto-compaction-retention, or it fills its space quota")
+        if cfg.producer_state_ttl_s > 0:
+            self._scheduler.add_job(
+                self.expire_producers, "interval", seconds=cfg.producer_state_ttl_s / 4, id="producer-expiry",
+                next_run_time=_now(), max_instances=1, coalesce=True,
             )
         self._scheduler.start()
         if self._http is not None:
@@ -276,6 +304,22 @@ class CompactorService:
             vacuum(self.conn)
         except LlogError as exc:
             log.warning("vacuum failed: %s", exc)
+
+    def compact_etcd(self) -> None:
+        if self._stopping.is_set():
+            return
+        try:
+            self.etcd_history.run()
+        except LlogError as exc:
+            log.warning("etcd history compaction failed: %s", exc)
+
+    def expire_producers(self) -> None:
+        if self._stopping.is_set():
+            return
+        try:
+            self.producer_expiry.run(self.targets)
+        except LlogError as exc:
+            log.warning("producer-state expiry failed: %s", exc)
 
     # -- one partition ------------------------------------------------------------------
     def _task(self, topic: str, partition: int) -> None:

@@ -104,6 +104,17 @@ class LlogConfig:
     compactor_shutdown_timeout_s: float = 30.0
     #: Seconds between the service's vacuum passes; 0 turns them off.
     vacuum_interval_s: float = 3600.0
+    #: Seconds between the compactor service's compactions of etcd's history, each at
+    #: the revision it saw one interval earlier; 0 turns them off.
+    etcd_compact_interval_s: float = 300.0
+    #: A writer refuses appends (:class:`~llog.errors.BackPressure`) to a partition with
+    #: more uncompacted index keys than this; 0 turns the check off.
+    max_uncompacted_keys: int = 100_000
+    #: Seconds between a writer's recounts of a partition's uncompacted index keys.
+    backpressure_check_s: float = 1.0
+    #: The compactor service deletes producer-id state not updated for this long
+    #: (seconds); 0 keeps it forever.
+    producer_state_ttl_s: float = 86400.0
     #: Prices behind the S3 billing estimate (USD): PUT/LIST per 1000, GET/HEAD per 1000,
     #: storage per GiB-month.
     s3_price_put_per_1000: float = 0.005
@@ -144,7 +155,8 @@ class LlogConfig:
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("compact_min_age_ms", "vacuum_grace_s", "vacuum_interval_s",
-                     "compactor_shutdown_timeout_s"):
+                     "compactor_shutdown_timeout_s", "etcd_compact_interval_s", "max_uncompacted_keys",
+                     "backpressure_check_s", "producer_state_ttl_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if self.compact_target_bytes > 1024**3:

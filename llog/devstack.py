@@ -128,13 +128,14 @@ class EtcdServer(LocalServer):
         member: str = "llog-dev",
         peer_port: int | None = None,
         initial_cluster: str | None = None,
+        quota_backend_bytes: int = 4 * 1024**3,
     ) -> None:
         self.member = member
         self.name = "etcd" if member == "llog-dev" else f"etcd-{member}"
         self.peer_port = peer_port or free_port()
         port = port or free_port()
         self.endpoint = f"127.0.0.1:{port}"
-        self._args = (workdir, port, member, self.peer_port, initial_cluster)
+        self._args = (workdir, port, member, self.peer_port, initial_cluster, quota_backend_bytes)
         argv = [
             etcd_binary(),
             "--name", member,
@@ -146,7 +147,7 @@ class EtcdServer(LocalServer):
             "--initial-cluster", initial_cluster or f"{member}=http://127.0.0.1:{self.peer_port}",
             "--auto-compaction-mode", "periodic",
             "--auto-compaction-retention", "5m",
-            "--quota-backend-bytes", str(4 * 1024**3),
+            "--quota-backend-bytes", str(quota_backend_bytes),
             "--log-level", "warn",
         ]
         super().__init__(argv, port, workdir)
@@ -167,8 +168,9 @@ class EtcdServer(LocalServer):
 
     def restart(self) -> EtcdServer:
         """The same member started again on its ports and data (after :meth:`kill9`)."""
-        workdir, port, member, peer_port, initial_cluster = self._args
-        return EtcdServer(workdir, port, member=member, peer_port=peer_port, initial_cluster=initial_cluster)
+        workdir, port, member, peer_port, initial_cluster, quota = self._args
+        return EtcdServer(workdir, port, member=member, peer_port=peer_port, initial_cluster=initial_cluster,
+                          quota_backend_bytes=quota)
 
 
 def etcd_cluster(workdir: Path, members: int) -> list[EtcdServer]:

@@ -186,11 +186,43 @@ class SequenceError(LlogError):
         self.got = got
 
 
-class HistoryCompacted(LlogError):
-    """etcd no longer holds ``key`` as of ``revision``: its history up to there was
-    compacted."""
+class EtcdSpaceExhausted(CoordinationError):
+    """etcd refused a write: its database reached ``--quota-backend-bytes`` (the NOSPACE
+    alarm). The write was definitely not applied; nothing will be until an operator
+    frees space, so retrying is useless."""
 
-    def __init__(self, key: str, revision: int) -> None:
-        super().__init__(f"etcd history of {key} at revision {revision} has been compacted")
-        self.key = key
+    FIX = (
+        "compact etcd's history, defragment, then disarm the alarm: "
+        "`llog etcd compact && llog etcd defrag && llog etcd disarm` "
+        "(or `etcdctl compact <rev>`, `etcdctl defrag`, `etcdctl alarm disarm`)"
+    )
+
+    def __init__(self, op: str, detail: str) -> None:
+        super().__init__(f"etcd {op} refused, database space exceeded ({detail}); fix: {self.FIX}")
+        self.op = op
+
+
+class TooManyUncompactedKeys(BackPressure):
+    """A partition holds more uncompacted index keys than ``LLOG_MAX_UNCOMPACTED_KEYS``:
+    the writer refuses appends to it (nothing was written) until compaction catches up.
+    Retriable: retry after a while, or start the compactor."""
+
+    def __init__(self, topic: str, partition: int, count: int, bound: int) -> None:
+        super().__init__(
+            f"{topic}/{partition} has {count} uncompacted index keys, above the bound of {bound} "
+            "(LLOG_MAX_UNCOMPACTED_KEYS): retry later; is the compactor running?"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.count = count
+        self.bound = bound
+
+
+class HistoryCompacted(CoordinationError):
+    """etcd no longer holds its history at ``revision``: it was compacted past it.
+    ``what`` is the key read there, or the operation that named the revision."""
+
+    def __init__(self, what: str, revision: int) -> None:
+        super().__init__(f"etcd history of {what} at revision {revision} has been compacted")
+        self.key = what
         self.revision = revision

@@ -9,6 +9,7 @@ which callers cache to make their next compare-and-swap without a read.
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -22,7 +23,7 @@ import etcd3.watch
 import grpc
 from etcd3 import etcdrpc
 
-from llog.errors import CoordinationError, HistoryCompacted
+from llog.errors import CoordinationError, EtcdSpaceExhausted, HistoryCompacted
 from llog.metrics import Metrics
 
 # python3-etcd3 0.13's watch.py calls six.itervalues() without importing six, so a watch
@@ -33,6 +34,11 @@ if not hasattr(etcd3.watch, "six"):
 log = logging.getLogger(__name__)
 
 _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+#: Reads per get_and_count transaction: two operations each, within etcd's default
+#: ``--max-txn-ops`` of 128.
+GET_AND_COUNT_BATCH = 64
+#: Defragmenting rewrites a member's whole database file: give it longer than an RPC.
+_MIN_DEFRAG_TIMEOUT_S = 120.0
 #: Longest wait between attempts to reconnect to an etcd that went away.
 _MAX_RECONNECT_BACKOFF_MS = 500
 
@@ -170,6 +176,19 @@ def _add_op(into: Any, op: Op) -> None:
         _fill_range(msg.request_range, op.key, op.range_end, op.limit)
 
 
+def _error(op: str, exc: grpc.RpcError, revision: int = 0) -> CoordinationError:
+    """The typed error for a failed etcd RPC (``revision``: the one it named, if any)."""
+    code = exc.code() if hasattr(exc, "code") else None
+    detail = str(exc.details() if hasattr(exc, "details") else exc)
+    # etcd's ErrGRPCNoSpace: the quota check or the NOSPACE alarm refused a write
+    # before it was applied, so the outcome is known: nothing changed.
+    if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "space exceeded" in detail:
+        return EtcdSpaceExhausted(op, detail)
+    if code == grpc.StatusCode.OUT_OF_RANGE and "compacted" in detail:
+        return HistoryCompacted(op, revision)
+    return CoordinationError(f"etcd {op} failed: {code}: {detail}")
+
+
 def _kv(kv: Any) -> KV:
     return KV(
         kv.key.decode(), kv.value, kv.mod_revision, kv.create_revision, kv.version, kv.lease
@@ -221,7 +240,7 @@ class Etcd:
             old, self._client = self._client, self._connect(self._current)
         old.close()
 
-    def _call(self, op: str, fn: Callable[[Any], Any], *, retry: bool) -> Any:
+    def _call(self, op: str, fn: Callable[[Any], Any], *, retry: bool, revision: int = 0) -> Any:
         attempts = self.read_retries if retry else 1
         for attempt in range(attempts):
             client = self._client
@@ -239,8 +258,7 @@ class Etcd:
                         # outlasts an etcd restart.
                         time.sleep(0.05 * 2**attempt)
                         continue
-                detail = exc.details() if hasattr(exc, "details") else exc
-                raise CoordinationError(f"etcd {op} failed: {code}: {detail}") from exc
+                raise _error(op, exc, revision) from exc
             finally:
                 self.metrics.etcd_latency.labels(op).observe(time.perf_counter() - t0)
         raise AssertionError("unreachable")
@@ -260,18 +278,13 @@ class Etcd:
         ``mod_revision`` is the last write at or before ``revision``. Raises
         :class:`HistoryCompacted` once etcd compacted its history past ``revision``."""
         req = _range_req(key, None, revision=revision)
-
-        def call(c: Any) -> Any:
-            try:
-                return c.kvstub.Range(req, self.timeout, metadata=c.metadata)
-            except grpc.RpcError as exc:
-                if exc.code() == grpc.StatusCode.OUT_OF_RANGE and "compacted" in str(exc.details()):
-                    return None
-                raise
-
-        resp = self._call("get_at", call, retry=True)
-        if resp is None:
-            raise HistoryCompacted(key, revision)
+        try:
+            resp = self._call(
+                "get_at", lambda c: c.kvstub.Range(req, self.timeout, metadata=c.metadata),
+                retry=True, revision=revision,
+            )
+        except HistoryCompacted:
+            raise HistoryCompacted(key, revision) from None
         return _kv(resp.kvs[0]) if resp.kvs else None
 
     def ceiling(self, key: str, range_end: str) -> KV | None:
@@ -307,6 +320,35 @@ class Etcd:
 
     def count(self, start: str, end: str) -> int:
         return int(self._range(_range_req(start, end, count_only=True), "count").count)
+
+    def get_and_count(self, reads: Sequence[tuple[str, str, str]]) -> list[tuple[KV | None, int]]:
+        """For each ``(key, start, end)``: ``key``'s value and the number of keys in
+        ``[start, end)``. One round trip (all at one revision) per
+        :data:`GET_AND_COUNT_BATCH` reads."""
+        out: list[tuple[KV | None, int]] = []
+        for i in range(0, len(reads), GET_AND_COUNT_BATCH):
+            req = etcdrpc.TxnRequest()
+            for key, start, end in reads[i : i + GET_AND_COUNT_BATCH]:
+                _add_op(req.success, Get(key))
+                req.success.add().request_range.CopyFrom(_range_req(start, end, count_only=True))
+            resp = self._call("get_and_count", functools.partial(self._txn, req), retry=True)
+            rs = resp.responses
+            for got, counted in zip(rs[::2], rs[1::2], strict=True):
+                kvs = got.response_range.kvs
+                out.append(((_kv(kvs[0]) if kvs else None), int(counted.response_range.count)))
+        return out
+
+    def readable_at(self, revision: int) -> bool:
+        """Whether etcd still holds its history at ``revision`` (a read there works)."""
+        req = _range_req("\0", None, 1, revision=revision, count_only=True)
+        try:
+            self._call(
+                "range_at", lambda c: c.kvstub.Range(req, self.timeout, metadata=c.metadata),
+                retry=True, revision=revision,
+            )
+        except HistoryCompacted:
+            return False
+        return True
 
     def keys(self, start: str, end: str, *, limit: int = 0) -> list[str]:
         resp = self._range(_range_req(start, end, limit, keys_only=True), "keys")
@@ -438,6 +480,89 @@ class Etcd:
             retry=True,
         )
         return {"revision": int(resp.header.revision), "db_size": int(resp.dbSize)}
+
+    # -- maintenance -------------------------------------------------------------
+    def compact(self, revision: int) -> bool:
+        """Drop the history before ``revision`` (cluster-wide; returns once the member
+        has applied it to its database). ``False``: history was already compacted at or
+        past ``revision``."""
+        req = etcdrpc.CompactionRequest(revision=revision, physical=True)
+        try:
+            self._call(
+                "compact", lambda c: c.kvstub.Compact(req, self.timeout, metadata=c.metadata),
+                retry=False, revision=revision,
+            )
+        except HistoryCompacted:
+            return False
+        return True
+
+    def member_statuses(self) -> list[dict[str, int | str]]:
+        """Per configured endpoint: its revision, DB size, member id, leader and
+        version (a member that does not answer raises :class:`CoordinationError`)."""
+        out: list[dict[str, int | str]] = []
+        for ep in self.endpoints:
+            resp = self._on_member(
+                ep, "status",
+                lambda c: c.maintenancestub.Status(etcdrpc.StatusRequest(), self.timeout, metadata=c.metadata),
+            )
+            out.append({
+                "endpoint": ep, "revision": int(resp.header.revision), "db_size": int(resp.dbSize),
+                "member_id": int(resp.header.member_id), "leader": int(resp.leader), "version": resp.version,
+            })
+        return out
+
+    def defragment(self) -> list[str]:
+        """Defragment the member behind each configured endpoint, one after the other
+        (a member serves nothing while it rewrites its database, so never all at
+        once). This is what returns compacted space to the file system and lowers the
+        DB size the space quota counts. Returns the endpoints done."""
+        timeout = max(self.timeout, _MIN_DEFRAG_TIMEOUT_S)
+        for ep in self.endpoints:
+            self._on_member(
+                ep, "defragment",
+                lambda c: c.maintenancestub.Defragment(etcdrpc.DefragmentRequest(), timeout, metadata=c.metadata),
+            )
+        return list(self.endpoints)
+
+    def alarms(self) -> list[tuple[int, str]]:
+        """The cluster's raised alarms: ``(member id, "NOSPACE" | "CORRUPT" | ...)``."""
+        req = etcdrpc.AlarmRequest(action=etcdrpc.AlarmRequest.GET, memberID=0, alarm=etcdrpc.NONE)
+        resp = self._call(
+            "alarm", lambda c: c.maintenancestub.Alarm(req, self.timeout, metadata=c.metadata), retry=True
+        )
+        return [(int(a.memberID), etcdrpc.AlarmType.Name(a.alarm)) for a in resp.alarms]
+
+    def disarm(self) -> list[tuple[int, str]]:
+        """Clear every raised alarm (after freeing space: a NOSPACE alarm stays raised,
+        and refuses writes, until disarmed). Returns the alarms cleared."""
+        raised = self.alarms()
+        for member, name in raised:
+            req = etcdrpc.AlarmRequest(
+                action=etcdrpc.AlarmRequest.DEACTIVATE, memberID=member, alarm=etcdrpc.AlarmType.Value(name)
+            )
+            self._call("alarm", functools.partial(self._alarm, req), retry=False)
+        return raised
+
+    def _txn(self, req: Any, c: Any) -> Any:
+        return c.kvstub.Txn(req, self.timeout, metadata=c.metadata)
+
+    def _alarm(self, req: Any, c: Any) -> Any:
+        return c.maintenancestub.Alarm(req, self.timeout, metadata=c.metadata)
+
+    def _on_member(self, endpoint: str, op: str, fn: Callable[[Any], Any]) -> Any:
+        """One RPC to the member behind ``endpoint`` (not the failover client)."""
+        i = self.endpoints.index(endpoint)
+        with self._lock:
+            shared = self._client if i == self._current else None
+        client = shared if shared is not None else self._connect(i)
+        self.metrics.etcd_ops.labels(op).inc()
+        try:
+            return fn(client)
+        except grpc.RpcError as exc:
+            raise _error(f"{op} on {endpoint}", exc) from exc
+        finally:
+            if shared is None:
+                client.close()
 
     def close(self) -> None:
         self._client.close()

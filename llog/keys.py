@@ -91,6 +91,10 @@ class KeyLayout:
         """The compactor's persisted revision-to-time samples (compactor/revision_clock.py)."""
         return f"{self.root}/{MAINTENANCE}/revision-clock"
 
+    def etcd_compaction_record(self) -> str:
+        """The last compaction of etcd's history the compactor service made."""
+        return f"{self.root}/{MAINTENANCE}/etcd-compaction"
+
     def all_prefix(self) -> str:
         return f"{self.root}/"
 

@@ -23,6 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TypeVar, cast
 
+from llog.backpressure import UncompactedKeysGate
 from llog.codec import batch, blob
 from llog.codec.meta import FENCED, Control, MetaFormatError, Pending, ProducerState
 from llog.commit_resolution import find_committed
@@ -41,6 +42,7 @@ from llog.errors import (
     CasConflict,
     CoordinationError,
     CorruptMetadata,
+    EtcdSpaceExhausted,
     Fenced,
     InvalidInput,
     InvalidRecord,
@@ -327,6 +329,7 @@ class Writer:
         # CAS against each other's cached result instead of conflicting and re-reading.
         self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
         self._pool = ThreadPoolExecutor(commit_workers, thread_name_prefix="llog-commit")
+        self._gate = UncompactedKeysGate(self.conn)
         self._closed = False
 
     # -- public API ------------------------------------------------------------
@@ -381,8 +384,9 @@ class Writer:
     ) -> list[Outcome]:
         """Append many groups through one shared WAL blob.
 
-        Bad input (names, partitions, record types, sizes, unknown topics) raises before
-        anything is written. Otherwise returns one outcome per group, in order: an
+        Bad input (names, partitions, record types, sizes, unknown topics) and
+        :class:`~llog.errors.BackPressure` raise before anything is written. Otherwise
+        returns one outcome per group, in order: an
         :class:`AppendResult` with its offsets, or an :class:`AppendFailure` carrying a
         typed error (:class:`Fenced`, :class:`CasConflict`, :class:`SequenceError`,
         :class:`AmbiguousCommit`, ...). A group with ``producer_id``/``sequence`` whose
@@ -416,6 +420,7 @@ class Writer:
         if self._closed:
             raise LlogError("writer is closed")
         prepared = self.validate(groups, records_checked=records_checked)
+        self._gate.admit((g.topic, g.partition) for g in prepared)
         created = now_ms()
         bodies = [
             blob.BlobBody(g.topic, g.partition, len(g.records), batch.encode_columns(g.columns, g.stamp, g.lengths))
@@ -576,6 +581,11 @@ class Writer:
                 [o for _, p in chunk for o in p.ops],
                 [Get(keys.control(staged.groups[i].topic, staged.groups[i].partition)) for i, _ in chunk],
             )
+        except EtcdSpaceExhausted as exc:  # refused before it applied: a definite failure
+            conn.metrics.appends.labels(type(exc).__name__).inc(len(chunk))
+            for i, _ in chunk:
+                outcomes[i] = AppendFailure(staged.groups[i].topic, staged.groups[i].partition, exc)
+            return
         except CoordinationError as exc:
             log.warning("combined commit of %d partitions has an unknown outcome: %s", len(chunk), exc)
             with self._cache_lock:
@@ -714,6 +724,8 @@ class Writer:
             start, new, new_ps, mine = plan.mine.start_offset, plan.new, plan.new_ps, plan.mine
             try:
                 r = conn.etcd.txn(plan.compares, plan.ops, plan.failure)
+            except EtcdSpaceExhausted:  # refused before it applied: definite, and so is a retry
+                raise
             except CoordinationError as exc:
                 log.warning("commit of %s to %s/%s has an unknown outcome: %s",
                             pending.append_id, topic, partition, exc)

@@ -438,6 +438,8 @@ def create_app(
         return JSONResponse(
             {"results": results, "success_count": len(results) - len(errors), "error_count": len(errors)},
             status_code=status,
+            # Every partition refused for back-pressure (a full buffer, compaction behind): it passes.
+            headers={"Retry-After": "1"} if status == 503 else None,
         )
 
     async def consume(request: Request) -> Response:

@@ -35,6 +35,8 @@ COMMAND_MODULES = (
     "llog.cli.data",
     "llog.cli.groups",
     "llog.cli.compactor",
+    "llog.cli.etcd",
+    "llog.cli.doctor",
     "llog.cli.broker",
     "llog.cli.loadtest",
 )

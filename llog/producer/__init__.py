@@ -42,7 +42,10 @@ class BatchingProducer:
     Batches close at ``config.batch_max_bytes`` or ``config.batch_max_delay_ms`` after
     their first record; at most ``config.batch_max_buffered_bytes`` are buffered or in
     flight, beyond which ``send`` blocks up to ``send_timeout_s`` and then raises
-    :class:`~llog.errors.BackPressure`. Up to ``max_inflight`` batches
+    :class:`~llog.errors.BackPressure`. A record for a partition compaction has fallen
+    behind on (:class:`~llog.errors.TooManyUncompactedKeys`, also a retriable
+    ``BackPressure``) fails its future alone; the rest of its batch is sent. Up to
+    ``max_inflight`` batches
     (``config.batch_max_inflight``) are being encoded, PUT or committed at once; ``1``
     sends one batch at a time. Of those, at most ``max_inflight_puts``
     (``config.batch_max_inflight_puts``, capped at ``max_inflight``) are being PUT at

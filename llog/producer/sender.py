@@ -23,7 +23,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
 
-from llog.errors import InvalidInput
+from llog.errors import BackPressure, InvalidInput, TooManyUncompactedKeys
 from llog.metrics import Metrics
 from llog.producer.accumulator import Accumulator, Drained, Pending
 from llog.records import AppendGroup, Record
@@ -146,6 +146,12 @@ class Sender:
                 )
                 for u in units
             ], records_checked=True))]
+        except TooManyUncompactedKeys as exc:
+            # Only the partition compaction is behind on waits; the rest of the batch goes.
+            behind = (exc.topic, exc.partition)
+            rest = [g for g in groups if (g.topic, g.partition) != behind]
+            refused = [g for g in groups if (g.topic, g.partition) == behind]
+            return [(_merge(refused), exc), *(self._encode(rest) if rest else [])]
         except InvalidInput as exc:
             if len(groups) == 1:
                 return [(units, exc)]
@@ -200,7 +206,7 @@ class Sender:
 
     def _commit(self, units: _Units, staged: StagedBlob | BaseException) -> None:
         if isinstance(staged, BaseException):
-            if not isinstance(staged, InvalidInput):
+            if not isinstance(staged, (InvalidInput, BackPressure)):
                 log.warning("producer flush of %d groups failed: %s", sum(map(len, units)), staged)
             for u in units:
                 for g in u:

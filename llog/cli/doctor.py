@@ -1,0 +1,121 @@
+"""``llog doctor``: check that etcd and the object store answer and that etcd's
+history is being compacted.
+
+Prints one line per check, ``OK``/``WARN``/``ERROR``, and exits 0 when all are OK, 1
+with warnings, 2 with errors. etcd's history counts as not compacted (WARN) when
+neither the compactor service has recorded a compaction within three
+``LLOG_ETCD_COMPACT_INTERVAL_S`` nor is the oldest revision etcd can still read within
+``--max-history-revisions`` of the current one: such an etcd grows until its space
+quota stops every write.
+"""
+
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from compactor.etcd_history import read_record
+from llog.cli.common import connection_from_args
+from llog.connection import Connection
+from llog.control import now_ms
+from llog.errors import EtcdSpaceExhausted, LlogError
+from llog.etcd import Etcd
+
+#: History deeper than this many revisions, with no recent llog compaction, is a warning.
+DEFAULT_MAX_HISTORY_REVISIONS = 100_000
+
+Level = Literal["OK", "WARN", "ERROR"]
+
+
+@dataclass(frozen=True)
+class Finding:
+    level: Level
+    check: str
+    detail: str
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("doctor", help="check etcd and the object store, and that etcd history is compacted")
+    p.add_argument(
+        "--max-history-revisions", type=int, default=DEFAULT_MAX_HISTORY_REVISIONS,
+        help=f"warn when etcd keeps more history than this (default {DEFAULT_MAX_HISTORY_REVISIONS})",
+    )
+    p.set_defaults(func=_doctor)
+
+
+def _doctor(args: argparse.Namespace) -> int:
+    with connection_from_args(args) as conn:
+        findings = diagnose(conn, max_history_revisions=args.max_history_revisions)
+    for f in findings:
+        print(f"{f.level:5} {f.check}: {f.detail}")
+    levels = {f.level for f in findings}
+    return 2 if "ERROR" in levels else 1 if "WARN" in levels else 0
+
+
+def diagnose(conn: Connection, *, max_history_revisions: int = DEFAULT_MAX_HISTORY_REVISIONS) -> list[Finding]:
+    """Run every check against ``conn``'s etcd and object store."""
+    out = [_check_store(conn)]
+    try:
+        members = conn.etcd.member_statuses()
+    except LlogError as exc:
+        return [Finding("ERROR", "etcd", f"unreachable: {exc}"), *out]
+    for m in members:
+        out.append(Finding("OK", "etcd", f"{m['endpoint']} answers: etcd {m['version']}, revision "
+                                         f"{m['revision']}, db_size {m['db_size']} bytes"))
+    try:
+        out.extend(_check_alarms(conn))
+        out.append(_check_history(conn, max_history_revisions))
+    except LlogError as exc:
+        out.append(Finding("ERROR", "etcd", str(exc)))
+    return out
+
+
+def _check_store(conn: Connection) -> Finding:
+    try:
+        next(iter(conn.store.list(f"{conn.keys.root}/")), None)
+    except LlogError as exc:
+        return Finding("ERROR", "object store", f"{conn.config.object_store} unreachable: {exc}")
+    return Finding("OK", "object store", f"{conn.config.object_store} answers")
+
+
+def _check_alarms(conn: Connection) -> list[Finding]:
+    out = []
+    for member, alarm in conn.etcd.alarms():
+        fix = f"; fix: {EtcdSpaceExhausted.FIX}" if alarm == "NOSPACE" else ""
+        out.append(Finding("ERROR", "etcd alarm", f"member {member:x} raised {alarm}{fix}"))
+    return out
+
+
+def _check_history(conn: Connection, max_history_revisions: int) -> Finding:
+    interval_s = conn.config.etcd_compact_interval_s
+    record = read_record(conn)
+    current = conn.etcd.status()["revision"]
+    oldest = oldest_readable_revision(conn.etcd, current)
+    depth = current - oldest
+    recent = record is not None and interval_s > 0 and now_ms() - record.at_ms <= 3 * interval_s * 1000
+    seen = "never" if record is None else (
+        f"last at revision {record.revision}, {(now_ms() - record.at_ms) // 1000} s ago"
+    )
+    detail = f"{depth} revisions of history (oldest readable {oldest}, current {current}); llog compaction: {seen}"
+    if recent or depth <= max_history_revisions:
+        return Finding("OK", "etcd history", detail)
+    return Finding(
+        "WARN", "etcd history",
+        f"{detail}: not being compacted, etcd will fill its space quota; run the compactor service "
+        "(LLOG_ETCD_COMPACT_INTERVAL_S) or give etcd --auto-compaction-mode/--auto-compaction-retention",
+    )
+
+
+def oldest_readable_revision(etcd: Etcd, current: int) -> int:
+    """The oldest revision etcd can still read (its compaction point), by bisection."""
+    lo, hi = 1, current  # hi is readable; find the least readable revision
+    if etcd.readable_at(lo):
+        return lo
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if etcd.readable_at(mid):
+            hi = mid
+        else:
+            lo = mid
+    return hi
