@@ -317,11 +317,13 @@ _BYTES = {"oneOf": [{"type": "string"}, {
     "type": "object", "required": ["base64"], "additionalProperties": False,
     "properties": {"base64": {"type": "string", "format": "byte"}},
 }]}
+# Null through the string branch: "nullable" next to a oneOf does not admit null in OpenAPI 3.0.
+_KEY = {"oneOf": [{"type": "string", "nullable": True}, _BYTES["oneOf"][1]]}
 _HEADERS = {"type": "array", "description": "[name, value] pairs: the name a string, the value bytes as above",
-            "items": {"type": "array", "minItems": 2, "maxItems": 2, "items": {}}}
+            "items": {"type": "array", "minItems": 2, "maxItems": 2, "items": _BYTES}}
 _RECORD_IN = {"oneOf": [*_BYTES["oneOf"], {
     "type": "object", "required": ["value"], "additionalProperties": False,
-    "properties": {"value": _BYTES, "key": {**_BYTES, "nullable": True}, "headers": _HEADERS},
+    "properties": {"value": _BYTES, "key": _KEY, "headers": _HEADERS},
 }]}
 _ERROR = {"type": "object", "required": ["error", "error_type"], "properties": {
     "error": {"type": "string"}, "error_type": {"type": "string"}, "field": {"type": "string"},
@@ -385,7 +387,7 @@ def openapi_document() -> dict[str, Any]:
     }}
     record = {"type": "object", "properties": {
         "offset": {"type": "integer"}, "timestamp": {"type": "integer"},
-        "key": {**_BYTES, "nullable": True}, "value": _BYTES, "headers": _HEADERS,
+        "key": _KEY, "value": _BYTES, "headers": _HEADERS,
     }}
     consume_res = {"type": "object", "properties": {
         "topic_partitions": {"type": "array", "items": {"type": "object", "properties": {
