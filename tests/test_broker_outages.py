@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from llog.broker.readiness import Readiness
 from llog.broker.statuses import RETRY_AFTER_S, error_status, request_status
 from llog.config import LlogConfig
 from llog.connection import Connection
@@ -23,6 +24,7 @@ from llog.errors import (
     SequenceError,
     StoreError,
 )
+from llog.metrics import Metrics
 from llog.reader import Reader
 from llog.topics import Topics
 from tests.broker_harness import (  # noqa: F401 (the fixtures conn and broker)
@@ -62,6 +64,24 @@ def test_health_reports_the_broker_and_ready_both_dependencies(broker: BrokerPro
     assert status == 200, ready
     assert ready["status"] == "ready" and ready["broker_id"] == health["broker_id"]
     assert ready["checks"]["etcd"]["ok"] and ready["checks"]["object_store"]["ok"]
+
+
+def test_readiness_result_is_reused_within_its_ttl(config: LlogConfig, conn: Connection) -> None:
+    metrics = Metrics()
+    ready = Readiness(config, conn.store, config.root_prefix, metrics, ttl_s=3600)
+    try:
+        def reads() -> tuple[float, float]:  # (etcd requests, S3 requests) so far
+            snap = metrics.snapshot()
+            etcd, s3 = (sum(float(str(x["value"])) for x in snap[name])
+                        for name in ("llog_etcd_ops_total", "llog_s3_ops_total"))
+            return etcd, s3
+
+        assert ready.check()[0] and reads() == (1, 1)
+        assert ready.check()[0] and reads() == (1, 1)  # cached: no second read
+        ready.ttl_s = 0
+        assert ready.check()[0] and reads() == (2, 2)
+    finally:
+        ready.close()
 
 
 def test_two_brokers_have_different_ids(config: LlogConfig, conn: Connection) -> None:

@@ -499,10 +499,6 @@ def create_app(
 
     async def ready(_request: Request) -> Response:
         b = broker()
-        assert b.tails is not None
-        if b.tails.stopping:  # draining: a load balancer should send new requests elsewhere
-            return JSONResponse({"status": "stopping", "broker_id": b.broker_id, "checks": {}}, status_code=503,
-                                headers=retry_headers(503))
         ok, checks = await anyio.to_thread.run_sync(b.readiness.check)
         status = 200 if ok else 503
         return JSONResponse({"status": "ready" if ok else "unavailable", "broker_id": b.broker_id, "checks": checks},

@@ -440,7 +440,7 @@ def openapi_document() -> dict[str, Any]:
     check = {"type": "object", "required": ["ok"], "properties": {
         "ok": {"type": "boolean"}, "latency_ms": {"type": "number"}, "error": {"type": "string"}}}
     ready_res = {"type": "object", "required": ["status", "broker_id", "checks"], "properties": {
-        "status": {"type": "string", "enum": ["ready", "unavailable", "stopping"]},
+        "status": {"type": "string", "enum": ["ready", "unavailable"]},
         "broker_id": {"type": "string"},
         "checks": {"type": "object", "properties": {"etcd": check, "object_store": check}}}}
     return {
@@ -495,7 +495,7 @@ def openapi_document() -> dict[str, Any]:
                 "summary": "Readiness: etcd and the object store answer (checked at most once a second)",
                 "security": [],
                 "responses": {"200": {"description": "ready", **_json(ready_res)},
-                              "503": {"description": "a dependency is unreachable, or the broker is stopping",
+                              "503": {"description": "etcd or the object store is unreachable",
                                       "headers": _RETRY_AFTER, **_json(ready_res)}},
             }},
             "/metrics": {"get": {"responses": plain}},
