@@ -10,9 +10,10 @@ import fcntl
 import os
 from pathlib import Path
 
-from llog.broker.filecache import remove_dead_owners
+from llog.broker.filecache import FileTailCache, remove_dead_owners
 from llog.config import LlogConfig
 from llog.connection import Connection
+from llog.metrics import Metrics
 from tests.broker_harness import (  # noqa: F401 (the fixture conn)
     BrokerProcess,
     broker_process,
@@ -81,3 +82,18 @@ def test_sweep_removes_only_owners_whose_lock_is_free(tmp_path: Path) -> None:
         os.close(held)
     assert remove_dead_owners(tmp_path) == ["alive"]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_running_broker_sweeps_periodically(tmp_path: Path) -> None:
+    cache = FileTailCache(tmp_path, "root", "me", 1 << 20, Metrics(), sweep_interval_s=0.05)
+    base = tmp_path / "root"
+    try:
+        # A broker that died after this one started: only the periodic sweep can see it.
+        (base / "gone-1" / "t" / "0").mkdir(parents=True)
+        (base / "gone-1.lock").touch()
+        wait_until(lambda: not (base / "gone-1").exists() and not (base / "gone-1.lock").exists(), 30,
+                   "the periodic sweep")
+        assert _locks(base) == {cache.own.name}  # its own lock is held: never swept
+    finally:
+        cache.close()
+    assert list(base.iterdir()) == []

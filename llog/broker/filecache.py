@@ -52,7 +52,7 @@ _LOCK_SUFFIX = ".lock"
 class FileTailCache:
     def __init__(
         self, directory: str | Path, root_prefix: str, broker_id: str, max_bytes: int, metrics: Metrics,
-        max_files: int = 4096,
+        max_files: int = 4096, sweep_interval_s: float = SWEEP_INTERVAL_S,
     ) -> None:
         self.base = Path(directory) / root_prefix
         self.base.mkdir(parents=True, exist_ok=True)
@@ -62,6 +62,7 @@ class FileTailCache:
         #: This broker's files (the other owners' directories are only read).
         self.own = self.base / name
         self._sweep()
+        self.sweep_interval_s = sweep_interval_s
         self._metrics = metrics
         self.max_bytes = max_bytes
         # Lookups list a partition's directory: keep it short even for tiny records.
@@ -109,11 +110,11 @@ class FileTailCache:
             log.warning("tail cache sweep of %s failed: %s", self.base, exc)
 
     def _run(self) -> None:
-        next_sweep = time.monotonic() + SWEEP_INTERVAL_S
+        next_sweep = time.monotonic() + self.sweep_interval_s
         while True:
             if time.monotonic() >= next_sweep:
                 self._sweep()
-                next_sweep = time.monotonic() + SWEEP_INTERVAL_S
+                next_sweep = time.monotonic() + self.sweep_interval_s
             try:
                 item = self._queue.get(timeout=max(0.0, next_sweep - time.monotonic()))
             except queue.Empty:
