@@ -77,9 +77,9 @@ class FileTailCache:
         self._thread = threading.Thread(target=self._run, name="llog-tail-files", daemon=True)
         self._thread.start()
 
-    def _dir(self, topic: str, partition: int, owner: Path | None = None) -> Path:
+    def _dir(self, topic: str, partition: int) -> Path:
         # Topic names are path-safe ([A-Za-z0-9._-]).
-        return (self.own if owner is None else owner) / topic / str(partition)
+        return self.own / topic / str(partition)
 
     def put(self, result: AppendResult, body: bytes | memoryview) -> None:
         """Queue a committed append's body (the bytes of its WAL slice) for its file;
@@ -160,11 +160,13 @@ class FileTailCache:
             owners = os.listdir(self.base)
         except OSError:
             return None
-        spans: dict[int, tuple[int, Path]] = {}
+        # Strings, not Paths: a partition directory can hold thousands of names.
+        spans: dict[int, tuple[int, str, str]] = {}
+        tail = f"{topic}/{partition}"
         for owner in owners:
             if owner.endswith(_LOCK_SUFFIX):
                 continue
-            d = self._dir(topic, partition, self.base / owner)
+            d = f"{self.base}/{owner}/{tail}"
             try:
                 names = os.listdir(d)
             except OSError:
@@ -172,15 +174,16 @@ class FileTailCache:
             for name in names:
                 first, sep, n = name.partition("-")
                 if sep and first.isdigit() and n.isdigit():
-                    spans[int(first)] = (int(n), d / name)
-        holder = next((s for s, (n, _) in spans.items() if s <= offset < s + n), None)
+                    spans[int(first)] = (int(n), d, name)
+        holder = next((s for s, (n, _, _) in spans.items() if s <= offset < s + n), None)
         out: list[ConsumedRecord] = []
         used = 0
         want = offset
         while holder is not None:
-            count, path = spans[holder]
+            count, d, name = spans[holder]
             try:
-                b = batch.decode(path.read_bytes())
+                with open(f"{d}/{name}", "rb") as f:
+                    b = batch.decode(f.read())
             except (OSError, batch.BatchFormatError):
                 break  # pruned meanwhile, or damaged: storage has the truth
             for i, (ts, key, value, headers) in enumerate(b.rows(want - holder), start=want):
