@@ -26,6 +26,7 @@ class BrokerProcess:
     def __init__(self, proc: subprocess.Popen[str], url: str) -> None:
         self.proc = proc
         self.url = url
+        self.killed = False
         parts = urlsplit(url)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
 
@@ -34,6 +35,14 @@ class BrokerProcess:
         headers: dict[str, str] | None = None, timeout: float = 120.0,
     ) -> tuple[int, Any]:
         """``(status, decoded JSON body or text)``; ``raw`` sends bytes as they are."""
+        status, _headers, decoded = self.exchange(method, path, body, raw=raw, headers=headers, timeout=timeout)
+        return status, decoded
+
+    def exchange(
+        self, method: str, path: str, body: Any = None, *, raw: bytes | None = None,
+        headers: dict[str, str] | None = None, timeout: float = 120.0,
+    ) -> tuple[int, dict[str, str], Any]:
+        """:meth:`request` with the response headers (names in lower case) too."""
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         try:
@@ -42,10 +51,17 @@ class BrokerProcess:
             text = resp.read().decode()
         finally:
             conn.close()
+        got = {k.lower(): v for k, v in resp.getheaders()}
         try:
-            return resp.status, json.loads(text)
+            return resp.status, got, json.loads(text)
         except ValueError:
-            return resp.status, text
+            return resp.status, got, text
+
+    def kill(self) -> None:
+        """SIGKILL: the broker gets no chance to clean up."""
+        self.proc.kill()
+        self.proc.wait()
+        self.killed = True
 
     def post(self, path: str, body: Any, **kw: Any) -> tuple[int, Any]:
         return self.request("POST", path, body, **kw)
@@ -58,7 +74,8 @@ class BrokerProcess:
 
 @contextmanager
 def broker_process(cfg: LlogConfig, *args: str, **env: str) -> Iterator[BrokerProcess]:
-    """Start a broker on a free port; stop it with SIGTERM and require a clean exit."""
+    """Start a broker on a free port; stop it with SIGTERM and require a clean exit
+    (unless the test killed it)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "llog", "broker", "--port", "0", *args],
         env={**config_env(cfg), **env}, stdout=subprocess.PIPE, text=True,
@@ -67,9 +84,11 @@ def broker_process(cfg: LlogConfig, *args: str, **env: str) -> Iterator[BrokerPr
         assert proc.stdout is not None
         line = proc.stdout.readline()
         assert "listening on " in line, f"broker did not start: {line!r}"
-        yield BrokerProcess(proc, line.rsplit(" ", 1)[1].strip())
-        proc.send_signal(signal.SIGTERM)
-        assert proc.wait(timeout=60) == 0
+        broker = BrokerProcess(proc, line.rsplit(" ", 1)[1].strip())
+        yield broker
+        if not broker.killed:
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(timeout=60) == 0
     finally:
         if proc.poll() is None:
             proc.kill()

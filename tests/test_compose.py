@@ -112,7 +112,9 @@ def test_llog_services_listen_where_their_healthcheck_and_ports_look(services: d
         role = svc["command"][0].upper()
         port = env[f"LLOG_{role}_PORT"]
         assert env[f"LLOG_{role}_HOST"] == "0.0.0.0", name
-        assert f"127.0.0.1:{port}/health" in " ".join(svc["healthcheck"]["test"]), name
+        # A broker is healthy once ready (etcd and the store answer); the compactor has /health only.
+        probe = "/ready" if role == "BROKER" else "/health"
+        assert f"127.0.0.1:{port}{probe}" in " ".join(svc["healthcheck"]["test"]), name
         assert any(str(p).endswith(f":{port}") for p in svc["ports"]), name
         # Every LLOG_ variable is a real setting (a typo would be silently ignored).
         LlogConfig.from_env({k: str(v) for k, v in env.items()})

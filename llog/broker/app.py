@@ -10,6 +10,7 @@ import hmac
 import logging
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Generator
 from concurrent.futures import Future
 from contextlib import asynccontextmanager
@@ -26,6 +27,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from llog.broker.filecache import FileTailCache
+from llog.broker.readiness import Readiness
 from llog.broker.schemas import (
     CommitRequest,
     ConsumeRequest,
@@ -40,12 +42,13 @@ from llog.broker.schemas import (
     parse_offsets_query,
     parse_produce,
 )
+from llog.broker.statuses import error_status, partition_error, request_status, retry_headers
 from llog.broker.tailcache import TailCache
 from llog.broker.wakeup import PartitionTails
 from llog.codec import batch
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.errors import BackPressure, LlogError, OffsetOutOfRange, StaleEpoch, UnknownTopic
+from llog.errors import BackPressure, InvalidInput, LlogError, OffsetOutOfRange, StaleEpoch, UnknownTopic
 from llog.groups.admin import describe_group
 from llog.groups.epoch import current_epoch
 from llog.groups.offsets import Fence, GroupOffsets
@@ -58,8 +61,11 @@ from llog.writer import AppendResult
 
 log = logging.getLogger(__name__)
 
-ROUTES = ("/produce", "/consume", "/commit", "/offsets", "/health", "/metrics", "/metrics/prometheus", "/openapi.json")
-_OPEN_ROUTES = {"/health", "/openapi.json"}  # no token needed
+ROUTES = (
+    "/produce", "/consume", "/commit", "/offsets", "/health", "/ready", "/metrics", "/metrics/prometheus",
+    "/openapi.json",
+)
+_OPEN_ROUTES = {"/health", "/ready", "/openapi.json"}  # no token needed
 
 
 class Broker:
@@ -67,12 +73,17 @@ class Broker:
 
     def __init__(self, config: LlogConfig, *, send_timeout_s: float, tail_cache_bytes: int) -> None:
         self.config = config
+        #: This process's name in ``/health`` and its tail-cache directory; new per start.
+        self.broker_id = uuid.uuid4().hex[:16]
+        self.started_at_ms = int(time.time() * 1000)
         self.conn = Connection(config)
         self.cache = TailCache(tail_cache_bytes)
         self.files = (
             None if config.tail_cache_dir is None
-            else FileTailCache(config.tail_cache_dir, self.conn.keys.root, tail_cache_bytes, self.conn.metrics)
+            else FileTailCache(config.tail_cache_dir, self.conn.keys.root, self.broker_id, tail_cache_bytes,
+                               self.conn.metrics)
         )
+        self.readiness = Readiness(config, self.conn.store, self.conn.keys.root, self.conn.metrics)
         self.reader = Reader(self.conn)
         self.tails: PartitionTails | None = None
         # Partitions already validated (topic cached): produce to them never touches etcd.
@@ -90,6 +101,7 @@ class Broker:
                 self.files.close()
             if self.tails is not None:
                 self.tails.close()
+            self.readiness.close()
             self.reader.close()
             self.conn.close()
 
@@ -114,12 +126,11 @@ class Broker:
             key = (tp.topic, tp.partition)
             if fast and key not in self._ready:
                 break
-            records = [Record(v) for v in tp.records]  # the writer stamps append time
             try:
                 if not fast:
                     self._ensure_topic(tp.topic)
                 out.append(self.producer.send_group(
-                    tp.topic, tp.partition, records, producer_id=tp.producer_id, sequence=tp.sequence,
+                    tp.topic, tp.partition, tp.records, producer_id=tp.producer_id, sequence=tp.sequence,
                     timeout=0 if fast else None,
                 ))
                 self._ready.add(key)
@@ -167,12 +178,13 @@ class Broker:
 
     def fetch(
         self, req: ConsumeRequest, *, io: bool, failed: dict[int, LlogError] | None = None
-    ) -> tuple[list[dict[str, Any]], int]:
-        """Every partition's records (``failed``: partitions :meth:`resolve` could not
-        place). Without ``io`` (on the event loop) raise :class:`_NeedsIO` as soon as a
-        partition needs etcd or S3."""
+    ) -> tuple[list[dict[str, Any]], list[LlogError], int]:
+        """Every partition's result, the errors among them, and the bytes fetched
+        (``failed``: partitions :meth:`resolve` could not place). Without ``io`` (on the
+        event loop) raise :class:`_NeedsIO` as soon as a partition needs etcd or S3."""
         budget = req.max_bytes
         out: list[dict[str, Any]] = []
+        errors: list[LlogError] = []
         total = 0
         for i, fp in enumerate(req.topic_partitions):
             try:
@@ -180,15 +192,15 @@ class Broker:
                     raise (failed or {})[i]
                 part, used = self._fetch_one(fp, fp.fetch_offset, budget, io)
             except LlogError as exc:
-                out.append({"topic": fp.topic, "partition": fp.partition, "ok": False,
-                            "error_type": type(exc).__name__, "error": str(exc)})
+                errors.append(exc)
+                out.append(partition_error(fp.topic, fp.partition, exc))
                 continue
             budget = max(0, budget - used)
             total += used
             out.append(part)
         self.conn.metrics.consume_records.inc(sum(len(p["records"]) for p in out if p["ok"]))
         self.conn.metrics.consume_bytes.inc(total)
-        return out, total
+        return out, errors, total
 
     def _fetch_one(self, fp: FetchPartition, offset: int, budget: int, io: bool) -> tuple[dict[str, Any], int]:
         tp = (fp.topic, fp.partition)
@@ -241,8 +253,9 @@ class Broker:
         return out
 
     # -- consumer groups (worker thread) -------------------------------------------------
-    def commit(self, req: CommitRequest) -> list[dict[str, Any]]:
-        """Commit each offset on its own; a refused one leaves that partition unchanged."""
+    def commit(self, req: CommitRequest) -> tuple[list[dict[str, Any]], list[LlogError]]:
+        """Commit each offset on its own; a refused one leaves that partition unchanged.
+        Returns every partition's result and the errors among them."""
         offsets = GroupOffsets(self.conn, req.group)
         fence = Fence(owner=None if req.member is None else Owner(req.member, req.member_lease))
         stale = None
@@ -254,8 +267,8 @@ class Broker:
                 # The guard compares the epoch key's exact bytes: a bump after this read still fences.
                 fence = replace(fence, epoch=current)
         out: list[dict[str, Any]] = []
+        errors: list[LlogError] = []
         for c in req.offsets:
-            base = {"topic": c.topic, "partition": c.partition}
             try:
                 if stale is not None:
                     raise StaleEpoch(req.group, c.topic, c.partition, c.offset, stale)
@@ -263,11 +276,12 @@ class Broker:
                     c.topic, c.partition, c.offset, fence=fence, member=req.member or "", reset=req.reset
                 )
             except LlogError as exc:
-                out.append({**base, "ok": False, "error_type": type(exc).__name__, "error": str(exc)})
+                errors.append(exc)
+                out.append(partition_error(c.topic, c.partition, exc))
                 continue
-            out.append({**base, "ok": True, "offset": done.offset, "epoch": done.epoch,
-                        "member": done.member, "updated_at_ms": done.updated_at_ms})
-        return out
+            out.append({"topic": c.topic, "partition": c.partition, "ok": True, "offset": done.offset,
+                        "epoch": done.epoch, "member": done.member, "updated_at_ms": done.updated_at_ms})
+        return out, errors
 
     def describe(self, query: OffsetsQuery) -> dict[str, Any]:
         topics = None if query.topic is None else [query.topic]
@@ -298,7 +312,15 @@ def _record_json(r: ConsumedRecord) -> dict[str, Any]:
 
 
 def _error(status: int, error_type: str, message: str, **extra: Any) -> JSONResponse:
-    return JSONResponse({"error": message, "error_type": error_type, **extra}, status_code=status)
+    return JSONResponse({"error": message, "error_type": error_type, **extra}, status_code=status,
+                        headers=retry_headers(status))
+
+
+def _results(body: dict[str, Any], errors: list[LlogError], total: int) -> JSONResponse:
+    """A per-partition answer: ``body`` plus the counts, with the request's status."""
+    status = request_status(errors, total)
+    return JSONResponse({**body, "success_count": total - len(errors), "error_count": len(errors)},
+                        status_code=status, headers=retry_headers(status))
 
 
 async def _body(request: Request, limit: int) -> bytes:
@@ -383,8 +405,13 @@ def create_app(
     send_timeout_s: float = 5.0,
     tail_cache_bytes: int = 64 * 1024 * 1024,
     on_ready: Callable[[], None] | None = None,
+    host: str | None = None,
+    port: int | None = None,
 ) -> BrokerApp:
-    """The broker as an ASGI app; resources open in its lifespan."""
+    """The broker as an ASGI app; resources open in its lifespan. ``host`` and
+    ``port`` are where it listens, as ``/health`` reports them (default: the config's)."""
+    listen = {"host": config.broker_host if host is None else host,
+              "port": config.broker_port if port is None else port}
     holder: list[Broker] = []
 
     def broker() -> Broker:
@@ -411,36 +438,24 @@ def create_app(
         if len(submitted) < len(req.topic_partitions):
             submitted += await anyio.to_thread.run_sync(b.submit, req, len(submitted))
         results: list[dict[str, Any]] = []
-        errors: list[LlogError | BaseException] = []
+        errors: list[LlogError] = []
         for tp, item in zip(req.topic_partitions, submitted, strict=True):
-            base = {"topic": tp.topic, "partition": tp.partition}
             try:
                 if isinstance(item, LlogError):
                     raise item
                 res = await asyncio.wrap_future(item)
             except LlogError as exc:
                 errors.append(exc)
-                results.append({**base, "ok": False, "error_type": type(exc).__name__, "error": str(exc)})
+                results.append(partition_error(tp.topic, tp.partition, exc))
                 continue
             b.conn.metrics.produce_records.inc(res.count)
-            b.conn.metrics.produce_bytes.inc(sum(map(len, tp.records)))
+            b.conn.metrics.produce_bytes.inc(sum(map(payload_size, tp.records)))
             results.append({
-                **base, "ok": True, "start_offset": res.start_offset, "end_offset": res.end_offset,
-                "count": res.count, "index_key": res.index_key,
+                "topic": tp.topic, "partition": tp.partition, "ok": True, "start_offset": res.start_offset,
+                "end_offset": res.end_offset, "count": res.count, "index_key": res.index_key,
                 "wal_uri": f"{config.object_store.rstrip('/')}/{res.data_key}",
             })
-        if not errors:
-            status = 200
-        elif len(errors) == len(results) and all(isinstance(e, BackPressure) for e in errors):
-            status = 503
-        else:
-            status = 409
-        return JSONResponse(
-            {"results": results, "success_count": len(results) - len(errors), "error_count": len(errors)},
-            status_code=status,
-            # Every partition refused for back-pressure (a full buffer, compaction behind): it passes.
-            headers={"Retry-After": "1"} if status == 503 else None,
-        )
+        return _results({"results": results}, errors, len(results))
 
     async def consume(request: Request) -> Response:
         req = parse_consume(await _body(request, max_request_bytes))
@@ -456,29 +471,21 @@ def create_app(
             # Versions first: a change landing during the fetch then ends the wait at once.
             seen = b.tails.versions(tps)
             try:
-                parts, total = b.fetch(req, io=False, failed=unresolved)
+                parts, errors, total = b.fetch(req, io=False, failed=unresolved)
             except _NeedsIO:
-                parts, total = await anyio.to_thread.run_sync(lambda: b.fetch(req, io=True, failed=unresolved))
-            failed = sum(1 for p in parts if not p["ok"])
+                parts, errors, total = await anyio.to_thread.run_sync(
+                    lambda: b.fetch(req, io=True, failed=unresolved))
             left = deadline - time.monotonic()
-            if total >= req.min_bytes or failed or left <= 0 or b.tails.stopping:
+            if total >= req.min_bytes or errors or left <= 0 or b.tails.stopping:
                 break
             with b.conn.metrics.consume_waiting.track_inprogress():
                 await b.tails.wait(tps, seen, left)
-        return JSONResponse(
-            {"topic_partitions": parts, "success_count": len(parts) - failed, "error_count": failed},
-            status_code=409 if failed else 200,
-        )
+        return _results({"topic_partitions": parts}, errors, len(parts))
 
     async def commit(request: Request) -> Response:
         req = parse_commit(await _body(request, max_request_bytes))
-        results = await anyio.to_thread.run_sync(broker().commit, req)
-        failed = sum(1 for r in results if not r["ok"])
-        return JSONResponse(
-            {"group": req.group, "results": results, "success_count": len(results) - failed,
-             "error_count": failed},
-            status_code=409 if failed else 200,
-        )
+        results, errors = await anyio.to_thread.run_sync(broker().commit, req)
+        return _results({"group": req.group, "results": results}, errors, len(results))
 
     async def offsets(request: Request) -> Response:
         query = parse_offsets_query(request.query_params.multi_items())
@@ -488,7 +495,15 @@ def create_app(
             return _error(404, "UnknownTopic", str(exc))
 
     async def health(_request: Request) -> Response:
-        return JSONResponse({"status": "ok"})
+        b = broker()
+        return JSONResponse({"status": "ok", "broker_id": b.broker_id, **listen, "started_at_ms": b.started_at_ms})
+
+    async def ready(_request: Request) -> Response:
+        b = broker()
+        ok, checks = await anyio.to_thread.run_sync(b.readiness.check)
+        status = 200 if ok else 503
+        return JSONResponse({"status": "ready" if ok else "unavailable", "broker_id": b.broker_id, "checks": checks},
+                            status_code=status, headers=retry_headers(status))
 
     async def metrics_json(_request: Request) -> Response:
         return JSONResponse(broker().conn.metrics.snapshot())
@@ -513,8 +528,21 @@ def create_app(
         assert isinstance(exc, InvalidRequest)
         return _error(400, "InvalidRequest", str(exc), field=exc.field)
 
+    async def llog_error(_request: Request, exc: Exception) -> Response:
+        """A whole request failed (not one partition of it): an outage is a 503 as
+        on the per-partition routes; anything else is the broker's fault."""
+        assert isinstance(exc, LlogError)
+        if isinstance(exc, InvalidInput):
+            status = 400
+        else:
+            status = error_status(exc)
+            if status == 409:
+                status = 500
+                log.error("request failed: %s", exc, exc_info=exc)
+        return _error(status, type(exc).__name__, str(exc))
+
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
-        HTTPException: http_error, _TooLarge: too_large, InvalidRequest: invalid_request,
+        HTTPException: http_error, _TooLarge: too_large, InvalidRequest: invalid_request, LlogError: llog_error,
     }
     app = Starlette(
         routes=[
@@ -523,6 +551,7 @@ def create_app(
             Route("/commit", commit, methods=["POST"]),
             Route("/offsets", offsets, methods=["GET"]),
             Route("/health", health, methods=["GET"]),
+            Route("/ready", ready, methods=["GET"]),
             Route("/metrics", metrics_json, methods=["GET"]),
             Route("/metrics/prometheus", metrics_prometheus, methods=["GET"]),
             Route("/openapi.json", openapi, methods=["GET"]),

@@ -13,6 +13,7 @@ from typing import Any
 
 from llog.errors import InvalidInput, InvalidTopicName
 from llog.names import TOPIC_NAME_RE, check_group, check_topic
+from llog.records import Record
 
 MAX_TOPIC_PARTITIONS = 10_000
 MAX_WAIT_MS = 60_000
@@ -35,7 +36,7 @@ class InvalidRequest(InvalidInput):
 class ProducePartition:
     topic: str
     partition: int
-    records: tuple[bytes, ...]
+    records: tuple[Record, ...]  # without timestamps: the writer stamps append time
     producer_id: str | None = None
     sequence: int | None = None
 
@@ -103,7 +104,7 @@ def parse_produce(body: bytes) -> ProduceRequest:
     for where, tp in _objects(doc, "topic_partitions", {"topic", "partition", "records", "producer_id", "sequence"}):
         topic, partition = _topic(tp, where), _int(tp, "partition", where, required=True)
         recs = _list(tp, "records", f"{where}.")
-        values = tuple([_record(r, where, j) for j, r in enumerate(recs)])
+        records = tuple([_record(r, where, j) for j, r in enumerate(recs)])
         pid = tp.get("producer_id")
         if pid is not None and (not isinstance(pid, str) or TOPIC_NAME_RE.fullmatch(pid) is None):
             raise InvalidRequest(f"{where}.producer_id", "must match [A-Za-z0-9._-]{1,249}")
@@ -111,7 +112,7 @@ def parse_produce(body: bytes) -> ProduceRequest:
         if (pid is None) != (seq is None):
             raise InvalidRequest(f"{where}.sequence", "producer_id and sequence go together")
         assert partition is not None
-        out.append(ProducePartition(topic, partition, values, pid, seq))
+        out.append(ProducePartition(topic, partition, records, pid, seq))
     return ProduceRequest(tuple(out))
 
 
@@ -264,28 +265,73 @@ def _int(
     return v
 
 
-def _record(r: object, tp_where: str, j: int) -> bytes:
-    """Record ``j`` of the topic-partition at ``tp_where``; the field name is built only
+def _record(r: object, tp_where: str, j: int) -> Record:
+    """Record ``j`` of the topic-partition at ``tp_where``: a value alone (string or
+    ``{"base64": …}``) or ``{"value", "key", "headers"}``. The field name is built only
     for an error (this runs once per produced record)."""
     if isinstance(r, str):
         try:
-            return r.encode("utf-8")
+            return Record(r.encode("utf-8"))
         except UnicodeEncodeError:
             raise InvalidRequest(f"{tp_where}.records[{j}]", "string is not valid UTF-8 (lone surrogate)") from None
     where = f"{tp_where}.records[{j}]"
-    if isinstance(r, dict):
-        if set(r) != {"base64"} or not isinstance(r["base64"], str):
-            raise InvalidRequest(where, 'must be a string or {"base64": "<string>"}')
+    if isinstance(r, dict) and "base64" in r:
+        return Record(_bytes(r, where))
+    if not isinstance(r, dict):
+        raise InvalidRequest(where, f'must be a string, {{"base64": ...}} or {{"value": ...}}, got {_kind(r)}')
+    _only(r, where, {"value", "key", "headers"})
+    if "value" not in r:
+        raise InvalidRequest(f"{where}.value", "is required")
+    key = r.get("key")
+    return Record(
+        _bytes(r["value"], f"{where}.value"),
+        None if key is None else _bytes(key, f"{where}.key"),
+        headers=_headers(r["headers"], f"{where}.headers") if "headers" in r else (),
+    )
+
+
+def _bytes(v: object, where: str) -> bytes:
+    """A string (its UTF-8 bytes) or ``{"base64": "<string>"}``."""
+    if isinstance(v, str):
         try:
-            return base64.b64decode(r["base64"], validate=True)
-        except (binascii.Error, ValueError):
-            raise InvalidRequest(f"{where}.base64", "not valid base64") from None
-    raise InvalidRequest(where, f'must be a string or {{"base64": ...}}, got {_kind(r)}')
+            return v.encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequest(where, "string is not valid UTF-8 (lone surrogate)") from None
+    if not isinstance(v, dict) or set(v) != {"base64"} or not isinstance(v["base64"], str):
+        raise InvalidRequest(where, 'must be a string or {"base64": "<string>"}')
+    try:
+        return base64.b64decode(v["base64"], validate=True)
+    except (binascii.Error, ValueError):
+        raise InvalidRequest(f"{where}.base64", "not valid base64") from None
+
+
+def _headers(v: object, where: str) -> tuple[tuple[str, bytes], ...]:
+    """``[[name, value], …]`` as consume returns them: names are strings, values bytes."""
+    if not isinstance(v, list):
+        raise InvalidRequest(where, f"must be an array of [name, value] pairs, got {_kind(v)}")
+    out = []
+    for i, h in enumerate(v):
+        if not isinstance(h, list) or len(h) != 2 or not isinstance(h[0], str):
+            raise InvalidRequest(f"{where}[{i}]", "must be a [name, value] pair with a string name")
+        try:
+            h[0].encode("utf-8")
+        except UnicodeEncodeError:
+            raise InvalidRequest(f"{where}[{i}][0]", "string is not valid UTF-8 (lone surrogate)") from None
+        out.append((h[0], _bytes(h[1], f"{where}[{i}][1]")))
+    return tuple(out)
 
 
 _BYTES = {"oneOf": [{"type": "string"}, {
     "type": "object", "required": ["base64"], "additionalProperties": False,
     "properties": {"base64": {"type": "string", "format": "byte"}},
+}]}
+# Null through the string branch: "nullable" next to a oneOf does not admit null in OpenAPI 3.0.
+_KEY = {"oneOf": [{"type": "string", "nullable": True}, _BYTES["oneOf"][1]]}
+_HEADERS = {"type": "array", "description": "[name, value] pairs: the name a string, the value bytes as above",
+            "items": {"type": "array", "minItems": 2, "maxItems": 2, "items": _BYTES}}
+_RECORD_IN = {"oneOf": [*_BYTES["oneOf"], {
+    "type": "object", "required": ["value"], "additionalProperties": False,
+    "properties": {"value": _BYTES, "key": _KEY, "headers": _HEADERS},
 }]}
 _ERROR = {"type": "object", "required": ["error", "error_type"], "properties": {
     "error": {"type": "string"}, "error_type": {"type": "string"}, "field": {"type": "string"},
@@ -295,8 +341,19 @@ _TP = {"topic": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,249}$"},
 _GROUP = {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,249}$"}
 
 
+_RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before sending the request again",
+                                 "schema": {"type": "integer"}}}
+_UNAVAILABLE = ("every partition failed for an outage (etcd or the object store unreachable) or back-pressure; "
+                "nothing was written: send the same request again after Retry-After")
+
+
 def _errors(*codes: str) -> dict[str, Any]:
-    return {c: {"description": "error", "content": {"application/json": {"schema": _ERROR}}} for c in codes}
+    return {c: {"description": "error", "content": {"application/json": {"schema": _ERROR}},
+                **({"headers": _RETRY_AFTER} if c == "503" else {})} for c in codes}
+
+
+def _unavailable(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"503": {"description": _UNAVAILABLE, "headers": _RETRY_AFTER, **_json(schema)}}
 
 
 def _json(schema: dict[str, Any]) -> dict[str, Any]:
@@ -307,7 +364,7 @@ def openapi_document() -> dict[str, Any]:
     produce_req = {"type": "object", "required": ["topic_partitions"], "additionalProperties": False, "properties": {
         "topic_partitions": {"type": "array", "minItems": 1, "maxItems": MAX_TOPIC_PARTITIONS, "items": {
             "type": "object", "required": ["topic", "partition", "records"], "additionalProperties": False,
-            "properties": {**_TP, "records": {"type": "array", "minItems": 1, "items": _BYTES},
+            "properties": {**_TP, "records": {"type": "array", "minItems": 1, "items": _RECORD_IN},
                            "producer_id": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,249}$"},
                            "sequence": {"type": "integer", "minimum": 0}},
         }},
@@ -338,8 +395,7 @@ def openapi_document() -> dict[str, Any]:
     }}
     record = {"type": "object", "properties": {
         "offset": {"type": "integer"}, "timestamp": {"type": "integer"},
-        "key": {**_BYTES, "nullable": True}, "value": _BYTES,
-        "headers": {"type": "array", "items": {"type": "array", "items": {}}},
+        "key": _KEY, "value": _BYTES, "headers": _HEADERS,
     }}
     consume_res = {"type": "object", "properties": {
         "topic_partitions": {"type": "array", "items": {"type": "object", "properties": {
@@ -385,6 +441,18 @@ def openapi_document() -> dict[str, Any]:
         "total_lag": {"type": "integer"},
     }}
     plain = {"200": {"description": "ok", **_json({"type": "object"})}}
+    health_res = {"type": "object", "required": ["status", "broker_id", "host", "port", "started_at_ms"],
+                  "properties": {
+                      "status": {"type": "string", "enum": ["ok"]},
+                      "broker_id": {"type": "string", "description": "new each time the broker starts"},
+                      "host": {"type": "string"}, "port": {"type": "integer"},
+                      "started_at_ms": {"type": "integer"}}}
+    check = {"type": "object", "required": ["ok"], "properties": {
+        "ok": {"type": "boolean"}, "latency_ms": {"type": "number"}, "error": {"type": "string"}}}
+    ready_res = {"type": "object", "required": ["status", "broker_id", "checks"], "properties": {
+        "status": {"type": "string", "enum": ["ready", "unavailable"]},
+        "broker_id": {"type": "string"},
+        "checks": {"type": "object", "properties": {"etcd": check, "object_store": check}}}}
     return {
         "openapi": "3.0.3",
         "info": {"title": "llog broker", "version": "1"},
@@ -396,7 +464,10 @@ def openapi_document() -> dict[str, Any]:
                 "requestBody": {"required": True, **_json(produce_req)},
                 "responses": {"200": {"description": "every partition appended", **_json(produce_res)},
                               "409": {"description": "some partition failed", **_json(produce_res)},
-                              "503": {"description": "every partition refused: back-pressure", **_json(produce_res)},
+                              **_unavailable(produce_res),
+                              "504": {"description": "every partition failed and some commit's outcome is unknown "
+                                                     "(AmbiguousCommit): resend with the same producer_id/sequence",
+                                      **_json(produce_res)},
                               **_errors("400", "401", "413")},
             }},
             "/consume": {"post": {
@@ -404,6 +475,7 @@ def openapi_document() -> dict[str, Any]:
                 "requestBody": {"required": True, **_json(consume_req)},
                 "responses": {"200": {"description": "records", **_json(consume_res)},
                               "409": {"description": "some partition failed", **_json(consume_res)},
+                              **_unavailable(consume_res),
                               **_errors("400", "401", "413")},
             }},
             "/commit": {"post": {
@@ -412,6 +484,7 @@ def openapi_document() -> dict[str, Any]:
                 "responses": {"200": {"description": "every offset committed", **_json(commit_res)},
                               "409": {"description": "some commit refused; those offsets are unchanged",
                                       **_json(commit_res)},
+                              **_unavailable(commit_res),
                               **_errors("400", "401", "413")},
             }},
             "/offsets": {"get": {
@@ -422,9 +495,19 @@ def openapi_document() -> dict[str, Any]:
                      "description": "only this topic; lists its partitions with no commit too"},
                 ],
                 "responses": {"200": {"description": "the group", **_json(offsets_res)},
-                              **_errors("400", "401", "404")},
+                              **_errors("400", "401", "404", "503")},
             }},
-            "/health": {"get": {"security": [], "responses": plain}},
+            "/health": {"get": {
+                "summary": "Liveness: answers while the process serves requests", "security": [],
+                "responses": {"200": {"description": "this broker", **_json(health_res)}},
+            }},
+            "/ready": {"get": {
+                "summary": "Readiness: etcd and the object store answer (checked at most once a second)",
+                "security": [],
+                "responses": {"200": {"description": "ready", **_json(ready_res)},
+                              "503": {"description": "etcd or the object store is unreachable",
+                                      "headers": _RETRY_AFTER, **_json(ready_res)}},
+            }},
             "/metrics": {"get": {"responses": plain}},
             "/metrics/prometheus": {"get": {"responses": {"200": {"description": "Prometheus text format"}}}},
             "/openapi.json": {"get": {"security": [], "responses": plain}},

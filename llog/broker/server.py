@@ -57,6 +57,8 @@ def serve(
         send_timeout_s=send_timeout_s,
         tail_cache_bytes=tail_cache_bytes,
         on_ready=None if on_ready is None else (lambda: on_ready(url)),
+        host=bound_host,
+        port=bound_port,
     )
     server = _Server(uvicorn.Config(
         app, log_level="warning", lifespan="on", timeout_graceful_shutdown=10, access_log=False,

@@ -1,0 +1,56 @@
+"""How the broker answers llog errors: one HTTP status per error class, one
+per-partition result shape, one status for a request whose partitions failed.
+
+* 503 (with ``Retry-After``): nothing was written and the same request can be sent
+  again as is — etcd or the object store cannot be reached, or back-pressure.
+* 504: the commit's outcome is unknown (:class:`AmbiguousCommit`); the records may or
+  may not be in the log. Resend with the same ``producer_id``/``sequence`` to resolve
+  it without a duplicate.
+* 409: a real refusal (fenced, unknown topic, out-of-order sequence, refused commit, …)
+  that the same request would meet again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from llog.errors import AmbiguousCommit, BackPressure, CoordinationError, LlogError, ObjectNotFound, StoreError
+
+#: Seconds a client should wait before resending a request answered 503.
+RETRY_AFTER_S = 1
+
+
+def error_status(exc: LlogError) -> int:
+    """The status one partition's error alone would answer: 503, 504 or 409."""
+    if isinstance(exc, AmbiguousCommit):
+        return 504
+    if isinstance(exc, (CoordinationError, BackPressure)):
+        return 503
+    # A missing object is the log's content, not an outage: asking again finds it missing again.
+    if isinstance(exc, StoreError) and not isinstance(exc, ObjectNotFound):
+        return 503
+    return 409
+
+
+def partition_error(topic: str, partition: int, exc: LlogError) -> dict[str, Any]:
+    """The result entry of a partition that failed."""
+    return {"topic": topic, "partition": partition, "ok": False, "error_type": type(exc).__name__, "error": str(exc)}
+
+
+def request_status(errors: Sequence[LlogError], total: int) -> int:
+    """The status of a request over ``total`` partitions of which ``errors`` failed:
+    200 when none did; 503 or 504 when every partition failed and none for a reason
+    that would recur (so the whole request can be resent); else 409 — the results say
+    which partitions succeeded, and resending those would append them twice."""
+    if not errors:
+        return 200
+    statuses = {error_status(e) for e in errors}
+    if len(errors) < total or 409 in statuses:
+        return 409
+    return 504 if 504 in statuses else 503
+
+
+def retry_headers(status: int) -> dict[str, str]:
+    """``Retry-After`` on a 503, nothing otherwise."""
+    return {"retry-after": str(RETRY_AFTER_S)} if status == 503 else {}
