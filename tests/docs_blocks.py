@@ -77,6 +77,8 @@ def fenced_blocks(path: Path) -> list[Block]:
             raise ValueError(f"{path}:{start + 1}: unclosed code fence")
         i += 1
         kind, reason = _marker_above(path, lines, start)
+        if kind in ("server", "broker") and m["lang"] != "sh":
+            raise ValueError(f"{path}:{start + 1}: a docs-test {kind} marker needs an sh block")
         out.append(Block(path, start + 1, m["lang"], "\n".join(body) + "\n", kind, reason))
     return out
 

@@ -19,13 +19,14 @@ import re
 import shutil
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from llog.cli import build_parser
 from llog.config import LlogConfig
 from tests.conftest import TEST_BUCKET, Servers, config_env
-from tests.docs_blocks import REPO, Block, runnable_blocks, section_blocks
+from tests.docs_blocks import REPO, Block, fenced_blocks, runnable_blocks, section_blocks
 from tests.docs_runner import DocumentRun
 
 README = REPO / "README.md"
@@ -168,3 +169,31 @@ def test_readme_command_list_names_every_subcommand() -> None:
     unknown = sorted({words[0] for words in listed if words and words[0] not in known})
     assert not unknown, f"the README's command list names commands `llog` does not have: {unknown}"
 
+
+
+# -- the extractor itself --------------------------------------------------------------
+def test_blocks_keep_their_line_marker_and_indentation(tmp_path: Path) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text(
+        "# T\n\n```python\nx = 1\n```\n\n<!-- docs-test: skip: needs a GUI -->\n\n```sh\nxeyes\n```\n"
+        "\n1. a step:\n\n   ```sh\n   llog topics list\n   ```\n```json\n{}\n```\n"
+    )
+    blocks = fenced_blocks(doc)
+    assert [(b.line, b.lang, b.code, b.marker, b.reason) for b in blocks] == [
+        (3, "python", "x = 1\n", None, None),
+        (9, "sh", "xeyes\n", "skip", "needs a GUI"),
+        (15, "sh", "llog topics list\n", None, None),
+        (18, "json", "{}\n", None, None),
+    ]
+
+
+@pytest.mark.parametrize("marker, error", [
+    ("<!-- docs-test: skipp: typo -->", "unknown docs-test marker"),
+    ("<!-- docs-test: skip -->", "needs a reason"),
+    ("<!-- docs-test: server -->", "needs an sh block"),
+])
+def test_bad_markers_are_refused(tmp_path: Path, marker: str, error: str) -> None:
+    doc = tmp_path / "doc.md"
+    doc.write_text(f"{marker}\n```python\npass\n```\n")
+    with pytest.raises(ValueError, match=error):
+        fenced_blocks(doc)
