@@ -1,5 +1,10 @@
 """``df.write.format("llog")`` and ``df.writeStream.format("llog")``.
 
+A batch write needs ``.mode("append")``: Spark refuses its default mode
+(``ErrorIfExists``) for any Python data source before the write reaches llog, and
+``overwrite`` is refused by :meth:`llog.spark.source.LlogDataSource.writer` (a topic is
+append-only). docs/spark.md, "Writing", has why the default cannot mean append here.
+
 Columns, as for Spark's Kafka sink: ``value`` (binary or string, required), and
 optionally ``key`` (binary or string), ``topic`` (string; the ``topic`` option is the
 default for rows without one), ``partition`` (int), ``timestamp`` (timestamp, or long
