@@ -45,7 +45,7 @@ from llog.broker.wakeup import PartitionTails
 from llog.codec import batch
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.errors import BackPressure, LlogError, OffsetOutOfRange, StaleEpoch, UnknownTopic
+from llog.errors import BackPressure, LlogError, OffsetOutOfRange, SessionExpired, StaleEpoch, UnknownTopic
 from llog.groups.admin import describe_group
 from llog.groups.epoch import current_epoch
 from llog.groups.offsets import Fence, GroupOffsets
@@ -430,7 +430,8 @@ def create_app(
             })
         if not errors:
             status = 200
-        elif len(errors) == len(results) and all(isinstance(e, BackPressure) for e in errors):
+        elif len(errors) == len(results) and all(isinstance(e, (BackPressure, SessionExpired)) for e in errors):
+            # Nothing was accepted and a retry can succeed: the client should back off and retry.
             status = 503
         else:
             status = 409

@@ -386,7 +386,8 @@ def openapi_document() -> dict[str, Any]:
                 "requestBody": {"required": True, **_json(produce_req)},
                 "responses": {"200": {"description": "every partition appended", **_json(produce_res)},
                               "409": {"description": "some partition failed", **_json(produce_res)},
-                              "503": {"description": "every partition refused: back-pressure", **_json(produce_res)},
+                              "503": {"description": "every partition refused for now (back-pressure, expired session)",
+                                      **_json(produce_res)},
                               **_errors("400", "401", "413")},
             }},
             "/consume": {"post": {
