@@ -428,20 +428,12 @@ class Writer:
         *,
         records_checked: bool = False,
     ) -> EncodedBlob:
-        """Validate ``groups`` and build their shared blob in memory; no I/O. A
-        pipeline encodes the next blob while the previous one is PUT.
-        ``records_checked``: see :meth:`validate`."""
+        """Validate ``groups`` and build their shared blob in memory; no I/O but, when
+        the writer needs a new session, opening it. A pipeline encodes the next blob
+        while the previous one is PUT. ``records_checked``: see :meth:`validate`."""
         if self._closed:
             raise LlogError("writer is closed")
         prepared = self.validate(groups, records_checked=records_checked)
-        session = self._sessions.acquire()  # before the PUT: vacuum's proof needs it (spec §11)
-        try:
-            return self._encode(prepared, session)
-        except BaseException:
-            self._sessions.release(session)
-            raise
-
-    def _encode(self, prepared: list[_Prepared], session: Session) -> EncodedBlob:
         created = now_ms()
         bodies = [
             blob.BlobBody(g.topic, g.partition, len(g.records), batch.encode_columns(g.columns, g.stamp, g.lengths))
@@ -453,6 +445,9 @@ class Writer:
                 f"shared blob of {len(packed.data)} bytes exceeds max_blob_bytes "
                 f"{self.config.max_blob_bytes}; split the call"
             )
+        # Opened (if needed) before the PUT, as vacuum's proof requires (spec §11), and
+        # only for valid input, which must change nothing in etcd.
+        session = self._sessions.acquire()
         blob_id = uuid.uuid4().hex
         data_key = self.conn.keys.wal_blob(session.id, blob_id)
         pendings = tuple(
