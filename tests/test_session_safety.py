@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import replace
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,8 @@ from compactor import Compactor, StageEvent
 from compactor.vacuum import VacuumReport, vacuum
 from llog import AppendGroup
 from llog.control import read_control
-from llog.errors import SessionExpired
+from llog.errors import CoordinationError, SessionExpired
+from llog.etcd import Etcd, TxnResult
 from llog.producer import BatchingProducer
 from llog.store import ObjectStore
 
@@ -232,3 +234,46 @@ def test_batching_producer_writes_a_batch_again_after_its_session_expired(sconn:
     by_partition = {q: [v for i, v in enumerate(sent) if i % 3 == q] for q in range(3)}
     assert {q: _scan(conn, q) for q in range(3)} == by_partition  # each once, in order
     assert all(o == i // 3 for i, o in enumerate(offsets))
+
+
+class _LosingEtcd:
+    """The real etcd, except that the next ``txn`` after :meth:`arm` is not sent and
+    raises :class:`CoordinationError`, as a commit whose reply is lost; ``on_loss``
+    runs first."""
+
+    def __init__(self, etcd: Etcd) -> None:
+        self._etcd = etcd
+        self._armed: Callable[[], None] | None = None
+
+    def arm(self, on_loss: Callable[[], None]) -> None:
+        self._armed = on_loss
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self._etcd, name)
+
+    def txn(self, *args: Any, **kwargs: Any) -> TxnResult:
+        on_loss, self._armed = self._armed, None
+        if on_loss is not None:
+            on_loss()
+            raise CoordinationError("etcd txn failed: reply lost (injected)")
+        return self._etcd.txn(*args, **kwargs)
+
+
+def test_unknown_outcome_then_session_ended_is_a_definite_session_expired(sconn: llog.Connection) -> None:
+    """§8.5: the attempt with the unknown outcome compared the same session key, so
+    once that key is gone and the append is not found, it never committed."""
+    conn = sconn
+    etcd = _LosingEtcd(conn.etcd)
+    wconn = llog.Connection(conn.config, etcd=etcd, store=conn.store)  # type: ignore[arg-type]
+    try:
+        with llog.Writer(wconn) as w:
+            w.append(TOPIC, 0, [b"before"])
+            staged = w.stage_shared([AppendGroup(TOPIC, 0, [b"lost"])])
+            etcd.arm(lambda: _end_session(conn, staged.data_key))
+            [out] = w.commit_staged(staged)
+            assert isinstance(out, llog.AppendFailure)
+            assert type(out.error) is SessionExpired, out.error
+            assert w.append(TOPIC, 0, [b"after"]).start_offset == 1
+    finally:
+        wconn.close()
+    assert _scan(conn, 0) == [b"before", b"after"]
