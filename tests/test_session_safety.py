@@ -4,11 +4,16 @@ session compare in every referencing commit, and vacuum's session rule (spec §1
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,8 +27,10 @@ from llog.errors import CoordinationError, SessionExpired
 from llog.etcd import Etcd, TxnResult
 from llog.producer import BatchingProducer
 from llog.store import ObjectStore
+from tests.conftest import config_env, wait_until
 
 TOPIC = "s"
+PAUSED_WRITER = Path(__file__).parent / "workers" / "paused_writer.py"
 
 
 @pytest.fixture
@@ -277,3 +284,35 @@ def test_unknown_outcome_then_session_ended_is_a_definite_session_expired(sconn:
     finally:
         wconn.close()
     assert _scan(conn, 0) == [b"before", b"after"]
+
+
+def test_writer_process_stopped_past_its_session_ttl_gets_session_expired(sconn: llog.Connection) -> None:
+    """A real pause: SIGSTOP a writer process between its PUT and its commit until etcd
+    expires its session's lease, vacuum, SIGCONT."""
+    conn = sconn
+    env = config_env(conn.config) | {"LLOG_SESSION_TTL_S": "1"}
+    proc = subprocess.Popen(
+        [sys.executable, str(PAUSED_WRITER), TOPIC],
+        env=env, text=True, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    try:
+        data_key = json.loads(proc.stdout.readline())["staged"]
+        session = conn.keys.session(conn.keys.session_of(data_key) or "")
+        proc.send_signal(signal.SIGSTOP)
+        try:
+            wait_until(lambda: conn.etcd.get(session) is None, 30, "the stopped writer's session to expire")
+            assert vacuum(conn, grace_s=3600).deleted == (data_key,)
+        finally:
+            proc.send_signal(signal.SIGCONT)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        lines = [proc.stdout.readline().strip() for _ in range(3)]
+        assert proc.wait(60) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert [json.loads(x) for x in lines[:2]] == [{"error": "SessionExpired"}, {"ok": 0}]
+    assert lines[2] == "done"
+    assert _scan(conn, 0) == [b"c"]
