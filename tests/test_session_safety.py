@@ -316,3 +316,22 @@ def test_writer_process_stopped_past_its_session_ttl_gets_session_expired(sconn:
     assert [json.loads(x) for x in lines[:2]] == [{"error": "SessionExpired"}, {"ok": 0}]
     assert lines[2] == "done"
     assert _scan(conn, 0) == [b"c"]
+
+
+def test_rotated_sessions_end_so_vacuum_takes_a_live_writers_garbage(sconn: llog.Connection) -> None:
+    conn = sconn
+    wconn = llog.Connection(replace(conn.config, session_rotate_s=0.001), etcd=conn.etcd, store=conn.store)
+    try:
+        with llog.Writer(wconn) as w:
+            keys = [w.append(TOPIC, 0, [b"%d" % i]).data_key for i in range(3)]
+            sessions = [conn.keys.session_of(k) for k in keys]
+            assert len(set(sessions)) == 3  # each blob found its session too old: a new one
+            # Every session but the current one ended with its last blob.
+            assert [conn.etcd.get(conn.keys.session(s or "")) is not None for s in sessions] == [False, False, True]
+            with Compactor(conn) as c:
+                assert c.compact_once(TOPIC, 0).outcome == "compacted"
+            report = vacuum(conn, grace_s=3600)
+            assert set(report.deleted) == set(keys[:2]) and report.live_session == 1
+    finally:
+        wconn.close()
+    assert _scan(conn, 0) == [b"0", b"1", b"2"]
