@@ -25,8 +25,10 @@ from llog import AppendGroup
 from llog.control import read_control
 from llog.errors import CoordinationError, SessionExpired
 from llog.etcd import Etcd, TxnResult
+from llog.keys import prefix_range_end
 from llog.producer import BatchingProducer
 from llog.store import ObjectStore
+from tests.broker_harness import BrokerProcess, broker_process
 from tests.conftest import config_env, wait_until
 
 TOPIC = "s"
@@ -335,3 +337,27 @@ def test_rotated_sessions_end_so_vacuum_takes_a_live_writers_garbage(sconn: llog
     finally:
         wconn.close()
     assert _scan(conn, 0) == [b"0", b"1", b"2"]
+
+
+def test_broker_stopped_past_its_session_ttl_produces_again_after_resuming(sconn: llog.Connection) -> None:
+    conn = sconn
+    prefix = conn.keys.sessions_prefix()
+
+    def sessions() -> list[str]:
+        return [kv.key for kv in conn.etcd.range(prefix, prefix_range_end(prefix))]
+
+    def produce(b: BrokerProcess, value: str) -> tuple[int, Any]:
+        return b.post("/produce", {"topic_partitions": [{"topic": TOPIC, "partition": 0, "records": [value]}]})
+
+    with broker_process(conn.config, LLOG_SESSION_TTL_S="1") as b:
+        assert produce(b, "before")[0] == 200
+        [session] = sessions()
+        b.proc.send_signal(signal.SIGSTOP)
+        try:
+            wait_until(lambda: session not in sessions(), 30, "the stopped broker's session to expire")
+        finally:
+            b.proc.send_signal(signal.SIGCONT)
+        status, resp = produce(b, "after")
+        assert status == 200, resp
+        assert session not in sessions() and len(sessions()) == 1  # a new one
+    assert _scan(conn, 0) == [b"before", b"after"]
