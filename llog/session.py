@@ -17,6 +17,7 @@ process's garbage.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -29,7 +30,7 @@ import msgpack
 
 from llog.connection import Connection
 from llog.control import now_ms
-from llog.errors import CoordinationError
+from llog.errors import CoordinationError, LlogError
 from llog.etcd import KV, Compare
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,8 @@ class Session:
                 self.key, encode_session_value(kind, now_ms()), lease=self.lease
             )
         except BaseException:
-            self._etcd.revoke_lease(self.lease)
+            with contextlib.suppress(CoordinationError):  # else the lease ends by its TTL
+                self._etcd.revoke_lease(self.lease)
             raise
         self._expired = threading.Event()
         self._stop = threading.Event()
@@ -139,7 +141,7 @@ class Sessions:
         retired: Session | None = None
         with self._lock:
             if self._closed:
-                raise CoordinationError(f"{self._kind} sessions are closed")
+                raise LlogError(f"the {self._kind}'s sessions are closed")
             cur = self._current
             if cur is None or cur.expired or time.monotonic() - cur.started > self._rotate_s:
                 if cur is not None and self._users.get(cur, 0) == 0:

@@ -821,7 +821,6 @@ class Writer:
             )
             if found is not None:
                 return self._ack(topic, partition, found, st)
-        self._remember(topic, partition, st)
         raise SessionExpired(topic, partition, session.id, pending.data_key)
 
     def _producer_state(self, pkey: str, *, cached: bool = True) -> _ProducerSnapshot:
