@@ -361,3 +361,19 @@ def test_broker_stopped_past_its_session_ttl_produces_again_after_resuming(sconn
         assert status == 200, resp
         assert session not in sessions() and len(sessions()) == 1  # a new one
     assert _scan(conn, 0) == [b"before", b"after"]
+
+
+def test_local_store_keeps_session_directories_only_while_they_hold_objects(file_config: llog.LlogConfig) -> None:
+    with llog.Connection(replace(file_config, compact_min_age_ms=0, settle_after_ms=0)) as conn:
+        llog.Topics(conn).create(TOPIC, 1)
+        with llog.Writer(conn) as w:
+            keys = [w.append(TOPIC, 0, [b"%d" % i]).data_key for i in range(2)]
+        assert {o.key for o in conn.store.list(conn.keys.wal_prefix())} == set(keys)
+        with Compactor(conn) as c:
+            assert c.compact_once(TOPIC, 0).outcome == "compacted"
+        assert set(vacuum(conn, grace_s=3600).deleted) == set(keys)
+        root = Path(file_config.object_store.removeprefix("file://"))
+        assert not (root / keys[0]).parent.exists()  # the ended session's directory went too
+        with llog.Writer(conn) as w:  # and a PUT still finds (or makes) its directory
+            w.append(TOPIC, 0, [b"2"])
+        assert _scan(conn, 0) == [b"0", b"1", b"2"]
