@@ -143,7 +143,7 @@ class Sessions:
             if self._closed:
                 raise LlogError(f"the {self._kind}'s sessions are closed")
             cur = self._current
-            if cur is None or cur.expired or time.monotonic() - cur.started > self._rotate_s:
+            if cur is None or self._due(cur):
                 if cur is not None and self._users.get(cur, 0) == 0:
                     retired = cur
                     self._users.pop(cur, None)
@@ -155,16 +155,23 @@ class Sessions:
         return cur
 
     def release(self, session: Session) -> None:
-        """One blob of ``session`` is done; a replaced session ends with its last blob."""
+        """One blob of ``session`` is done. A replaced session ends with its last blob,
+        and so does the current one once it is due for rotation (an idle process then
+        holds no session that keeps its garbage from vacuum)."""
         with self._lock:
             left = self._users.get(session, 0) - 1
-            done = left <= 0 and session is not self._current
             if left > 0:
                 self._users[session] = left
-            else:
-                self._users.pop(session, None)
-        if done:
-            session.close()
+                return
+            self._users.pop(session, None)
+            if session is self._current:
+                if not self._due(session):
+                    return
+                self._current = None
+        session.close()
+
+    def _due(self, session: Session) -> bool:
+        return session.expired or time.monotonic() - session.started > self._rotate_s
 
     def close(self) -> None:
         """End every session; blobs staged and not committed can no longer commit."""
