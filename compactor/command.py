@@ -125,7 +125,8 @@ def run_compact(args: argparse.Namespace) -> int:
 
 def add_vacuum_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--dry-run", action="store_true", help="report what would be deleted, delete nothing")
-    p.add_argument("--grace-s", type=values.seconds_or_zero, help="minimum object age in seconds (LLOG_VACUUM_GRACE_S)")
+    p.add_argument("--grace-s", type=values.seconds_or_zero,
+                   help="minimum age in seconds of objects keyed without a session (LLOG_VACUUM_GRACE_S)")
 
 
 def run_vacuum(args: argparse.Namespace) -> int:

@@ -6,10 +6,12 @@
 2. Read the cursor (absent: the log start offset) and select one contiguous run of WAL
    index entries starting exactly there (:mod:`compactor.planner`).
 3. Read the run's records through the reader and write them as ONE ``bytes-batch-v1``
-   body (timestamps, keys and headers kept) to ``data/compacted/{uuid}``.
+   body (timestamps, keys and headers kept) to ``data/compacted/{session}/{uuid}``,
+   under the compactor's session (:mod:`llog.session`).
 4. Create ``meta/compaction`` if absent, guarded by the cursor's ``mod_revision`` (no
-   one compacted or applied retention since step 2) and the claim; then run the stages
-   (:mod:`compactor.stages`).
+   one compacted or applied retention since step 2), the claim, and the session key's
+   create_revision (the session still lives, so vacuum has not judged the blob); then
+   run the stages (:mod:`compactor.stages`).
 
 A crash anywhere leaves either an unreferenced blob (vacuum deletes it) or a record
 that the next compactor finishes.
@@ -18,7 +20,6 @@ that the next compactor finishes.
 from __future__ import annotations
 
 import logging
-import time
 import uuid
 from dataclasses import dataclass, replace
 
@@ -37,6 +38,7 @@ from llog.etcd import Get, Put, absent, mod_revision_is
 from llog.names import check_partition, check_topic
 from llog.reader import Reader
 from llog.records import Headers
+from llog.session import Session, Sessions
 
 log = logging.getLogger(__name__)
 
@@ -108,6 +110,7 @@ class Compactor:
             etcd=conn.etcd, store=conn.store, metrics=conn.metrics,
         )
         self._reader = Reader(self._read_conn, settle_pending=False)
+        self._sessions = Sessions(conn, "compactor")
 
     def compact_once(self, topic: str, partition: int, *, claim: Claim | None = None) -> CompactionResult:
         """Finish any interrupted compaction, then compact the run at the cursor.
@@ -145,31 +148,34 @@ class Compactor:
             )
         if run is None:
             return CompactionResult(topic, partition, IDLE, recovered)
-        put_at = time.monotonic()
+        session = self._sessions.acquire()
         try:
-            rec = self._write_blob(topic, partition, run, claim)
-        except OffsetOutOfRange:  # retention moved the log start past the run meanwhile
-            return CompactionResult(topic, partition, CONFLICT, recovered)
-        runner = StageRunner(conn, topic, partition, claim=claim, metrics=m, hook=self.hook)
-        runner.emit("after_put", rec, 0)
-        # A vacuum treats an unreferenced blob older than its grace as garbage: a
-        # record must never name a blob that could already be judged so.
-        if time.monotonic() - put_at > cfg.vacuum_grace_s / 2:
-            log.warning("compaction of %s/%s took too long after its PUT; dropped", topic, partition)
-            return CompactionResult(topic, partition, CONFLICT, recovered)
-        keys = conn.keys
-        rk, ck = keys.compaction(topic, partition), keys.compaction_cursor(topic, partition)
-        with m.time("create_record"):
-            r = conn.etcd.txn(
-                [absent(rk), mod_revision_is(ck, cursor_rev), claim_guard(conn, topic, partition, claim)],
-                [Put(rk, rec.encode())],
-                [Get(keys.compactor_claim(topic, partition))],
-            )
+            try:
+                rec = self._write_blob(topic, partition, run, claim, session)
+            except OffsetOutOfRange:  # retention moved the log start past the run meanwhile
+                return CompactionResult(topic, partition, CONFLICT, recovered)
+            runner = StageRunner(conn, topic, partition, claim=claim, metrics=m, hook=self.hook)
+            runner.emit("after_put", rec, 0)
+            keys = conn.keys
+            rk, ck = keys.compaction(topic, partition), keys.compaction_cursor(topic, partition)
+            with m.time("create_record"):
+                r = conn.etcd.txn(
+                    [absent(rk), mod_revision_is(ck, cursor_rev), claim_guard(conn, topic, partition, claim),
+                     session.compare()],
+                    [Put(rk, rec.encode())],
+                    [Get(keys.compactor_claim(topic, partition)), Get(session.key)],
+                )
+        finally:
+            # Once the record exists it is the blob's reference; before, an orphan.
+            self._sessions.release(session)
         if not r.succeeded:
-            held = r.responses[0]
-            assert isinstance(held, list)
+            held, alive = r.responses
+            assert isinstance(held, list) and isinstance(alive, list)
             if claim_lost(claim, held):
                 raise ClaimLost(topic, partition)
+            if not session.holds(alive):
+                log.warning("compaction of %s/%s dropped: session %s expired after its PUT",
+                            topic, partition, session.id)
             return CompactionResult(topic, partition, CONFLICT, recovered)
         runner.emit("after_record", rec, r.revision)
         fin = runner.finish(rec, r.revision)
@@ -188,7 +194,9 @@ class Compactor:
             topic, partition, COMPACTED, recovered, rec, run.entries, fin.index_keys_removed
         )
 
-    def _write_blob(self, topic: str, partition: int, run: WalRun, claim: Claim | None) -> CompactionRecord:
+    def _write_blob(
+        self, topic: str, partition: int, run: WalRun, claim: Claim | None, session: Session
+    ) -> CompactionRecord:
         """Read the run's records, PUT them as one body; the record to create for it."""
         conn, m = self.conn, self.metrics
         with m.time("read"):
@@ -214,7 +222,7 @@ class Compactor:
         with m.time("encode"):
             encoded = batch.encode_columns((stamps, keys, values, headers))
             body = encoded.tobytes()
-        data_key = conn.keys.compacted_blob(topic, partition, uuid.uuid4().hex)
+        data_key = conn.keys.compacted_blob(topic, partition, session.id, uuid.uuid4().hex)
         with m.time("put"):
             conn.store.put(data_key, body, crc32=encoded.full_crc())
         return CompactionRecord(
@@ -231,6 +239,7 @@ class Compactor:
         )
 
     def close(self) -> None:
+        self._sessions.close()
         self._reader.close()
         self._read_conn.close()
 

@@ -1,34 +1,52 @@
-"""Vacuum: delete data objects nothing references any more.
+"""Vacuum: delete data objects no commit references or can ever reference again.
 
-Candidates are shared WAL blobs (``wal-shared/``) and compacted blobs
-(``{topic}/partitions/{p}/data/compacted/``). One is deleted only when no index entry,
-no ``pending`` and no in-flight compaction record names it, AND it is older than the
-grace period (``vacuum_grace_s``).
+Candidates are shared WAL blobs (``wal-shared/{session}/{blob}``) and compacted blobs
+(``{topic}/partitions/{p}/data/compacted/{session}/{blob}``). One pass:
 
-Races, and what closes them:
+(a) list the objects;
+(b) AFTER the listing, read the live sessions (the keys under ``_sessions/``);
+(c) AFTER that, scan the references: every index entry, ``pending`` and compaction
+    record of every partition;
+(d) delete each listed object that the scan did not find AND whose session (from its
+    key) was not live at (b).
 
-* Objects are listed BEFORE references are read, so a reference written after the
-  listing (to an object in it) is seen by the reference scan.
-* A writer that PUT its blob and has not committed yet, and a compaction that PUT its
-  blob and has not created its record yet, hold unreferenced objects: the grace period
-  covers them (a compaction drops its blob rather than create a record for it once
-  half the grace has passed).
-* References only ever move from ``meta/compaction`` or ``meta/control`` (pending)
-  into the index, so each partition is read in that order — a reference that moves
-  while the partition is read is seen at its old place or its new one.
+Why an object deleted in (d) can never be referenced, however long any process or
+the vacuum itself pauses (spec §11):
+
+* A transaction that creates a reference to an object of session S (a writer's W2,
+  a compactor's K3) compares ``create_revision(_sessions/S) = R``, where R is the
+  revision that created S's key. The key is created before any object of S is PUT,
+  and bound to S's lease; once the lease ends the key is gone, and it is never put
+  again (a process whose session ended opens a new one with a new id), so after
+  that instant no transaction can create a reference to an object of S.
+* An object in the listing (a) was PUT before (a), so its session key was created
+  before (a). If the key is absent at (b), every reference to the object that will
+  ever exist was created before (b), hence before the scan (c) began.
+* References only move from a compaction record or a ``pending`` into the index (the
+  scan reads them in that order) and are otherwise only removed, so a reference that
+  exists when the scan starts is seen by it, or was removed during it (the object is
+  garbage then too).
+
+So an object unreferenced at (c) whose session was dead at (b) stays unreferenced
+forever, and the delete in (d) may happen at any time later. No clock is involved.
+
+Objects whose key has no session segment (written before sessions existed) keep the
+old age rule: deleted only if unreferenced and older than ``vacuum_grace_s``, the
+cutoff taken BEFORE the listing so a stalled vacuum never widens it.
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 from compactor.metrics import compactor_metrics
 from compactor.stages import decode_record
 from llog.connection import Connection
 from llog.control import decode_index, read_control
+from llog.keys import prefix_range_end
 from llog.store import ObjectInfo
 from llog.topics import Topics
 
@@ -36,16 +54,24 @@ log = logging.getLogger(__name__)
 
 _COMPACTED_MARK = "/data/compacted/"
 
+#: Called at "after_listing", "after_sessions" and "after_scan" with the root prefix;
+#: tests stall or kill the vacuum there (the shape of the writer's fault hook).
+VacuumHook = Callable[[str, str], None]
+
 
 @dataclass(frozen=True)
 class VacuumReport:
-    """One vacuum pass: ``deleted`` keys (or, on a dry run, the keys it would delete)."""
+    """One vacuum pass: ``deleted`` keys (or, on a dry run, the keys it would delete).
+    ``live_session``: unreferenced objects kept because their session was live;
+    ``too_young``: unreferenced objects of the layout before sessions kept by the
+    grace period."""
 
     dry_run: bool
     grace_s: float
     objects: int
     object_bytes: int
     referenced: int
+    live_session: int
     too_young: int
     deleted: tuple[str, ...]
     freed_bytes: int
@@ -57,6 +83,7 @@ class VacuumReport:
             "objects": self.objects,
             "object_bytes": self.object_bytes,
             "referenced": self.referenced,
+            "live_session": self.live_session,
             "too_young": self.too_young,
             "deleted": list(self.deleted),
             "deleted_count": len(self.deleted),
@@ -92,25 +119,47 @@ def referenced_keys(conn: Connection) -> set[str]:
     return refs
 
 
+def live_sessions(conn: Connection) -> set[str]:
+    """The ids of the sessions whose key exists now."""
+    prefix = conn.keys.sessions_prefix()
+    return {kv.key[len(prefix):] for kv in conn.etcd.scan(prefix, prefix_range_end(prefix))}
+
+
 def vacuum(
     conn: Connection,
     *,
     grace_s: float | None = None,
     dry_run: bool = False,
     now: float | None = None,
+    fault_hook: VacuumHook | None = None,
 ) -> VacuumReport:
-    """Delete unreferenced data objects older than ``grace_s`` (default: the config's
-    ``vacuum_grace_s``); with ``dry_run`` only report what would go."""
+    """Delete data objects that are unreferenced and whose session has ended (objects
+    without a session in their key: unreferenced and older than ``grace_s``, default
+    the config's ``vacuum_grace_s``); with ``dry_run`` only report what would go. The
+    steps run in the order the module docstring proves safe."""
+    keys = conn.keys
+
+    def hook(point: str) -> None:
+        if fault_hook is not None:
+            fault_hook(point, keys.root)
+
     grace = conn.config.vacuum_grace_s if grace_s is None else grace_s
+    cutoff = (time.time() if now is None else now) - grace  # before the listing
     objects = list(data_objects(conn))
-    refs = referenced_keys(conn)  # after the listing: see the module doc
-    cutoff = (time.time() if now is None else now) - grace
+    hook("after_listing")
+    live = live_sessions(conn)  # after the listing
+    hook("after_sessions")
+    refs = referenced_keys(conn)  # after the session read
+    hook("after_scan")
     doomed: list[ObjectInfo] = []
-    referenced = young = 0
+    referenced = kept_live = young = 0
     for o in objects:
+        session = keys.session_of(o.key)
         if o.key in refs:
             referenced += 1
-        elif o.modified >= cutoff:
+        elif session is not None and session in live:
+            kept_live += 1
+        elif session is None and o.modified >= cutoff:
             young += 1
         else:
             doomed.append(o)
@@ -123,8 +172,8 @@ def vacuum(
         m.vacuum_objects.inc(len(doomed))
         m.vacuum_bytes.inc(freed)
     log.info(
-        "vacuum%s: %d objects, %d referenced, %d within grace, %d deleted (%d bytes)",
-        " (dry run)" if dry_run else "", len(objects), referenced, young, len(doomed), freed,
+        "vacuum%s: %d objects, %d referenced, %d of live sessions, %d within grace, %d deleted (%d bytes)",
+        " (dry run)" if dry_run else "", len(objects), referenced, kept_live, young, len(doomed), freed,
     )
     return VacuumReport(
         dry_run=dry_run,
@@ -132,6 +181,7 @@ def vacuum(
         objects=len(objects),
         object_bytes=sum(o.size for o in objects),
         referenced=referenced,
+        live_session=kept_live,
         too_young=young,
         deleted=tuple(o.key for o in doomed),
         freed_bytes=freed,

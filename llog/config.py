@@ -77,7 +77,17 @@ class LlogConfig:
     tail_cache_dir: str | None = None
     compactor_host: str = "127.0.0.1"
     compactor_port: int = 8081
+    #: Age rule for objects without a session segment in their key (the layout before
+    #: sessions); objects of the session layout are judged by their session (spec §11).
     vacuum_grace_s: float = 3600.0
+    #: TTL in seconds of the lease behind a writer's or compactor's session key
+    #: (``_sessions/{id}``): a process paused longer than this loses its session, and
+    #: its staged blobs can no longer be committed.
+    session_ttl_s: int = 10
+    #: A writer or compactor opens a new session for new blobs once its current one is
+    #: this old, and ends the old one when its last blob has committed: vacuum can take
+    #: a live process's garbage only after its session ended.
+    session_rotate_s: float = 600.0
     #: Compaction cuts a run of WAL entries at about this many slice bytes (a reader
     #: fetches a compacted slice whole, so keep it near ``read_max_fetch_bytes``).
     compact_target_bytes: int = 16 * 1024 * 1024
@@ -151,7 +161,7 @@ class LlogConfig:
                      "default_partitions", "compact_target_bytes",
                      "compact_max_records", "compact_read_prefetch", "compactor_workers",
                      "compactor_claim_ttl_s", "compactor_pass_interval_s", "compactor_discovery_interval_s",
-                     "compactor_max_runs_per_task"):
+                     "compactor_max_runs_per_task", "session_ttl_s", "session_rotate_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("compact_min_age_ms", "vacuum_grace_s", "vacuum_interval_s",

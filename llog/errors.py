@@ -141,6 +141,22 @@ class AmbiguousCommit(CoordinationError):
         self.append_id = append_id
 
 
+class SessionExpired(LlogError):
+    """The session a blob was written under ended (its lease expired or was revoked)
+    before the blob's commit: the commit can never succeed, and nothing of the group
+    was committed. Retriable: write the records again (a new blob, a new session)."""
+
+    def __init__(self, topic: str, partition: int, session_id: str, data_key: str) -> None:
+        super().__init__(
+            f"session {session_id} of blob {data_key} expired before its commit to "
+            f"{topic}/{partition}: nothing of it was committed; write it again"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.session_id = session_id
+        self.data_key = data_key
+
+
 class ConfigError(LlogError, ValueError):
     """A configuration value is missing or malformed."""
 

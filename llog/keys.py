@@ -8,10 +8,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 OFFSET_DIGITS = 20
+_COMPACTED_MARK = "/data/compacted/"
 #: Reserved name under the root that holds consumer-group state (never a topic name).
 GROUPS = "_groups"
 #: Reserved name under the root that holds llog's own maintenance state.
 MAINTENANCE = "_maintenance"
+#: Reserved name under the root that holds the writers' and compactors' session keys.
+SESSIONS = "_sessions"
 
 
 @dataclass(frozen=True)
@@ -95,6 +98,13 @@ class KeyLayout:
         """The last compaction of etcd's history the compactor service made."""
         return f"{self.root}/{MAINTENANCE}/etcd-compaction"
 
+    # -- sessions (under the reserved name "_sessions") -------------------------
+    def sessions_prefix(self) -> str:
+        return f"{self.root}/{SESSIONS}/"
+
+    def session(self, session_id: str) -> str:
+        return f"{self.sessions_prefix()}{session_id}"
+
     def all_prefix(self) -> str:
         return f"{self.root}/"
 
@@ -102,14 +112,22 @@ class KeyLayout:
     def wal_prefix(self) -> str:
         return f"{self.root}/wal-shared/"
 
-    def wal_blob(self, blob_id: str) -> str:
-        return f"{self.wal_prefix()}{blob_id}"
+    def wal_blob(self, session_id: str, blob_id: str) -> str:
+        return f"{self.wal_prefix()}{session_id}/{blob_id}"
 
     def compacted_prefix(self, topic: str, partition: int) -> str:
         return f"{self.root}/{topic}/partitions/{partition}/data/compacted/"
 
-    def compacted_blob(self, topic: str, partition: int, blob_id: str) -> str:
-        return f"{self.compacted_prefix(topic, partition)}{blob_id}"
+    def compacted_blob(self, topic: str, partition: int, session_id: str, blob_id: str) -> str:
+        return f"{self.compacted_prefix(topic, partition)}{session_id}/{blob_id}"
+
+    def session_of(self, object_key: str) -> str | None:
+        """The session id in a data object's key; ``None`` for a key of the layout
+        before sessions (``…/wal-shared/{blob_id}``, ``…/data/compacted/{blob_id}``)."""
+        wal = self.wal_prefix()
+        tail = object_key[len(wal):] if object_key.startswith(wal) else object_key.partition(_COMPACTED_MARK)[2]
+        session_id, sep, _ = tail.partition("/")
+        return session_id if sep else None
 
 
 def prefix_range_end(prefix: str) -> str:

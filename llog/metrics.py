@@ -45,6 +45,13 @@ class Metrics:
         )
         self.read_records = Counter("llog_read_records", "records returned by readers", registry=r)
         self.read_bytes = Counter("llog_read_bytes", "slice bytes fetched by readers", registry=r)
+        # Sessions (llog/session.py).
+        self.sessions_opened = Counter(
+            "llog_sessions_opened", "writer and compactor sessions opened", ["kind"], registry=r
+        )
+        self.sessions_expired = Counter(
+            "llog_sessions_expired", "sessions found ended while still in use", ["kind"], registry=r
+        )
         # Batching producer.
         self.producer_queue_bytes = Gauge(
             "llog_producer_queue_bytes", "bytes buffered or in flight in batching producers", registry=r

@@ -8,7 +8,7 @@ from llog.errors import InvalidInput, InvalidPartition, InvalidTopicName
 
 TOPIC_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
 #: Names that would collide with llog's own object-key or etcd-key prefixes.
-RESERVED_TOPICS = frozenset({".", "..", "wal-shared", "_groups", "_maintenance"})
+RESERVED_TOPICS = frozenset({".", "..", "wal-shared", "_groups", "_maintenance", "_sessions"})
 #: Upper bound on partitions per topic; keeps a typo from creating a million keys.
 MAX_PARTITIONS = 100_000
 

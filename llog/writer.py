@@ -9,6 +9,11 @@ etcd as one (step W2', "combined commit"): each keeps its own compare, so all co
 none, and a blob for 16 partitions costs one round trip instead of 16. Idempotent
 appends (``producer_id`` + ``sequence``) add the producer's key to that same
 transaction, cached the same way ("Idempotent produce" in the spec).
+
+Every blob is written under the writer's current session (:mod:`llog.session`) and its
+commit transaction compares the session key's create_revision: a writer paused past
+its session's TTL gets :class:`SessionExpired` instead of committing a blob that vacuum
+may have deleted. The compare rides in the same transaction, so it costs no round trip.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from dataclasses import dataclass
 from typing import TypeVar, cast
 
 from llog.backpressure import UncompactedKeysGate
+from llog.bounded import BoundedCache, PartitionLocks
 from llog.codec import batch, blob
 from llog.codec.meta import FENCED, Control, MetaFormatError, Pending, ProducerState
 from llog.commit_resolution import find_committed
@@ -49,10 +55,12 @@ from llog.errors import (
     LlogError,
     RecordTooLarge,
     SequenceError,
+    SessionExpired,
 )
 from llog.etcd import KV, Compare, Get, Op, Put, mod_revision_is
 from llog.names import TOPIC_NAME_RE, check_partition, check_topic
 from llog.records import AppendGroup, Headers, Record
+from llog.session import Session, Sessions
 
 log = logging.getLogger(__name__)
 
@@ -118,9 +126,14 @@ class _Plan:
     new_ps: ProducerState | None
 
 
-#: Partitions per combined commit transaction: each brings up to 2 compares and 3 puts,
-#: and etcd refuses a transaction of more than 128 operations (``--max-txn-ops``).
+#: Partitions per combined commit transaction: each brings up to 2 compares and 3 puts
+#: (plus one session compare and one failure read per transaction), and etcd refuses a
+#: transaction with more than 128 compares, success ops or failure ops (``--max-txn-ops``).
 TXN_PARTITIONS = 32
+
+#: Partitions (and producer keys) whose state and lock a writer keeps; the least
+#: recently committed are forgotten beyond this (the next commit there reads first).
+CACHE_PARTITIONS = 65_536
 
 
 @dataclass(frozen=True)
@@ -139,6 +152,8 @@ class EncodedBlob:
     groups: tuple[_Prepared, ...]
     pendings: tuple[Pending, ...]
     data: bytes
+    #: The session the blob is keyed under, whose key its commit compares.
+    session: Session
     #: CRC-32 of ``data`` when the codec could combine it from the bodies' CRCs,
     #: handed to the store so it need not hash the body again.
     crc32: int | None
@@ -157,6 +172,7 @@ class StagedBlob:
     pendings: tuple[Pending, ...]
     #: The blob as PUT; :meth:`body` slices one group's encoded records out of it.
     data: bytes
+    session: Session
 
     @property
     def data_key(self) -> str:
@@ -321,13 +337,14 @@ class Writer:
         self.conn = conn if isinstance(conn, Connection) else Connection(conn)
         self.config = self.conn.config
         self._fault = fault_hook
-        self._cache: dict[tuple[str, int], ControlState] = {}
+        self._cache: BoundedCache[tuple[str, int], ControlState] = BoundedCache(CACHE_PARTITIONS)
         # Producer key -> its last known value, like the control cache.
-        self._producers: dict[str, _ProducerSnapshot] = {}
+        self._producers: BoundedCache[str, _ProducerSnapshot] = BoundedCache(CACHE_PARTITIONS)
         self._cache_lock = threading.Lock()
         # One commit at a time per partition within this writer: concurrent callers then
         # CAS against each other's cached result instead of conflicting and re-reading.
-        self._partition_locks: dict[tuple[str, int], threading.Lock] = {}
+        self._partition_locks = PartitionLocks(CACHE_PARTITIONS)
+        self._sessions = Sessions(self.conn, "writer")
         self._pool = ThreadPoolExecutor(commit_workers, thread_name_prefix="llog-commit")
         self._gate = UncompactedKeysGate(self.conn)
         self._closed = False
@@ -404,7 +421,8 @@ class Writer:
         """The first half of :meth:`append_shared`: validate, encode and PUT the shared
         blob (:meth:`encode_shared`, then :meth:`put_encoded`). Nothing is committed (or
         visible) until :meth:`commit_staged`; a staged blob that is never committed is
-        an orphan for vacuum. Pipelining callers stage the next blob while the previous
+        an orphan for vacuum (and keeps its session open until the writer closes).
+        Pipelining callers stage the next blob while the previous
         one commits. ``records_checked``: see :meth:`validate`."""
         return self.put_encoded(self.encode_shared(groups, records_checked=records_checked))
 
@@ -414,9 +432,9 @@ class Writer:
         *,
         records_checked: bool = False,
     ) -> EncodedBlob:
-        """Validate ``groups`` and build their shared blob in memory; no I/O. A
-        pipeline encodes the next blob while the previous one is PUT.
-        ``records_checked``: see :meth:`validate`."""
+        """Validate ``groups`` and build their shared blob in memory; no I/O but, when
+        the writer needs a new session, opening it. A pipeline encodes the next blob
+        while the previous one is PUT. ``records_checked``: see :meth:`validate`."""
         if self._closed:
             raise LlogError("writer is closed")
         prepared = self.validate(groups, records_checked=records_checked)
@@ -432,8 +450,11 @@ class Writer:
                 f"shared blob of {len(packed.data)} bytes exceeds max_blob_bytes "
                 f"{self.config.max_blob_bytes}; split the call"
             )
+        # Opened (if needed) before the PUT, as vacuum's proof requires (spec §11), and
+        # only for valid input, which must change nothing in etcd.
+        session = self._sessions.acquire()
         blob_id = uuid.uuid4().hex
-        data_key = self.conn.keys.wal_blob(blob_id)
+        data_key = self.conn.keys.wal_blob(session.id, blob_id)
         pendings = tuple(
             Pending(
                 append_id=f"{blob_id}:{i}",
@@ -448,22 +469,34 @@ class Writer:
             )
             for i, (g, part) in enumerate(zip(prepared, packed.parts, strict=True))
         )
-        return EncodedBlob(tuple(prepared), pendings, packed.data, packed.crc32)
+        return EncodedBlob(tuple(prepared), pendings, packed.data, session, packed.crc32)
 
     def put_encoded(self, encoded: EncodedBlob) -> StagedBlob:
         """PUT an encoded blob (protocol step W1); it is ready for :meth:`commit_staged`."""
-        if self._closed:
-            raise LlogError("writer is closed")
-        self.conn.store.put(encoded.data_key, encoded.data, crc32=encoded.crc32)
+        try:
+            if self._closed:
+                raise LlogError("writer is closed")
+            self.conn.store.put(encoded.data_key, encoded.data, crc32=encoded.crc32)
+        except BaseException:
+            self._sessions.release(encoded.session)
+            raise
         self.conn.metrics.blob_bytes.observe(len(encoded.data))
         self._hook("after_put", encoded.data_key)
-        return StagedBlob(encoded.groups, encoded.pendings, encoded.data)
+        return StagedBlob(encoded.groups, encoded.pendings, encoded.data, encoded.session)
 
     def commit_staged(self, staged: StagedBlob) -> list[Outcome]:
         """The second half of :meth:`append_shared`: commit every group of a staged
         blob (protocol step W2) and return one outcome per group, in order. Callers
         that stage several blobs commit them in staging order, so each partition's
-        appends land in the order they were handed in."""
+        appends land in the order they were handed in. A group whose blob's session
+        ended before its commit fails with :class:`SessionExpired` (nothing of it
+        committed); write its records again."""
+        try:
+            return self._commit_staged(staged)
+        finally:
+            self._sessions.release(staged.session)
+
+    def _commit_staged(self, staged: StagedBlob) -> list[Outcome]:
         prepared = staged.groups
         # Groups of one partition commit in order; different partitions in parallel.
         by_partition: dict[tuple[str, int], list[int]] = {}
@@ -478,7 +511,9 @@ class Writer:
             for i in indexes:
                 if outcomes[i] is None:
                     g = prepared[i]
-                    outcomes[i] = self._commit(g.topic, g.partition, staged.pendings[i], g.producer, unknown.get(i))
+                    outcomes[i] = self._commit(
+                        g.topic, g.partition, staged.pendings[i], g.producer, staged.session, unknown.get(i)
+                    )
 
         tasks = [ix for ix in by_partition.values() if any(outcomes[i] is None for i in ix)]
         if len(tasks) == 1:
@@ -512,6 +547,7 @@ class Writer:
             self.settle_all()
         finally:
             self._pool.shutdown(wait=True)
+            self._sessions.close()
             if self._owns_conn:
                 self.conn.close()
 
@@ -530,10 +566,6 @@ class Writer:
         with self._cache_lock:
             self._cache[(topic, partition)] = st
 
-    def _partition_lock(self, topic: str, partition: int) -> threading.Lock:
-        with self._cache_lock:
-            return self._partition_locks.setdefault((topic, partition), threading.Lock())
-
     def _commit_together(self, staged: StagedBlob, outcomes: list[Outcome | None], unknown: dict[int, int]) -> None:
         """Commit every partition of the blob whose control (and producer) state this
         writer has cached in one etcd transaction per :data:`TXN_PARTITIONS`: each
@@ -542,10 +574,8 @@ class Writer:
         cache from the failure reads and leaves the partitions to the one-by-one path,
         an unknown outcome records the offset tried in ``unknown`` for it to resolve."""
         order = sorted(range(len(staged.groups)), key=lambda i: (staged.groups[i].topic, staged.groups[i].partition))
-        locks = [self._partition_lock(staged.groups[i].topic, staged.groups[i].partition) for i in order]
-        for lock in locks:  # in (topic, partition) order: no deadlock between writers' threads
-            lock.acquire()
-        try:
+        # In (topic, partition) order: no deadlock between writers' threads.
+        with self._partition_locks.hold([(staged.groups[i].topic, staged.groups[i].partition) for i in order]):
             plans: list[tuple[int, _Plan]] = []
             for i in order:
                 g = staged.groups[i]
@@ -563,9 +593,6 @@ class Writer:
                 chunk = plans[c : c + TXN_PARTITIONS]
                 if len(chunk) > 1:
                     self._commit_chunk(staged, chunk, outcomes, unknown)
-        finally:
-            for lock in locks:
-                lock.release()
 
     def _commit_chunk(
         self,
@@ -574,12 +601,15 @@ class Writer:
         outcomes: list[Outcome | None],
         unknown: dict[int, int],
     ) -> None:
-        conn, keys = self.conn, self.conn.keys
+        conn, keys, session = self.conn, self.conn.keys, staged.session
         try:
             r = conn.etcd.txn(
-                [c for _, p in chunk for c in p.compares],
+                [*(c for _, p in chunk for c in p.compares), session.compare()],
                 [o for _, p in chunk for o in p.ops],
-                [Get(keys.control(staged.groups[i].topic, staged.groups[i].partition)) for i, _ in chunk],
+                [
+                    *(Get(keys.control(staged.groups[i].topic, staged.groups[i].partition)) for i, _ in chunk),
+                    Get(session.key),
+                ],
             )
         except EtcdSpaceExhausted as exc:  # refused before it applied: a definite failure
             conn.metrics.appends.labels(type(exc).__name__).inc(len(chunk))
@@ -598,11 +628,20 @@ class Writer:
             return
         if not r.succeeded:
             conn.metrics.commit_conflicts.inc()
-            for (i, _), got in zip(chunk, r.responses, strict=True):
+            *controls, held = r.responses
+            for (i, _), got in zip(chunk, controls, strict=True):
                 g = staged.groups[i]
                 assert isinstance(got, list)
                 self._remember(g.topic, g.partition, decode_control(keys.control(g.topic, g.partition),
                                                                     got[0] if got else None))
+            assert isinstance(held, list)
+            if not session.holds(held):  # a definite failure: the blob can never commit
+                for i, p in chunk:
+                    g = staged.groups[i]
+                    conn.metrics.appends.labels(SessionExpired.__name__).inc()
+                    outcomes[i] = AppendFailure(
+                        g.topic, g.partition, SessionExpired(g.topic, g.partition, session.id, p.mine.data_key)
+                    )
             return
         for _, p in chunk:
             self._hook("after_commit", p.mine.data_key)
@@ -661,11 +700,12 @@ class Writer:
         partition: int,
         pending: Pending,
         producer: _Producer | None,
+        session: Session,
         unknown_start: int | None = None,
     ) -> Outcome:
         try:
-            with self._partition_lock(topic, partition):
-                return self._commit_once(topic, partition, pending, producer, unknown_start)
+            with self._partition_locks.hold([(topic, partition)]):
+                return self._commit_once(topic, partition, pending, producer, session, unknown_start)
         except LlogError as exc:
             self.conn.metrics.appends.labels(type(exc).__name__).inc()
             with self._cache_lock:
@@ -675,7 +715,13 @@ class Writer:
             return AppendFailure(topic, partition, exc)
 
     def _commit_once(
-        self, topic: str, partition: int, pending: Pending, producer: _Producer | None, unknown_start: int | None
+        self,
+        topic: str,
+        partition: int,
+        pending: Pending,
+        producer: _Producer | None,
+        session: Session,
+        unknown_start: int | None,
     ) -> AppendResult:
         conn, keys = self.conn, self.conn.keys
         ckey = keys.control(topic, partition)
@@ -723,7 +769,7 @@ class Writer:
             plan = self._plan(topic, partition, pending, st, producer, ps)
             start, new, new_ps, mine = plan.mine.start_offset, plan.new, plan.new_ps, plan.mine
             try:
-                r = conn.etcd.txn(plan.compares, plan.ops, plan.failure)
+                r = conn.etcd.txn([*plan.compares, session.compare()], plan.ops, [*plan.failure, Get(session.key)])
             except EtcdSpaceExhausted:  # refused before it applied: definite, and so is a retry
                 raise
             except CoordinationError as exc:
@@ -749,6 +795,10 @@ class Writer:
                 pgot = r.responses[1]
                 assert isinstance(pgot, list)
                 ps, pfresh = _decode_producer(pkey, pgot[0] if pgot else None), True
+            held = r.responses[-1]
+            assert isinstance(held, list)
+            if not session.holds(held):
+                return self._session_ended(topic, partition, pending, producer, session, st, ps, unknown_starts)
             if attempt >= 2:
                 # Contended: back off a little, jittered, so writers stop colliding.
                 time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** min(attempt, 6))))
@@ -758,6 +808,35 @@ class Writer:
                 f"and {attempts} attempts did not resolve it: the append may exist"
             )
         raise CasConflict(ckey, attempts)
+
+    def _session_ended(
+        self,
+        topic: str,
+        partition: int,
+        pending: Pending,
+        producer: _Producer | None,
+        session: Session,
+        st: ControlState,
+        ps: _ProducerSnapshot | None,
+        unknown_starts: list[int],
+    ) -> AppendResult:
+        """The commit failed because the blob's session ended: no attempt can commit
+        from now on. ``st`` and ``ps`` were read in the same transaction as the session
+        key, so an earlier attempt with an unknown outcome either shows in them (then
+        that is the result) or never committed (spec §8.5)."""
+        if producer is not None and ps is not None:
+            verdict = _sequence_verdict(topic, partition, producer, ps.state, pending.msg_count)
+            if isinstance(verdict, ProducerState):
+                self._remember(topic, partition, st)
+                return self._duplicate(topic, partition, verdict)
+        else:
+            found = find_committed(
+                self.conn, topic, partition, pending.append_id, st.control, st.mod_revision, unknown_starts,
+                pending.msg_count,
+            )
+            if found is not None:
+                return self._ack(topic, partition, found, st)
+        raise SessionExpired(topic, partition, session.id, pending.data_key)
 
     def _producer_state(self, pkey: str, *, cached: bool = True) -> _ProducerSnapshot:
         """The producer key's state: this writer's cached copy, else one read."""

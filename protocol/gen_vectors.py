@@ -46,6 +46,7 @@ BYTES_ENCODING = "hex"
 #: Fixed inputs: 2024-05-01T12:00:00Z and a little after.
 T0 = 1_714_564_800_000
 BLOB_ID = "0f1e2d3c4b5a69788796a5b4c3d2e1f0"
+SESSION_ID = "5e5510115e5510115e5510115e551011"
 COMPACTED_ID = "c0ffee00c0ffee00c0ffee00c0ffee00"
 OWNER = "compactor-7f3a:4242"
 PRODUCER_ID = "checkout-svc-3"
@@ -189,8 +190,8 @@ def blob_vector() -> Vector:
         "kind": "wal-blob",
         "description": "a shared WAL blob: 3 partition bodies of 2 topics",
         "bytes": BYTES_ENCODING,
-        "object_key": KEYS.wal_blob(BLOB_ID),
-        "key_args": {"blob_id": BLOB_ID},
+        "object_key": KEYS.wal_blob(SESSION_ID, BLOB_ID),
+        "key_args": {"session_id": SESSION_ID, "blob_id": BLOB_ID},
         "size": len(packed.data),
         "decoded": {
             "created_at_ms": packed.created_at_ms,
@@ -227,7 +228,7 @@ def _orders0_pending() -> Pending:
         start_offset=40,
         end_offset=41,
         msg_count=part.msg_count,
-        data_key=KEYS.wal_blob(BLOB_ID),
+        data_key=KEYS.wal_blob(SESSION_ID, BLOB_ID),
         byte_offset=part.body_offset,
         byte_length=part.body_length,
         created_at_ms=T0 + 10,
@@ -235,7 +236,7 @@ def _orders0_pending() -> Pending:
     )
 
 
-_COMPACTED_KEY = KEYS.compacted_blob("orders", 0, COMPACTED_ID)
+_COMPACTED_KEY = KEYS.compacted_blob("orders", 0, SESSION_ID, COMPACTED_ID)
 _COMPACTED_LENGTH = 3_912
 _COMPACTION = CompactionRecord(
     stage="WRITING_COMPACTED_INDEX",

@@ -131,6 +131,9 @@ def test_config_is_frozen() -> None:
         {"LLOG_ROOT_PREFIX": "a/b"},
         {"LLOG_ROOT_PREFIX": ""},
         {"LLOG_VACUUM_GRACE_S": "-1"},
+        {"LLOG_SESSION_TTL_S": "0"},
+        {"LLOG_SESSION_TTL_S": "1.5"},
+        {"LLOG_SESSION_ROTATE_S": "0"},
         {"LLOG_COMPACT_TARGET_BYTES": str(2 * 1024**3)},
     ],
 )

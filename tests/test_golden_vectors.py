@@ -160,7 +160,7 @@ def test_blob_packs_to_vector(name: str, doc: dict[str, Any], data: bytes) -> No
     ]
     packed = blob.pack(bodies, d["created_at_ms"])
     assert packed.data == data
-    assert doc["object_key"] == KEYS.wal_blob(doc["key_args"]["blob_id"])
+    assert doc["object_key"] == KEYS.wal_blob(**doc["key_args"])
 
 
 @pytest.mark.parametrize(("name", "doc", "data"), BLOBS, ids=_ids(BLOBS))

@@ -25,10 +25,16 @@ def test_topic_and_partition_keys() -> None:
 
 
 def test_object_keys() -> None:
-    assert K.wal_blob("abc") == "root/wal-shared/abc"
-    assert K.wal_blob("abc").startswith(K.wal_prefix())
-    assert K.compacted_blob("orders", 2, "xyz") == "root/orders/partitions/2/data/compacted/xyz"
-    assert K.compacted_blob("orders", 2, "xyz").startswith(K.compacted_prefix("orders", 2))
+    assert K.wal_blob("s1", "abc") == "root/wal-shared/s1/abc"
+    assert K.wal_blob("s1", "abc").startswith(K.wal_prefix())
+    assert K.compacted_blob("orders", 2, "s1", "xyz") == "root/orders/partitions/2/data/compacted/s1/xyz"
+    assert K.compacted_blob("orders", 2, "s1", "xyz").startswith(K.compacted_prefix("orders", 2))
+    assert K.session("s1") == "root/_sessions/s1"
+    assert K.session_of(K.wal_blob("s1", "abc")) == "s1"
+    assert K.session_of(K.compacted_blob("orders", 2, "s2", "xyz")) == "s2"
+    # The layout before sessions: no session segment.
+    assert K.session_of("root/wal-shared/abc") is None
+    assert K.session_of("root/orders/partitions/2/data/compacted/xyz") is None
 
 
 def test_default_root_is_llog() -> None:

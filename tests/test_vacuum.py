@@ -1,6 +1,6 @@
-"""Vacuum against the real etcd and S3 servers, with the objects' real modification
-times: it never deletes a referenced object or one younger than the grace period,
-and deletes every unreferenced object older than it."""
+"""Vacuum against the real etcd and S3 servers: it never deletes a referenced object
+or one of a live session (or, for keys without a session, one younger than the grace
+period, by the objects' real modification times), and deletes every other one."""
 
 from __future__ import annotations
 
@@ -73,47 +73,52 @@ def test_vacuum_deletes_old_orphans_only(vconn: llog.Connection) -> None:
     w.settle_all()
     d = w.append(TOPIC, 2, [b"d2"]).data_key
     assert read_control(conn, TOPIC, 2).control.pending is not None
-    # Partition 0 compacted fully: B is unreferenced now, A still is by partition 1.
+    # Partition 0 compacted fully: B is unreferenced now (but its writer's session
+    # lives), A still is referenced by partition 1.
     assert compact_once(conn, TOPIC, 0).outcome == "compacted"
     [c0] = [o for o in _objects(conn) if o.startswith(keys.compacted_prefix(TOPIC, 0))]
     # Partition 1: a compaction stopped after its record: its blob is referenced by the record only.
     with pytest.raises(_Stop), Compactor(conn, hook=_stop_at("after_record")) as c:
         c.compact_once(TOPIC, 1)
     [c1] = [o for o in _objects(conn) if o.startswith(keys.compacted_prefix(TOPIC, 1))]
-    # An orphan compacted blob (as a compaction that died after its PUT leaves), of a gone topic.
-    orphan = keys.compacted_blob("gone", 0, "dead")
+    # An orphan compacted blob (as a compaction that died after its PUT leaves), of a gone
+    # topic, of a session that ended; and one in the key layout before sessions.
+    orphan = keys.compacted_blob("gone", 0, "dead", "blob")
     conn.store.put(orphan, b"never referenced")
+    legacy = f"{keys.compacted_prefix('gone', 0)}legacy"
+    conn.store.put(legacy, b"never referenced either")
     other = f"{keys.all_prefix()}not-data/file"
     conn.store.put(other, b"not a data object")
     before = {p: _scan(conn, p) for p in range(3)}
-    _wait_older_than_grace(conn, {a, b, d, c0, c1, orphan, other})
-    young = keys.wal_blob("young")
+    _wait_older_than_grace(conn, {a, b, d, c0, c1, orphan, legacy, other})
+    young = f"{keys.wal_prefix()}young"  # an old writer's in-flight blob, without a session
     conn.store.put(young, b"an in-flight writer's blob")
 
     assert {a, d, c0, c1} <= referenced_keys(conn)
     dry = vacuum(conn, grace_s=GRACE, dry_run=True)
-    assert set(dry.deleted) == {b, orphan}
-    assert dry.freed_bytes == sum(o.size for o in conn.store.list(keys.all_prefix()) if o.key in {b, orphan})
-    assert set(_objects(conn)) >= {a, b, d, c0, c1, orphan, young}
+    assert set(dry.deleted) == {orphan, legacy}
+    assert dry.freed_bytes == sum(o.size for o in conn.store.list(keys.all_prefix()) if o.key in {orphan, legacy})
+    assert set(_objects(conn)) >= {a, b, d, c0, c1, orphan, legacy, young}
 
     report = vacuum(conn, grace_s=GRACE)
-    assert set(report.deleted) == {b, orphan}
+    assert set(report.deleted) == {orphan, legacy}
     assert report.freed_bytes == dry.freed_bytes
-    assert report.too_young == 1 and report.referenced == 4
+    assert (report.too_young, report.live_session, report.referenced) == (1, 1, 4)
     left = set(_objects(conn))
-    assert {a, d, c0, c1, young, other} <= left and not {b, orphan} & left
+    assert {a, b, d, c0, c1, young, other} <= left and not {orphan, legacy} & left
     assert {p: _scan(conn, p) for p in range(3)} == before
     assert conn.metrics.value("llog_vacuum_deleted_objects_total") == 2
 
     # Finishing partition 1's compaction and materializing 2's pending: A and D lose their
-    # last references and go on the next pass; every scan still reads the same records.
+    # last references, the writer's session ends with it, and A, B and D go on the next
+    # pass; every scan still reads the same records.
     res = compact_once(conn, TOPIC, 1)
     assert res.recovered is not None and res.outcome == "idle"
     assert compact_once(conn, TOPIC, 2).outcome == "compacted"
     w.close()
     _wait_older_than_grace(conn, {young})
     report = vacuum(conn, grace_s=GRACE)
-    assert set(report.deleted) == {a, d, young}
+    assert set(report.deleted) == {a, b, d, young}
     assert {p: _scan(conn, p) for p in range(3)} == before
     assert report.referenced == 3  # the three compacted blobs
 
@@ -135,11 +140,12 @@ def test_vacuum_spares_the_blob_of_a_writer_that_has_not_committed(vconn: llog.C
         t.start()
         try:
             assert put_done.wait(30)
-            # The blob is in the store and referenced by nothing yet: only its age protects it.
+            # The blob is in the store and referenced by nothing yet: its session protects
+            # it, whatever the grace.
             assert blob[0] in _objects(conn)
             assert blob[0] not in referenced_keys(conn)
-            report = vacuum(conn, grace_s=60)
-            assert blob[0] not in report.deleted and report.too_young == 1
+            report = vacuum(conn, grace_s=0)
+            assert blob[0] not in report.deleted and report.live_session == 1
         finally:
             go_on.set()
             t.join()

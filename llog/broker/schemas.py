@@ -343,7 +343,8 @@ _GROUP = {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,249}$"}
 
 _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before sending the request again",
                                  "schema": {"type": "integer"}}}
-_UNAVAILABLE = ("every partition failed for an outage (etcd or the object store unreachable) or back-pressure; "
+_UNAVAILABLE = ("every partition failed for an outage (etcd or the object store unreachable), back-pressure or "
+                "an expired writer session; "
                 "nothing was written: send the same request again after Retry-After")
 
 

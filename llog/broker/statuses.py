@@ -2,7 +2,8 @@
 per-partition result shape, one status for a request whose partitions failed.
 
 * 503 (with ``Retry-After``): nothing was written and the same request can be sent
-  again as is — etcd or the object store cannot be reached, or back-pressure.
+  again as is — etcd or the object store cannot be reached, back-pressure, or the
+  writer's session expired (:class:`SessionExpired`: nothing of it was committed).
 * 504: the commit's outcome is unknown (:class:`AmbiguousCommit`); the records may or
   may not be in the log. Resend with the same ``producer_id``/``sequence`` to resolve
   it without a duplicate.
@@ -15,7 +16,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from llog.errors import AmbiguousCommit, BackPressure, CoordinationError, LlogError, ObjectNotFound, StoreError
+from llog.errors import (
+    AmbiguousCommit,
+    BackPressure,
+    CoordinationError,
+    LlogError,
+    ObjectNotFound,
+    SessionExpired,
+    StoreError,
+)
 
 #: Seconds a client should wait before resending a request answered 503.
 RETRY_AFTER_S = 1
@@ -25,7 +34,7 @@ def error_status(exc: LlogError) -> int:
     """The status one partition's error alone would answer: 503, 504 or 409."""
     if isinstance(exc, AmbiguousCommit):
         return 504
-    if isinstance(exc, (CoordinationError, BackPressure)):
+    if isinstance(exc, (CoordinationError, BackPressure, SessionExpired)):
         return 503
     # A missing object is the log's content, not an outage: asking again finds it missing again.
     if isinstance(exc, StoreError) and not isinstance(exc, ObjectNotFound):

@@ -12,6 +12,11 @@ acceptance order. An uploader goes from one PUT straight to the next without han
 over to another thread, so with one PUT in flight the store sees the load of a plain
 sequential uploader while the next blob's encode and the previous one's commit run
 during the PUT.
+
+A group that fails with :class:`~llog.errors.SessionExpired` (the producer was paused
+past its writer's session TTL between PUT and commit) was definitely not committed:
+the committer writes it again under the writer's new session and commits that, up to
+:data:`SESSION_RETRIES` times, before failing its futures with the (retriable) error.
 """
 
 from __future__ import annotations
@@ -23,7 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
 
-from llog.errors import BackPressure, InvalidInput, TooManyUncompactedKeys
+from llog.errors import BackPressure, InvalidInput, SessionExpired, TooManyUncompactedKeys
 from llog.metrics import Metrics
 from llog.producer.accumulator import Accumulator, Drained, Pending
 from llog.records import AppendGroup, Record
@@ -41,6 +46,9 @@ _Units = list[list[Pending]]
 #: A batch's pieces, each a blob (encoded, then PUT) or the error that failed it.
 _Encoded = list[tuple[_Units, EncodedBlob | BaseException]]
 _Staged = list[tuple[_Units, StagedBlob | BaseException]]
+
+#: Times a batch whose session expired is written again under a new session.
+SESSION_RETRIES = 3
 
 
 def _merge(groups: list[Pending]) -> _Units:
@@ -138,14 +146,7 @@ class Sender:
         units = _merge(groups)
         try:
             # send() checked every record already (BatchingProducer._check).
-            return [(units, self._writer.encode_shared([
-                AppendGroup(
-                    u[0].topic, u[0].partition,
-                    u[0].records if len(u) == 1 else [r for g in u for r in g.records],
-                    u[0].producer_id, u[0].sequence,
-                )
-                for u in units
-            ], records_checked=True))]
+            return [(units, self._writer.encode_shared(_groups(units), records_checked=True))]
         except TooManyUncompactedKeys as exc:
             # Only the partition compaction is behind on waits; the rest of the batch goes.
             behind = (exc.topic, exc.partition)
@@ -212,6 +213,28 @@ class Sender:
                 for g in u:
                     _fail(g, staged)
             return
+        for attempt in range(SESSION_RETRIES + 1):
+            retry = self._commit_once(units, staged, last=attempt == SESSION_RETRIES)
+            if attempt:  # a blob written again here; the first one is the commit loop's
+                self._inflight_keys.discard(staged.data_key)
+            if not retry:
+                return
+            log.warning("session of blob %s expired before its commit; writing %d groups again",
+                        staged.data_key, sum(map(len, retry)))
+            units = retry
+            try:
+                staged = self._writer.put_encoded(self._writer.encode_shared(_groups(units), records_checked=True))
+            except Exception as exc:
+                for u in units:
+                    for g in u:
+                        _fail(g, exc)
+                return
+            self._inflight_keys.add(staged.data_key)
+
+    def _commit_once(self, units: _Units, staged: StagedBlob, *, last: bool) -> _Units:
+        """Commit ``staged`` and resolve its groups' futures; return the units to write
+        again because the blob's session expired (none when ``last``)."""
+        retry: _Units = []
         try:
             outcomes = self._writer.commit_staged(staged)
         except Exception as exc:
@@ -219,9 +242,12 @@ class Sender:
             for u in units:
                 for g in u:
                     _fail(g, exc)
-            return
+            return retry
         for i, (u, out) in enumerate(zip(units, outcomes, strict=True)):
             if isinstance(out, AppendFailure):
+                if isinstance(out.error, SessionExpired) and not last:
+                    retry.append(u)
+                    continue
                 for g in u:
                     _fail(g, out.error)
                 continue
@@ -235,6 +261,7 @@ class Sender:
                 )
                 start += len(g.records)
                 _resolve(g, mine)
+        return retry
 
     def _notify(self, out: AppendResult, records: list[Record], body: memoryview) -> None:
         assert self._on_commit is not None
@@ -242,6 +269,18 @@ class Sender:
             self._on_commit(out, records, body)
         except Exception:
             log.exception("commit listener failed for %s/%s", out.topic, out.partition)
+
+
+def _groups(units: _Units) -> list[AppendGroup]:
+    """One append group per unit: a merged unit's records concatenated in order."""
+    return [
+        AppendGroup(
+            u[0].topic, u[0].partition,
+            u[0].records if len(u) == 1 else [r for g in u for r in g.records],
+            u[0].producer_id, u[0].sequence,
+        )
+        for u in units
+    ]
 
 
 def _resolve(g: Pending, out: AppendResult) -> None:

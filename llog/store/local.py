@@ -1,7 +1,8 @@
 """Object store in a local directory (``file://``), for embedded single-node use.
 
 PUTs are atomic and durable: write a temp file in the target directory, fsync it,
-rename it over the key, fsync the directory.
+rename it over the key, fsync the directory. Key segments are directories (a session's
+blobs share one); a delete removes the directory it empties.
 """
 
 from __future__ import annotations
@@ -32,8 +33,7 @@ class LocalStore(ObjectStore):
     def put(self, key: str, data: bytes, *, crc32: int | None = None) -> None:
         path = self._path(key)
         with self._measure("put"):
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=_TMP_SUFFIX)
+            fd, tmp = self._temp_file(path.parent)
             try:
                 with os.fdopen(fd, "wb") as f:
                     f.write(data)
@@ -50,6 +50,16 @@ class LocalStore(ObjectStore):
             finally:
                 os.close(dfd)
         self.metrics.s3_bytes.labels("in").inc(len(data))
+
+    @staticmethod
+    def _temp_file(directory: Path) -> tuple[int, str]:
+        for _ in range(8):
+            directory.mkdir(parents=True, exist_ok=True)
+            try:
+                return tempfile.mkstemp(dir=directory, prefix=".", suffix=_TMP_SUFFIX)
+            except FileNotFoundError:  # a delete removed the directory it had emptied
+                continue
+        raise StoreError(f"could not create a file in {directory}: it keeps disappearing")
 
     def get(self, key: str) -> bytes:
         with self._measure("get"):
@@ -107,6 +117,11 @@ class LocalStore(ObjectStore):
         with self._measure("delete"):
             for key in keys:
                 n += 1
+                path = self._path(key)
                 with contextlib.suppress(FileNotFoundError):
-                    self._path(key).unlink()
+                    path.unlink()
+                if path.parent != self.root:
+                    # Only while empty; a concurrent PUT into it recreates it (_temp_file).
+                    with contextlib.suppress(OSError):
+                        path.parent.rmdir()
         return n
