@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: venv install install-demo java demo test lint unit bench clean
+.PHONY: venv install install-demo tools demo test lint unit bench clean distclean
 
 # A venv needs the interpreter's venv module and ensurepip; Debian ships them as
 # python3-venv (python3.X-venv). Install it from Debian when it is missing.
@@ -36,13 +36,17 @@ install-demo: $(PY)
 install: $(PY)
 	$(PIP) install -q -e '.[dev,spark]'
 
-# Spark's tests need a JVM; install one from Debian when the machine has none.
-java:
-	@command -v java >/dev/null 2>&1 || { \
-		echo "installing a Java runtime for the Spark tests"; \
+# What the suite needs beyond Python packages, from Debian when missing: a JVM for the
+# Spark tests, faketime for the nemesis's clock-skewed broker.
+tools:
+	@missing=""; \
+	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
+	command -v faketime >/dev/null 2>&1 || missing="$$missing faketime"; \
+	if [ -n "$$missing" ]; then \
+		echo "installing from Debian:$$missing"; \
 		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \
-		$$SUDO apt-get update -q && $$SUDO apt-get install -y -q --no-install-recommends openjdk-17-jre-headless; \
-	}
+		$$SUDO apt-get update -q && $$SUDO apt-get install -y -q --no-install-recommends $$missing; \
+	fi
 	@java -version 2>&1 | head -1
 
 demo: install-demo
@@ -53,7 +57,7 @@ lint: install
 	$(PY) -m mypy
 	$(PY) protocol/gen_vectors.py --check
 
-test: install java lint
+test: install tools lint
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -p no:cacheprovider --durations=20
 
 unit: install

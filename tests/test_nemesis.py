@@ -31,13 +31,16 @@ def test_short_nemesis_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     # Every step of the plan ran, and every fault type was injected.
     assert all(e["ok"] for e in summary["chaos"]), summary["chaos"]
     injected = summary["faults_injected"]
-    for kind in ("pause:broker", "pause:compactor", "pause:etcd", "kill:broker", "kill:compactor", "kill:etcd"):
+    for kind in ("pause:broker", "pause:compactor", "pause:etcd", "kill:broker", "kill:compactor", "kill:etcd",
+                 "faults:error_503", "faults:error_500", "faults:drop", "faults:timeout", "faults:slow"):
         assert injected.get(kind, 0) >= 1, (kind, injected)
     leader_kills = [e for e in summary["chaos"] if e["action"] == "kill" and e["target"] == "etcd-leader"]
     assert len(leader_kills) == 1 and len(leader_kills[0]["members"]) == 1
     # broker-2 ran with its wall clock ten minutes ahead.
     layout = json.loads((run_dir / "layout.json").read_text())
     assert layout["broker-2"]["argv"][:3] == ["faketime", "-f", "+600s"]
+    # The proxy saw the faults it was told to inject.
+    assert sum(summary["s3_proxy"]["injected"].values()) > 0
     # etcd's size at both ends is reported.
     state = summary["etcd"]["state"]
     assert state["start"]["keys"] > 0 and state["end"]["db_size"] > 0
