@@ -245,7 +245,7 @@ def run(*, s3: bool = False, records: int = 20_000, partitions: int = 4, spark: 
         "\nnext:\n"
         "  llog dev up                              # the same stack, left running; prints the LLOG_* exports\n"
         "  llog topics create orders -p 4 && echo hello | llog produce orders\n"
-        "  llog consume orders -p 0 --from earliest --follow   # tail a partition\n"
+        "  llog consume orders --from earliest --follow   # every partition, then tail them\n"
         "  llog loadtest run loadtest/scenarios/smoke.toml\n"
         "  docs: README.md, docs/broker.md, docs/spark.md, docs/operations.md, protocol/README.md"
     )
