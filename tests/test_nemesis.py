@@ -5,8 +5,8 @@ loadtest/scenarios/nemesis.toml`` (loadtest/README.md)."""
 
 from __future__ import annotations
 
+import glob
 import json
-import shutil
 from pathlib import Path
 
 import pytest
@@ -19,8 +19,8 @@ SCENARIOS = Path(__file__).resolve().parent.parent / "loadtest" / "scenarios"
 
 @pytest.mark.timeout(420)
 def test_short_nemesis_loses_and_duplicates_nothing(tmp_path: Path) -> None:
-    if shutil.which("faketime") is None:
-        pytest.fail("faketime is missing: `make test` installs Debian's faketime package")
+    if not glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"):
+        pytest.fail("libfaketime is missing: `make test` installs Debian's faketime package")
     scenario = load_scenario(SCENARIOS / "nemesis-ci.toml")
     run_dir, summary = orchestrator.run(scenario, tmp_path)
     v = summary["verdict"]
@@ -38,7 +38,7 @@ def test_short_nemesis_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     assert len(leader_kills) == 1 and len(leader_kills[0]["members"]) == 1
     # broker-2 ran with its wall clock ten minutes ahead.
     layout = json.loads((run_dir / "layout.json").read_text())
-    assert layout["broker-2"]["argv"][:3] == ["faketime", "-f", "+600s"]
+    assert layout["broker-2"]["clock_skew"] == "+600s"
     # The proxy saw the faults it was told to inject.
     assert sum(summary["s3_proxy"]["injected"].values()) > 0
     # etcd's size at both ends is reported.

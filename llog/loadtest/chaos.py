@@ -10,13 +10,14 @@
   (5xx, timeouts, slow responses, connections dropped mid-body) into a share of the
   requests for ``duration_s``.
 
-A member's clock skew is not an event: it runs under ``faketime`` from the start
+A member's clock skew is not an event: it runs under libfaketime from the start
 (:class:`llog.loadtest.scenario.ClusterSpec`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import logging
 import os
@@ -196,13 +197,15 @@ class Chaos:
             self._s3.clear()
 
 
-def skewed(argv: list[str], offset: str) -> list[str]:
-    """``argv`` run with its wall clock ``offset`` off (``"+600s"``, ``"-10m"``), under
-    Debian's ``faketime``; its monotonic clock stays true."""
-    return ["faketime", "-f", offset, *argv]
+def skew_env(offset: str) -> dict[str, str]:
+    """Environment that runs a process with its wall clock ``offset`` off (``"+600s"``,
+    ``"-10m"``): Debian's libfaketime preloaded into the process itself (not the
+    ``faketime`` wrapper, which forks, so that signals reach the member); its monotonic
+    clock stays true."""
+    libs = sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))
+    if not libs:
+        raise LlogError("clock skew needs libfaketime: install Debian's faketime package")
+    return {"LD_PRELOAD": libs[0], "FAKETIME": offset, "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
 
 
-#: Environment a skewed member needs beside :func:`skewed`.
-SKEW_ENV = {"FAKETIME_DONT_FAKE_MONOTONIC": "1"}
-
-__all__ = ["SKEW_ENV", "Chaos", "FaultSwitch", "etcd_leader", "skewed"]
+__all__ = ["Chaos", "FaultSwitch", "etcd_leader", "skew_env"]

@@ -28,7 +28,7 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.devstack import DevStackError, LocalStack, free_port
 from llog.keys import prefix_range_end
-from llog.loadtest.chaos import SKEW_ENV, Chaos, skewed
+from llog.loadtest.chaos import Chaos, skew_env
 from llog.loadtest.collector import Collector, Target
 from llog.loadtest.generator import GeneratorPlan, LoadGenerator
 from llog.loadtest.live import LiveProgress, Report
@@ -103,7 +103,7 @@ class Cluster:
     def _member(self, name: str, argv: list[str], port: int, **env: str) -> None:
         skew = self.scenario.cluster.clock_skew.get(name)
         if skew is not None:
-            argv, env = skewed(argv, skew), {**env, **SKEW_ENV}
+            env = {**env, **skew_env(skew)}
         self.members[name] = ManagedProcess(name, argv, {**self.env, **env}, port, self.logs / f"{name}.log")
 
     @property
@@ -130,7 +130,8 @@ class Cluster:
         if self.stack.s3_proxy is not None:
             stack["s3-proxy"] = {"pid": self.stack.s3_proxy.proc.pid, "url": self.stack.s3_proxy.endpoint_url,
                                  "log": str(self.stack.s3_proxy.log_path)}
-        return {**stack, **{n: m.describe() for n, m in self.members.items()},
+        skews = self.scenario.cluster.clock_skew
+        return {**stack, **{n: {**m.describe(), "clock_skew": skews.get(n)} for n, m in self.members.items()},
                 "object_store": self.stack.config.object_store}
 
     def _write_layout(self) -> None:

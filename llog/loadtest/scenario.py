@@ -37,7 +37,7 @@ class ClusterSpec:
     vacuum_grace_s: float = 3600.0
     #: Extra LLOG_* settings for every broker and the compactor (e.g. short TTLs).
     env: dict[str, str] = field(default_factory=dict)
-    #: Member name -> wall-clock offset it runs with under Debian's ``faketime``
+    #: Member name -> wall-clock offset it runs with under Debian's libfaketime
     #: (``"+600s"``, ``"-10m"``): a writer whose clock is minutes off.
     clock_skew: dict[str, str] = field(default_factory=dict)
 
