@@ -24,6 +24,7 @@ import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Literal
 
 import msgpack
@@ -50,8 +51,12 @@ def encode_session_value(kind: SessionKind, started_at_ms: int) -> bytes:
 class Session:
     """One lease-bound session key, kept alive by a thread until :meth:`close`."""
 
-    def __init__(self, conn: Connection, kind: SessionKind) -> None:
+    def __init__(
+        self, conn: Connection, kind: SessionKind, on_tick: Callable[[Session], None] | None = None
+    ) -> None:
         self.kind: SessionKind = kind
+        #: Called from the keep-alive thread after each successful refresh.
+        self._on_tick = on_tick
         self.id = uuid.uuid4().hex
         self.key = conn.keys.session(self.id)
         self.ttl_s = conn.config.session_ttl_s
@@ -109,6 +114,8 @@ class Session:
             if ttl <= 0:
                 self.mark_expired()
                 return
+            if self._on_tick is not None:
+                self._on_tick(self)
 
     def close(self) -> None:
         """Stop the keep-alive and revoke the lease (which deletes the key)."""
@@ -148,7 +155,7 @@ class Sessions:
                     retired = cur
                     self._users.pop(cur, None)
                 # Opened under the lock: one new session, not one per racing caller.
-                cur = self._current = Session(self._conn, self._kind)
+                cur = self._current = Session(self._conn, self._kind, self._retire_if_idle)
             self._users[cur] = self._users.get(cur, 0) + 1
         if retired is not None:
             retired.close()
@@ -168,6 +175,16 @@ class Sessions:
                 if not self._due(session):
                     return
                 self._current = None
+        session.close()
+
+    def _retire_if_idle(self, session: Session) -> None:
+        """From the session's keep-alive: end the current session once it is due for
+        rotation and no blob uses it, so a process that went idle holds no session that
+        keeps its garbage from vacuum (the next blob opens a new one)."""
+        with self._lock:
+            if session is not self._current or self._users.get(session, 0) or not self._due(session):
+                return
+            self._current = None
         session.close()
 
     def _due(self, session: Session) -> bool:

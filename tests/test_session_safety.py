@@ -339,6 +339,31 @@ def test_rotated_sessions_end_so_vacuum_takes_a_live_writers_garbage(sconn: llog
     assert _scan(conn, 0) == [b"0", b"1", b"2"]
 
 
+def test_an_idle_writers_session_ends_once_due_for_rotation(sconn: llog.Connection) -> None:
+    """A session not yet due when its last blob committed ends later, from its keep-alive,
+    so a writer that went idle keeps nothing from vacuum."""
+    conn = sconn
+    wconn = llog.Connection(replace(conn.config, session_ttl_s=1, session_rotate_s=1.5),
+                            etcd=conn.etcd, store=conn.store)
+    try:
+        with llog.Writer(wconn) as w:
+            key = w.append(TOPIC, 0, [b"idle"]).data_key
+            session_key = conn.keys.session(conn.keys.session_of(key) or "")
+            assert conn.etcd.get(session_key) is not None  # not due yet: kept for the next blob
+            deadline = time.monotonic() + 30
+            while conn.etcd.get(session_key) is not None:
+                assert time.monotonic() < deadline, "the idle session was never ended"
+                time.sleep(0.05)
+            with Compactor(conn) as c:
+                assert c.compact_once(TOPIC, 0).outcome == "compacted"
+            assert key in vacuum(conn, grace_s=3600).deleted
+            # The next blob opens a new session.
+            assert w.append(TOPIC, 0, [b"again"]).data_key != key
+    finally:
+        wconn.close()
+    assert _scan(conn, 0) == [b"idle", b"again"]
+
+
 def test_broker_stopped_past_its_session_ttl_produces_again_after_resuming(sconn: llog.Connection) -> None:
     conn = sconn
     prefix = conn.keys.sessions_prefix()

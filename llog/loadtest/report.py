@@ -23,6 +23,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+#: Up to this many chaos steps are labelled on the charts.
+_LABELLED = 8
 #: Chart files, in the order the report shows them.
 CHARTS = ("throughput.png", "latency.png", "cpu.png", "etcd_s3.png")
 
@@ -120,9 +122,12 @@ def draw_charts(run_dir: Path) -> list[str]:
         for xs, ys, label in lines:
             ax.plot(xs, [float("nan") if y is None else y for y in ys], label=label, linewidth=1.4)
         for at, what in faults:
-            ax.axvline(at, color="crimson", linestyle="--", linewidth=1)
-            ax.annotate(what, (at, 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
-                        textcoords="offset points", color="crimson", fontsize=8)
+            ax.axvline(at, color="crimson", linestyle="--", linewidth=1 if len(faults) <= _LABELLED else 0.5)
+            if len(faults) <= _LABELLED:  # beyond that the labels overlap: report.html lists them
+                ax.annotate(what, (at, 1), xycoords=("data", "axes fraction"), xytext=(3, -12),
+                            textcoords="offset points", color="crimson", fontsize=8)
+        if len(faults) > _LABELLED:
+            title += f" ({len(faults)} chaos steps dashed; listed in report.html)"
         ax.set_title(title, fontsize=10)
         ax.set_xlabel("seconds since load start")
         ax.set_ylabel(ylabel)
