@@ -53,6 +53,7 @@ from compactor.http import HttpServer
 from compactor.metrics import compactor_metrics, register_cost_estimate
 from compactor.producer_expiry import ProducerExpiry
 from compactor.retention import apply_retention
+from compactor.revision_clock import RevisionClock
 from compactor.stages import StageHook
 from compactor.vacuum import vacuum
 from llog.config import LlogConfig
@@ -108,7 +109,10 @@ class CompactorService:
         register_cost_estimate(self.conn.metrics, config)
         self.compactor = Compactor(self.conn, hook=hook, metrics=self.metrics)
         self.etcd_history = EtcdHistoryCompactor(
-            self.conn, self.compactor.clock, config.etcd_compact_interval_s, self.metrics
+            # Its own clock, never loaded from the persisted samples: one compactor host
+            # whose wall clock is behind must not make history compaction run ahead,
+            # which the resolution of unknown commit outcomes reads (spec §8.5, §12.1).
+            self.conn, RevisionClock(self.conn), config.etcd_compact_interval_s, self.metrics
         )
         self.producer_expiry = ProducerExpiry(
             self.conn, self.compactor.clock, config.producer_state_ttl_s, self.metrics
