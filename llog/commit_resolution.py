@@ -17,7 +17,7 @@ import logging
 from llog.codec.meta import WAL, Control, Pending
 from llog.connection import Connection
 from llog.control import decode_control, decode_index
-from llog.errors import AmbiguousCommit, HistoryCompacted
+from llog.errors import AmbiguousCommit, CoordinationError, HistoryCompacted
 
 log = logging.getLogger(__name__)
 
@@ -36,7 +36,31 @@ def find_committed(
     started at ``unknown_starts`` committed, else ``None`` (none did, so far: an attempt
     still in flight can only commit while ``C`` stays at the revision it compared).
     ``ctl`` is the control read at ``control_revision``. Never ``None`` for an append
-    that exists: :class:`AmbiguousCommit` when that cannot be told."""
+    that exists: :class:`AmbiguousCommit` when that cannot be told, etcd failing
+    during these reads included (a plain :class:`CoordinationError` would let a caller
+    take the append for not written and send it again)."""
+    try:
+        return _find_committed(conn, topic, partition, append_id, ctl, control_revision, unknown_starts, n)
+    except AmbiguousCommit:
+        raise
+    except CoordinationError as exc:
+        raise AmbiguousCommit(
+            f"commit of append {append_id} to {topic}/{partition} has an unknown outcome and etcd "
+            f"failed while it was being resolved: the append may exist ({exc})",
+            topic=topic, partition=partition, append_id=append_id,
+        ) from exc
+
+
+def _find_committed(
+    conn: Connection,
+    topic: str,
+    partition: int,
+    append_id: str,
+    ctl: Control,
+    control_revision: int,
+    unknown_starts: list[int],
+    n: int,
+) -> Pending | None:
     if not unknown_starts:
         return None
     if ctl.pending is not None and ctl.pending.append_id == append_id:

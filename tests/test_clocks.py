@@ -311,3 +311,31 @@ def test_revision_clock_resolves_contradictions_low_and_stays_bounded(conn: llog
     assert len(msgpack.unpackb(kv.value)["samples"]) <= MAX_SAMPLES
     assert clock.aged_revision(5_000_000) == 10  # the oldest sample survives thinning
     assert clock.aged_revision(2_000) == 5008  # recent ones are kept at full resolution
+
+
+def test_etcd_failing_while_an_unknown_outcome_is_resolved_is_ambiguous(
+    conns: Callable[[int], tuple[llog.Connection, llog.Connection]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The commit applied and its reply was lost; then etcd fails the history reads that
+    would resolve it. That is AmbiguousCommit (the append exists), never a plain
+    CoordinationError a client would take for "nothing written" and send again."""
+    wconn, other = conns(0)
+    llog.Topics(wconn).create("flaky", 1)
+
+    def meanwhile() -> None:
+        with llog.Writer(other) as w2:
+            w2.append("flaky", 0, [b"next"])  # the history now has to be read
+
+        def down(*_a: Any, **_kw: Any) -> Any:
+            raise CoordinationError("etcd get_at failed: injected: unavailable")
+
+        monkeypatch.setattr(wconn.etcd, "get_at", down)
+
+    fault = _UnknownOutcome(wconn.etcd, meanwhile)
+    monkeypatch.setattr(wconn.etcd, "txn", fault)
+    with llog.Writer(wconn) as w:
+        fault.armed = True
+        [out] = w.append_shared([llog.AppendGroup("flaky", 0, [b"once"])])
+    assert isinstance(out, llog.AppendFailure)
+    assert type(out.error) is AmbiguousCommit, out.error
+    assert _values(other, "flaky") == [(0, b"once"), (1, b"next")]
