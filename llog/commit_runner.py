@@ -94,8 +94,7 @@ class CommitRunner:
                 return one.run(unknown_start)
         except LlogError as exc:
             self.conn.metrics.appends.labels(type(exc).__name__).inc()
-            pkey = self.conn.keys.producer(topic, partition, producer.id) if producer is not None else None
-            self.caches.forget([(topic, partition, pkey)])
+            self.caches.forget([self._cache_keys(staged, i)])
             return AppendFailure(topic, partition, exc)
 
     def commit_together(self, staged: StagedBlob) -> CombinedOutcome:
@@ -164,6 +163,7 @@ class CommitRunner:
         return CombinedOutcome(self._chunk_committed(staged, chunk, r.revision))
 
     def _cache_keys(self, staged: StagedBlob, i: int) -> tuple[str, int, str | None]:
+        """Group ``i``'s partition and producer key (``None``: not idempotent)."""
         g = staged.groups[i]
         pkey = self.conn.keys.producer(g.topic, g.partition, g.producer.id) if g.producer is not None else None
         return g.topic, g.partition, pkey

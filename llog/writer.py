@@ -203,6 +203,8 @@ class Writer:
         return n
 
     def close(self) -> None:
+        """Settle what this writer left pending (:meth:`settle_all`), then stop its
+        commit threads and end its sessions; idempotent."""
         if self._closed:
             return
         self._closed = True
