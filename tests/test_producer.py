@@ -313,17 +313,17 @@ def test_records_are_checked_once_at_send_not_again_at_flush(
     slow_conn: Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import llog.producer as producer_mod
-    import llog.writer as writer_mod
+    import llog.validation as validation_mod
 
     calls: list[str] = []
-    real = writer_mod.check_records
+    real = validation_mod.check_records
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         calls.append("check")
         return real(*args, **kwargs)
 
     monkeypatch.setattr(producer_mod, "check_records", counting)
-    monkeypatch.setattr(writer_mod, "check_records", counting)
+    monkeypatch.setattr(validation_mod, "check_records", counting)
     with BatchingProducer(slow_conn) as prod:
         futs = [prod.send_group("p", i % 4, [b"a%d" % i, b"b%d" % i]) for i in range(8)]
         assert len(calls) == 8  # one check per send

@@ -1,0 +1,75 @@
+"""What one partition-append of a shared blob came to: :class:`AppendResult` (committed,
+with its offsets) or :class:`AppendFailure` (nothing of it readable), and how a
+committed append's result is made and counted (protocol/README.md §8.1, step W3)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llog.codec.meta import Pending, ProducerState
+from llog.connection import Connection
+from llog.control import ControlState
+from llog.errors import LlogError
+from llog.writer_caches import WriterCaches
+
+
+@dataclass(frozen=True)
+class AppendResult:
+    """A committed partition-append: records ``[start_offset, end_offset]``."""
+
+    topic: str
+    partition: int
+    start_offset: int
+    end_offset: int
+    count: int
+    index_key: str
+    data_key: str
+    append_id: str
+    ok: bool = True
+
+
+@dataclass(frozen=True)
+class AppendFailure:
+    """A partition-append that did not commit (nothing of it is readable)."""
+
+    topic: str
+    partition: int
+    error: LlogError
+    ok: bool = False
+
+
+Outcome = AppendResult | AppendFailure
+
+#: A committed append to acknowledge: its partition, its pending and the control state
+#: its commit left.
+Ack = tuple[str, int, Pending, ControlState]
+
+
+def acknowledge(conn: Connection, caches: WriterCaches, acks: list[Ack]) -> list[AppendResult]:
+    """Record committed appends: each partition's new state in the cache (one lock
+    round for all), the metrics once, and each append's result."""
+    caches.remember_all([((topic, partition), st) for topic, partition, _, st in acks])
+    conn.metrics.appends.labels("ok").inc(len(acks))
+    conn.metrics.append_records.inc(sum(p.msg_count for _, _, p, _ in acks))
+    return [result_of(conn, topic, partition, p) for topic, partition, p, _ in acks]
+
+
+def duplicate(conn: Connection, topic: str, partition: int, ps: ProducerState) -> AppendResult:
+    """A retried batch that already committed: its original result, nothing written."""
+    conn.metrics.appends.labels("duplicate").inc()
+    return result_of(conn, topic, partition, ps)
+
+
+def result_of(conn: Connection, topic: str, partition: int, p: Pending | ProducerState) -> AppendResult:
+    """The result of the append that ``p`` (its pending, or the producer state that
+    recorded it) describes."""
+    return AppendResult(
+        topic=topic,
+        partition=partition,
+        start_offset=p.start_offset,
+        end_offset=p.end_offset,
+        count=p.msg_count,
+        index_key=conn.keys.index(topic, partition, p.end_offset),
+        data_key=p.data_key,
+        append_id=p.append_id,
+    )

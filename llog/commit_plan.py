@@ -1,0 +1,78 @@
+"""One partition's commit transaction as a value (protocol/README.md §8.1, step W2):
+built from a control state (and, idempotent, a producer state) without I/O, executed
+by :mod:`llog.commit_runner` alone or combined with others (step W2')."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from llog.codec.meta import Control, Pending, ProducerState
+from llog.connection import Connection
+from llog.control import ControlState, materialize_ops
+from llog.errors import SequenceError
+from llog.etcd import Compare, Get, Op, Put, mod_revision_is
+from llog.validation import ProducerSequence
+from llog.writer_caches import ProducerSnapshot
+
+
+@dataclass(frozen=True)
+class PartitionTxn:
+    """One partition's commit transaction, built from a control state: the pending it
+    sets, the new control value, and the compares/ops/failure reads of the CAS."""
+
+    mine: Pending
+    compares: list[Compare]
+    ops: list[Op]
+    failure: list[Op]
+    new: Control
+    new_ps: ProducerState | None
+
+
+def plan_txn(
+    conn: Connection,
+    topic: str,
+    partition: int,
+    pending: Pending,
+    st: ControlState,
+    producer: ProducerSequence | None,
+    ps: ProducerSnapshot | None,
+    now: int,
+) -> PartitionTxn:
+    """The commit transaction of ``pending`` against control state ``st``: the
+    previous pending materialized, the new one set, CAS on the control's (and the
+    producer key's) mod_revision. ``now`` stamps the new producer state."""
+    keys = conn.keys
+    ckey = keys.control(topic, partition)
+    ctl, n = st.control, pending.msg_count
+    start = ctl.next_offset
+    mine = Pending(
+        pending.append_id, start, start + n - 1, n, pending.data_key,
+        pending.byte_offset, pending.byte_length, pending.created_at_ms,
+        pending.max_timestamp,
+    )
+    ops: list[Op] = materialize_ops(conn, topic, partition, ctl.pending) if ctl.pending else []
+    new = Control(ctl.log_state, start + n, ctl.log_start_offset, mine)
+    ops.append(Put(ckey, new.encode()))
+    compares: list[Compare] = [mod_revision_is(ckey, st.mod_revision)]
+    failure: list[Op] = [Get(ckey)]
+    new_ps: ProducerState | None = None
+    if producer is not None and ps is not None:
+        pkey = keys.producer(topic, partition, producer.id)
+        new_ps = ProducerState(producer.sequence, start, start + n - 1, pending.append_id, pending.data_key, now)
+        compares.append(mod_revision_is(pkey, ps.mod_revision))
+        ops.append(Put(pkey, new_ps.encode()))
+        failure.append(Get(pkey))
+    return PartitionTxn(mine, compares, ops, failure, new, new_ps)
+
+
+def sequence_verdict(
+    topic: str, partition: int, producer: ProducerSequence, last: ProducerState | None, n: int
+) -> ProducerState | SequenceError | None:
+    """``None``: append; the last state: a retry of the committed batch; else the error.
+
+    An unknown producer may start at any sequence."""
+    if last is None or producer.sequence == last.sequence + 1:
+        return None
+    if producer.sequence == last.sequence and n == last.msg_count:
+        return last
+    return SequenceError(topic, partition, producer.id, last.sequence + 1, producer.sequence)

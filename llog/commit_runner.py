@@ -1,0 +1,208 @@
+"""Step W2 of the commit protocol (protocol/README.md §8.1) for a staged blob: the
+groups of warm partitions in combined transactions (W2'), the rest one by one
+(:class:`~llog.partition_commit.PartitionCommit`), partitions in parallel and each
+partition's groups in order. Every step returns what it decided."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+from llog.append_outcome import Ack, AppendFailure, AppendResult, Outcome, acknowledge
+from llog.codec.meta import FENCED
+from llog.commit_plan import PartitionTxn, plan_txn, sequence_verdict
+from llog.connection import Connection
+from llog.control import ControlState, decode_control
+from llog.errors import CoordinationError, EtcdSpaceExhausted, LlogError, SessionExpired
+from llog.etcd import Get, TxnResult
+from llog.partition_commit import FaultHook, PartitionCommit
+from llog.session import Session
+from llog.wal_blob import StagedBlob
+from llog.writer_caches import ProducerSnapshot, WriterCaches
+
+log = logging.getLogger(__name__)
+
+#: Partitions per combined commit transaction: each brings up to 2 compares and 3 puts
+#: (plus one session compare and one failure read per transaction), and etcd refuses a
+#: transaction with more than 128 compares, success ops or failure ops (``--max-txn-ops``).
+TXN_PARTITIONS = 32
+
+#: A group of the staged blob (its index) and its partition's transaction.
+_Planned = tuple[int, PartitionTxn]
+
+
+@dataclass(frozen=True)
+class CombinedOutcome:
+    """What combined commits decided, by group index: the outcomes of the groups they
+    committed or definitely failed, and for the groups whose transaction's outcome is
+    unknown the start offset it tried (for :class:`PartitionCommit` to resolve)."""
+
+    outcomes: dict[int, Outcome] = field(default_factory=dict)
+    unknown: dict[int, int] = field(default_factory=dict)
+
+
+class CommitRunner:
+    """Commits staged blobs for one writer, whose caches it reads and updates."""
+
+    def __init__(
+        self,
+        conn: Connection,
+        caches: WriterCaches,
+        pool: ThreadPoolExecutor,
+        hook: FaultHook,
+        clock: Callable[[], int],
+    ) -> None:
+        self.conn, self.caches, self.pool, self.hook, self.clock = conn, caches, pool, hook, clock
+
+    def commit_staged(self, staged: StagedBlob) -> list[Outcome]:
+        """One outcome per group of ``staged``, in order."""
+        prepared = staged.groups
+        # Groups of one partition commit in order; different partitions in parallel.
+        by_partition: dict[tuple[str, int], list[int]] = {}
+        for i, g in enumerate(prepared):
+            by_partition.setdefault((g.topic, g.partition), []).append(i)
+        combined = CombinedOutcome()
+        if len(by_partition) > 1 and len(by_partition) == len(prepared):
+            combined = self.commit_together(staged)
+
+        def run(indexes: list[int]) -> list[tuple[int, Outcome]]:
+            return [
+                (i, self.commit(staged, i, combined.unknown.get(i))) for i in indexes if i not in combined.outcomes
+            ]
+
+        outcomes = dict(combined.outcomes)
+        tasks = [ix for ix in by_partition.values() if any(i not in outcomes for i in ix)]
+        if len(tasks) == 1:
+            outcomes.update(run(tasks[0]))
+        elif tasks:
+            for f in [self.pool.submit(run, t) for t in tasks]:
+                outcomes.update(f.result())
+        return [outcomes[i] for i in range(len(prepared))]
+
+    def commit(self, staged: StagedBlob, i: int, unknown_start: int | None) -> Outcome:
+        """Commit group ``i`` alone; its failure as an :class:`AppendFailure`."""
+        g = staged.groups[i]
+        topic, partition, producer = g.topic, g.partition, g.producer
+        try:
+            with self.caches.partition_locks.hold([(topic, partition)]):
+                one = PartitionCommit(
+                    self.conn, self.caches, self.hook, self.clock,
+                    topic, partition, staged.pendings[i], producer, staged.session,
+                )
+                return one.run(unknown_start)
+        except LlogError as exc:
+            self.conn.metrics.appends.labels(type(exc).__name__).inc()
+            self.caches.forget([self._cache_keys(staged, i)])
+            return AppendFailure(topic, partition, exc)
+
+    def commit_together(self, staged: StagedBlob) -> CombinedOutcome:
+        """Commit every partition of the blob whose control (and producer) state this
+        writer has cached in one etcd transaction per :data:`TXN_PARTITIONS`: each
+        partition keeps its own mod_revision compare, so the transaction commits all of
+        them or none. A conflict refreshes the cache from the failure reads and leaves
+        the partitions to the one-by-one path; an unknown outcome records the offset
+        tried for it to resolve."""
+        groups = staged.groups
+        order = sorted(range(len(groups)), key=lambda i: (groups[i].topic, groups[i].partition))
+        outcomes: dict[int, Outcome] = {}
+        unknown: dict[int, int] = {}
+        # In (topic, partition) order: no deadlock between writers' threads.
+        with self.caches.partition_locks.hold([(groups[i].topic, groups[i].partition) for i in order]):
+            planned = self._plan_cached(staged, order)
+            for c in range(0, len(planned), TXN_PARTITIONS):
+                chunk = planned[c : c + TXN_PARTITIONS]
+                if len(chunk) > 1:
+                    done = self._commit_chunk(staged, chunk)
+                    outcomes.update(done.outcomes)
+                    unknown.update(done.unknown)
+        return CombinedOutcome(outcomes, unknown)
+
+    def _plan_cached(self, staged: StagedBlob, order: list[int]) -> list[_Planned]:
+        """The transactions of the groups whose partition state is cached and open
+        and, idempotent, whose cached producer state says "append"."""
+        planned: list[_Planned] = []
+        for i in order:
+            g = staged.groups[i]
+            st = self.caches.controls.get((g.topic, g.partition))
+            if st is None or st.control.log_state == FENCED:
+                continue
+            ps = None
+            if g.producer is not None:
+                ps = self.caches.producers.get(self.conn.keys.producer(g.topic, g.partition, g.producer.id))
+                n = staged.pendings[i].msg_count
+                if ps is None or sequence_verdict(g.topic, g.partition, g.producer, ps.state, n) is not None:
+                    continue
+            now = self.clock()
+            planned.append((i, plan_txn(self.conn, g.topic, g.partition, staged.pendings[i], st, g.producer, ps, now)))
+        return planned
+
+    def _commit_chunk(self, staged: StagedBlob, chunk: list[_Planned]) -> CombinedOutcome:
+        """One combined transaction of ``chunk`` (W2')."""
+        conn, keys, session = self.conn, self.conn.keys, staged.session
+        try:
+            r = conn.etcd.txn(
+                [*(c for _, p in chunk for c in p.compares), session.compare()],
+                [o for _, p in chunk for o in p.ops],
+                [
+                    *(Get(keys.control(staged.groups[i].topic, staged.groups[i].partition)) for i, _ in chunk),
+                    Get(session.key),
+                ],
+            )
+        except EtcdSpaceExhausted as exc:  # refused before it applied: a definite failure
+            conn.metrics.appends.labels(type(exc).__name__).inc(len(chunk))
+            groups = staged.groups
+            return CombinedOutcome({i: AppendFailure(groups[i].topic, groups[i].partition, exc) for i, _ in chunk})
+        except CoordinationError as exc:
+            log.warning("combined commit of %d partitions has an unknown outcome: %s", len(chunk), exc)
+            self.caches.forget([self._cache_keys(staged, i) for i, _ in chunk])
+            return CombinedOutcome(unknown={i: p.mine.start_offset for i, p in chunk})
+        if not r.succeeded:
+            return self._chunk_conflict(staged, chunk, r, session)
+        return CombinedOutcome(self._chunk_committed(staged, chunk, r.revision))
+
+    def _cache_keys(self, staged: StagedBlob, i: int) -> tuple[str, int, str | None]:
+        """Group ``i``'s partition and producer key (``None``: not idempotent)."""
+        g = staged.groups[i]
+        pkey = self.conn.keys.producer(g.topic, g.partition, g.producer.id) if g.producer is not None else None
+        return g.topic, g.partition, pkey
+
+    def _chunk_conflict(
+        self, staged: StagedBlob, chunk: list[_Planned], r: TxnResult, session: Session
+    ) -> CombinedOutcome:
+        """Cache the states the failure reads returned; a session that ended fails
+        every group, else the groups go on one by one."""
+        self.conn.metrics.commit_conflicts.inc()
+        *controls, held = r.responses
+        for (i, _), got in zip(chunk, controls, strict=True):
+            g = staged.groups[i]
+            assert isinstance(got, list)
+            ckey = self.conn.keys.control(g.topic, g.partition)
+            self.caches.remember(g.topic, g.partition, decode_control(ckey, got[0] if got else None))
+        assert isinstance(held, list)
+        if session.holds(held):
+            return CombinedOutcome()
+        failed: dict[int, Outcome] = {}  # a definite failure: the blob can never commit
+        for i, p in chunk:
+            g = staged.groups[i]
+            self.conn.metrics.appends.labels(SessionExpired.__name__).inc()
+            failed[i] = AppendFailure(g.topic, g.partition, SessionExpired(g.topic, g.partition, session.id,
+                                                                           p.mine.data_key))
+        return CombinedOutcome(failed)
+
+    def _chunk_committed(self, staged: StagedBlob, chunk: list[_Planned], revision: int) -> dict[int, Outcome]:
+        for _, p in chunk:
+            self.hook("after_commit", p.mine.data_key)
+        for i, p in chunk:
+            g = staged.groups[i]
+            if p.new_ps is not None and g.producer is not None:
+                pkey = self.conn.keys.producer(g.topic, g.partition, g.producer.id)
+                self.caches.producers[pkey] = ProducerSnapshot(p.new_ps, revision)
+        acks: list[Ack] = [
+            (staged.groups[i].topic, staged.groups[i].partition, p.mine, ControlState(p.new, revision))
+            for i, p in chunk
+        ]
+        results: list[AppendResult] = acknowledge(self.conn, self.caches, acks)
+        return {i: res for (i, _), res in zip(chunk, results, strict=True)}
+

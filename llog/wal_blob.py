@@ -1,0 +1,90 @@
+"""Step W1 of the commit protocol (protocol/README.md §8.1): one shared WAL blob built
+from checked groups (one ``bytes-batch-v1`` body per group, packed into an ``LLS1``
+blob) and each group's pending value, first in memory (:class:`EncodedBlob`), then PUT
+(:class:`StagedBlob`)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from llog.codec import batch, blob
+from llog.codec.meta import Pending
+from llog.errors import InvalidInput
+from llog.session import Session
+from llog.validation import PreparedGroup
+
+
+@dataclass(frozen=True)
+class EncodedBlob:
+    """A shared blob built in memory and not yet PUT (:meth:`Writer.encode_shared`):
+    its groups, their pending values (offsets still zero) and the blob's bytes."""
+
+    groups: tuple[PreparedGroup, ...]
+    pendings: tuple[Pending, ...]
+    data: bytes
+    #: The session the blob is keyed under, whose key its commit compares.
+    session: Session
+    #: CRC-32 of ``data`` when the codec could combine it from the bodies' CRCs,
+    #: handed to the store so it need not hash the body again.
+    crc32: int | None
+
+    @property
+    def data_key(self) -> str:
+        return self.pendings[0].data_key
+
+
+@dataclass(frozen=True)
+class StagedBlob:
+    """A shared blob that is PUT but not committed: its groups and, per group, the
+    pending value (offsets still zero) its commit will fill in."""
+
+    groups: tuple[PreparedGroup, ...]
+    pendings: tuple[Pending, ...]
+    #: The blob as PUT; :meth:`body` slices one group's encoded records out of it.
+    data: bytes
+    session: Session
+
+    @property
+    def data_key(self) -> str:
+        return self.pendings[0].data_key
+
+    def body(self, i: int) -> memoryview:
+        p = self.pendings[i]
+        return memoryview(self.data)[p.byte_offset : p.byte_offset + p.byte_length]
+
+
+def pack_groups(prepared: Sequence[PreparedGroup], created: int, max_blob_bytes: int) -> blob.PackedBlob:
+    """Encode each group's body and pack them into one blob created at ``created``;
+    refuse a blob over ``max_blob_bytes``."""
+    bodies = [
+        blob.BlobBody(g.topic, g.partition, len(g.records), batch.encode_columns(g.columns, g.stamp, g.lengths))
+        for g in prepared
+    ]
+    packed = blob.pack(bodies, created)
+    if len(packed.data) > max_blob_bytes:
+        raise InvalidInput(
+            f"shared blob of {len(packed.data)} bytes exceeds max_blob_bytes {max_blob_bytes}; split the call"
+        )
+    return packed
+
+
+def pendings_of(
+    prepared: Sequence[PreparedGroup], packed: blob.PackedBlob, blob_id: str, data_key: str, created: int
+) -> tuple[Pending, ...]:
+    """Each group's pending value in blob ``blob_id`` at ``data_key``: its append id
+    and slice, offsets still zero (its commit fills them in)."""
+    return tuple(
+        Pending(
+            append_id=f"{blob_id}:{i}",
+            start_offset=0,
+            end_offset=0,
+            msg_count=len(g.records),
+            data_key=data_key,
+            byte_offset=part.body_offset,
+            byte_length=part.body_length,
+            created_at_ms=created,
+            max_timestamp=g.max_timestamp,
+        )
+        for i, (g, part) in enumerate(zip(prepared, packed.parts, strict=True))
+    )
