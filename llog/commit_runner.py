@@ -41,6 +41,9 @@ class CombinedOutcome:
 
     outcomes: dict[int, Outcome] = field(default_factory=dict)
     unknown: dict[int, int] = field(default_factory=dict)
+    #: Groups whose transaction etcd answered NOSPACE (applied or not): start offset and
+    #: the error, for :meth:`PartitionCommit.resolve_no_space`.
+    no_space: dict[int, tuple[int, EtcdSpaceExhausted]] = field(default_factory=dict)
 
 
 class CommitRunner:
@@ -69,7 +72,8 @@ class CommitRunner:
 
         def run(indexes: list[int]) -> list[tuple[int, Outcome]]:
             return [
-                (i, self.commit(staged, i, combined.unknown.get(i))) for i in indexes if i not in combined.outcomes
+                (i, self.commit(staged, i, combined.unknown.get(i), combined.no_space.get(i)))
+                for i in indexes if i not in combined.outcomes
             ]
 
         outcomes = dict(combined.outcomes)
@@ -81,8 +85,15 @@ class CommitRunner:
                 outcomes.update(f.result())
         return [outcomes[i] for i in range(len(prepared))]
 
-    def commit(self, staged: StagedBlob, i: int, unknown_start: int | None) -> Outcome:
-        """Commit group ``i`` alone; its failure as an :class:`AppendFailure`."""
+    def commit(
+        self,
+        staged: StagedBlob,
+        i: int,
+        unknown_start: int | None,
+        no_space: tuple[int, EtcdSpaceExhausted] | None = None,
+    ) -> Outcome:
+        """Commit group ``i`` alone (or, after a NOSPACE answer to its combined commit,
+        only find out whether that committed); its failure as an :class:`AppendFailure`."""
         g = staged.groups[i]
         topic, partition, producer = g.topic, g.partition, g.producer
         try:
@@ -91,7 +102,7 @@ class CommitRunner:
                     self.conn, self.caches, self.hook, self.clock,
                     topic, partition, staged.pendings[i], producer, staged.session,
                 )
-                return one.run(unknown_start)
+                return one.run(unknown_start) if no_space is None else one.resolve_no_space(*no_space)
         except LlogError as exc:
             self.conn.metrics.appends.labels(type(exc).__name__).inc()
             self.caches.forget([self._cache_keys(staged, i)])
@@ -108,6 +119,7 @@ class CommitRunner:
         order = sorted(range(len(groups)), key=lambda i: (groups[i].topic, groups[i].partition))
         outcomes: dict[int, Outcome] = {}
         unknown: dict[int, int] = {}
+        no_space: dict[int, tuple[int, EtcdSpaceExhausted]] = {}
         # In (topic, partition) order: no deadlock between writers' threads.
         with self.caches.partition_locks.hold([(groups[i].topic, groups[i].partition) for i in order]):
             planned = self._plan_cached(staged, order)
@@ -117,7 +129,8 @@ class CommitRunner:
                     done = self._commit_chunk(staged, chunk)
                     outcomes.update(done.outcomes)
                     unknown.update(done.unknown)
-        return CombinedOutcome(outcomes, unknown)
+                    no_space.update(done.no_space)
+        return CombinedOutcome(outcomes, unknown, no_space)
 
     def _plan_cached(self, staged: StagedBlob, order: list[int]) -> list[_Planned]:
         """The transactions of the groups whose partition state is cached and open
@@ -150,10 +163,9 @@ class CommitRunner:
                     Get(session.key),
                 ],
             )
-        except EtcdSpaceExhausted as exc:  # refused before it applied: a definite failure
-            conn.metrics.appends.labels(type(exc).__name__).inc(len(chunk))
-            groups = staged.groups
-            return CombinedOutcome({i: AppendFailure(groups[i].topic, groups[i].partition, exc) for i, _ in chunk})
+        except EtcdSpaceExhausted as exc:  # answered, but possibly applied: resolved one by one
+            self.caches.forget([self._cache_keys(staged, i) for i, _ in chunk])
+            return CombinedOutcome(no_space={i: (p.mine.start_offset, exc) for i, p in chunk})
         except CoordinationError as exc:
             log.warning("combined commit of %d partitions has an unknown outcome: %s", len(chunk), exc)
             self.caches.forget([self._cache_keys(staged, i) for i, _ in chunk])

@@ -60,6 +60,7 @@ class PartitionCommit:
     fresh: bool
     pfresh: bool
     unknown_starts: list[int]
+    in_flight: bool
 
     def __init__(
         self,
@@ -113,6 +114,8 @@ class PartitionCommit:
             self.fresh = self.pfresh = True
         # Offsets an earlier attempt with an unknown outcome would have taken.
         self.unknown_starts = [] if unknown_start is None else [unknown_start]
+        # Whether one of them may still be in flight (a lost reply, not a NOSPACE answer).
+        self.in_flight = unknown_start is not None
 
     def _known_outcome(self) -> AppendResult | _Next | None:
         """Before an attempt: the result if the append (idempotent: its batch) is
@@ -151,12 +154,13 @@ class PartitionCommit:
         )
         try:
             r = conn.etcd.txn([*txn.compares, session.compare()], txn.ops, [*txn.failure, Get(session.key)])
-        except EtcdSpaceExhausted:  # refused before it applied: definite, and so is a retry
-            raise
+        except EtcdSpaceExhausted as exc:
+            return self._after_no_space(txn, exc)
         except CoordinationError as exc:
             log.warning("commit of %s to %s/%s has an unknown outcome: %s",
                         self.pending.append_id, self.topic, self.partition, exc)
             self._after_unknown(txn)
+            self.in_flight = True
             return _Next.RETRY
         if r.succeeded:
             return self._committed(txn, r.revision)
@@ -176,6 +180,34 @@ class PartitionCommit:
         self.st, self.fresh = self._reread(lambda: read_control(conn, topic, partition)), True
         if self.producer is not None:
             self.ps, self.pfresh = self._reread(lambda: self._producer_state(cached=False)), True
+
+    def _after_no_space(self, txn: PartitionTxn, exc: EtcdSpaceExhausted) -> AppendResult:
+        """etcd answered NOSPACE. It can refuse the transaction before applying it, or
+        apply it and answer NOSPACE all the same (the write that crossed the quota), so
+        look for the append as after any unknown outcome; reads still work under the
+        alarm. Not found, it was refused: the typed error that names the fix, unless an
+        earlier attempt's outcome is still open."""
+        self._after_unknown(txn)
+        found = self._find_committed()
+        if found is not None:
+            return self._ack(found, self.st)
+        if self.in_flight:
+            raise AmbiguousCommit(
+                f"commit of append {self.pending.append_id} to {self.topic}/{self.partition} has an unknown "
+                f"outcome and etcd then refused a write for lack of space: the append may exist ({exc})"
+            ) from exc
+        raise exc
+
+    def resolve_no_space(self, start: int, exc: EtcdSpaceExhausted) -> AppendResult:
+        """A combined commit of this group that etcd answered NOSPACE (it may have
+        applied it, see :meth:`_after_no_space`): the append if it committed, else the
+        typed error; no new attempt."""
+        self._load(start)
+        self.in_flight = False  # etcd answered: nothing of that attempt is in flight
+        step = self._known_outcome()
+        if isinstance(step, AppendResult):
+            return step
+        raise exc
 
     def _after_conflict(self, r: TxnResult) -> AppendResult | _Next:
         """Take the state the failure reads returned; a session that ended decides."""

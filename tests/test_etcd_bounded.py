@@ -305,3 +305,35 @@ def test_producer_state_expires_by_revision_age(
         monkeypatch.setattr(conn.etcd, "scan", scan_then_commit)
         assert later.run([("t", 0)]) == 1  # "idle" goes; "busy" was written meanwhile
         assert conn.etcd.get(keys.producer("t", 0, "busy")) is not None
+
+
+@pytest.mark.parametrize("combined", [False, True])
+def test_a_commit_etcd_applied_then_answered_nospace_is_acknowledged(
+    config: llog.LlogConfig, monkeypatch: pytest.MonkeyPatch, combined: bool
+) -> None:
+    """etcd 3.5 applies the write that crosses its quota and answers NOSPACE all the
+    same. The writer resolves it like an unknown outcome: the records are there, so they
+    are acknowledged (reporting a failure would make the client send them again)."""
+    with llog.Connection(config) as conn, llog.Writer(conn) as w:
+        llog.Topics(conn).create("t", 2)
+        groups = [AppendGroup("t", p, [b"warm"]) for p in (0, 1)]
+        w.append_shared(groups if combined else groups[:1])  # cached: the next one may combine
+        real = conn.etcd.txn
+        armed = [True]
+
+        def applied_then_nospace(*args: Any, **kw: Any) -> Any:
+            r = real(*args, **kw)
+            if armed[0] and r.succeeded:
+                armed[0] = False
+                raise EtcdSpaceExhausted("txn", "etcdserver: mvcc: database space exceeded (injected)")
+            return r
+
+        monkeypatch.setattr(conn.etcd, "txn", applied_then_nospace)
+        batch = [AppendGroup("t", p, [b"once"]) for p in (0, 1)]
+        outs = w.append_shared(batch if combined else batch[:1])
+        assert not armed[0]
+        assert all(isinstance(o, AppendResult) and o.start_offset == 1 for o in outs), outs
+        monkeypatch.setattr(conn.etcd, "txn", real)
+    with llog.Connection(config) as conn, llog.Reader(conn) as r:
+        for p in (0, 1) if combined else (0,):
+            assert [rec.value for rec in r.scan("t", p)] == [b"warm", b"once"]
