@@ -1,0 +1,10 @@
+"""The scan pipeline behind :class:`llog.reader.Reader` (protocol/README.md §9), in
+the order a record passes through it:
+
+* :mod:`.resolution`: a partition's control and index page, the plan of its scan, the
+  index walk into slices, and the re-resolution after a vacuumed blob;
+* :mod:`.slices`: index slices and their coalescing into range GETs;
+* :mod:`.partition`: one partition's scan as it goes (its range, how far it yielded);
+* :mod:`.fetching`: the range GETs in flight, a window running across partitions;
+* :mod:`.iteration`: fetched bytes decoded into batches, then records, in offset order.
+"""
