@@ -85,9 +85,6 @@ class BrokerApp:
 def create_app(
     config: LlogConfig,
     *,
-    max_request_bytes: int = 16 * 1024 * 1024,
-    send_timeout_s: float = 5.0,
-    tail_cache_bytes: int = 64 * 1024 * 1024,
     on_ready: Callable[[], None] | None = None,
     host: str | None = None,
     port: int | None = None,
@@ -96,11 +93,8 @@ def create_app(
     ``port`` are where it listens, as ``/health`` reports them (default: the config's)."""
 
     def open_broker() -> Broker:
-        return Broker(
-            config, max_request_bytes=max_request_bytes, send_timeout_s=send_timeout_s,
-            tail_cache_bytes=tail_cache_bytes,
-            host=config.broker_host if host is None else host, port=config.broker_port if port is None else port,
-        )
+        return Broker(config, host=config.broker_host if host is None else host,
+                      port=config.broker_port if port is None else port)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:

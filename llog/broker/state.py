@@ -26,22 +26,18 @@ from llog.writer import AppendResult
 class Broker:
     """The connection, producer, reader, caches and tail watches every route uses."""
 
-    def __init__(
-        self, config: LlogConfig, *, max_request_bytes: int, send_timeout_s: float, tail_cache_bytes: int,
-        host: str, port: int,
-    ) -> None:
+    def __init__(self, config: LlogConfig, *, host: str, port: int) -> None:
         self.config = config
-        self.max_request_bytes = max_request_bytes
         #: Where the broker listens, as ``/health`` reports it.
         self.listen = {"host": host, "port": port}
         #: This process's name in ``/health`` and its tail-cache directory; new per start.
         self.broker_id = uuid.uuid4().hex[:16]
         self.started_at_ms = int(time.time() * 1000)
         self.conn = Connection(config)
-        self.cache = TailCache(tail_cache_bytes)
+        self.cache = TailCache(config.tail_cache_bytes)
         self.files = (
             None if config.tail_cache_dir is None
-            else FileTailCache(config.tail_cache_dir, self.conn.keys.root, self.broker_id, tail_cache_bytes,
+            else FileTailCache(config.tail_cache_dir, self.conn.keys.root, self.broker_id, config.tail_cache_bytes,
                                self.conn.metrics)
         )
         self.readiness = Readiness(config, self.conn.store, self.conn.keys.root, self.conn.metrics)
@@ -49,7 +45,9 @@ class Broker:
         self.tails: PartitionTails | None = None
         #: Partitions already validated (topic cached): produce to them never touches etcd.
         self.validated: set[TopicPartition] = set()
-        self.producer = BatchingProducer(self.conn, send_timeout_s=send_timeout_s, on_commit=self._committed)
+        self.producer = BatchingProducer(
+            self.conn, send_timeout_s=config.broker_send_timeout_s, on_commit=self._committed
+        )
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start watching partition tails, waking long-polls on ``loop``."""

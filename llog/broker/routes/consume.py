@@ -24,7 +24,7 @@ async def consume(request: Request) -> Response:
     """Fetch on the event loop while memory serves, else on a worker thread; wait for
     the tails to move while the answer is short of ``min_bytes``."""
     b = broker_of(request)
-    req = parse_consume(await read_body(request, b.max_request_bytes))
+    req = parse_consume(await read_body(request, b.config.broker_max_request_bytes))
     assert b.tails is not None
     unresolved: dict[int, LlogError] = {}
     if any(fp.fetch_offset is None for fp in req.topic_partitions):

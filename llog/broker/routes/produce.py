@@ -24,7 +24,7 @@ from llog.writer import AppendResult
 async def produce(request: Request) -> Response:
     """Submit every group (on the event loop while nothing blocks), then await each commit."""
     b = broker_of(request)
-    req = parse_produce(await read_body(request, b.max_request_bytes))
+    req = parse_produce(await read_body(request, b.config.broker_max_request_bytes))
     submitted = submit(b, req, fast=True)
     if len(submitted) < len(req.topic_partitions):
         submitted += await anyio.to_thread.run_sync(submit, b, req, len(submitted))
