@@ -74,7 +74,14 @@ class LlogConfig:
     broker_host: str = "127.0.0.1"
     broker_port: int = 8080
     broker_token: str | None = None
+    #: Largest request body the broker accepts, in bytes (413 beyond).
+    broker_max_request_bytes: int = 16 * 1024 * 1024
+    #: Seconds a broker produce waits for room in the batch buffer before a 503.
+    broker_send_timeout_s: float = 5.0
     tail_cache_dir: str | None = None
+    #: Bytes of recently committed records a broker keeps for tail consumers (in
+    #: memory, and in ``tail_cache_dir`` when set); 0 turns the cache off.
+    tail_cache_bytes: int = 64 * 1024 * 1024
     compactor_host: str = "127.0.0.1"
     compactor_port: int = 8081
     #: Age rule for objects without a session segment in their key (the layout before
@@ -161,12 +168,13 @@ class LlogConfig:
                      "default_partitions", "compact_target_bytes",
                      "compact_max_records", "compact_read_prefetch", "compactor_workers",
                      "compactor_claim_ttl_s", "compactor_pass_interval_s", "compactor_discovery_interval_s",
-                     "compactor_max_runs_per_task", "session_ttl_s", "session_rotate_s"):
+                     "compactor_max_runs_per_task", "session_ttl_s", "session_rotate_s",
+                     "broker_max_request_bytes", "broker_send_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("compact_min_age_ms", "vacuum_grace_s", "vacuum_interval_s",
                      "compactor_shutdown_timeout_s", "etcd_compact_interval_s", "max_uncompacted_keys",
-                     "backpressure_check_s", "producer_state_ttl_s"):
+                     "backpressure_check_s", "producer_state_ttl_s", "tail_cache_bytes"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if self.compact_target_bytes > 1024**3:

@@ -187,6 +187,15 @@ def test_request_size_limit_is_413(config: LlogConfig, conn: Connection) -> None
     assert _hwm(conn, 0) == 1
 
 
+def test_request_size_limit_from_the_environment_and_the_flag_over_it(config: LlogConfig, conn: Connection) -> None:
+    big = [{"topic": "t", "partition": 0, "records": ["x" * 2000]}]
+    with broker_process(config, LLOG_BROKER_MAX_REQUEST_BYTES="1000") as b:
+        assert _produce(b, big)[0] == 413
+    with broker_process(config, "--max-request-bytes", "100000", LLOG_BROKER_MAX_REQUEST_BYTES="1000") as b:
+        assert _produce(b, big)[0] == 200
+    assert _hwm(conn, 0) == 1
+
+
 def test_bearer_token(config: LlogConfig, conn: Connection) -> None:
     with broker_process(config, LLOG_BROKER_TOKEN="s3cret") as b:
         tp = [{"topic": "t", "partition": 0, "records": ["x"]}]

@@ -135,6 +135,9 @@ def test_config_is_frozen() -> None:
         {"LLOG_SESSION_TTL_S": "1.5"},
         {"LLOG_SESSION_ROTATE_S": "0"},
         {"LLOG_COMPACT_TARGET_BYTES": str(2 * 1024**3)},
+        {"LLOG_BROKER_MAX_REQUEST_BYTES": "0"},
+        {"LLOG_BROKER_SEND_TIMEOUT_S": "0"},
+        {"LLOG_TAIL_CACHE_BYTES": "-1"},
     ],
 )
 def test_bad_values_raise_config_error(env: dict[str, str]) -> None:

@@ -362,6 +362,23 @@ def _json(schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def openapi_document() -> dict[str, Any]:
+    """The broker's OpenAPI 3 document (``GET /openapi.json``), one path per route."""
+    return {
+        "openapi": "3.0.3",
+        "info": {"title": "llog broker", "version": "1"},
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "security": [{"bearer": []}],
+        "paths": {
+            "/produce": _produce_path(),
+            "/consume": _consume_path(),
+            "/commit": _commit_path(),
+            "/offsets": _offsets_path(),
+            **_meta_paths(),
+        },
+    }
+
+
+def _produce_path() -> dict[str, Any]:
     produce_req = {"type": "object", "required": ["topic_partitions"], "additionalProperties": False, "properties": {
         "topic_partitions": {"type": "array", "minItems": 1, "maxItems": MAX_TOPIC_PARTITIONS, "items": {
             "type": "object", "required": ["topic", "partition", "records"], "additionalProperties": False,
@@ -379,6 +396,20 @@ def openapi_document() -> dict[str, Any]:
         }}},
         "success_count": {"type": "integer"}, "error_count": {"type": "integer"},
     }}
+    return {"post": {
+        "summary": "Append records to topic-partitions (coalesced with other requests)",
+        "requestBody": {"required": True, **_json(produce_req)},
+        "responses": {"200": {"description": "every partition appended", **_json(produce_res)},
+                      "409": {"description": "some partition failed", **_json(produce_res)},
+                      **_unavailable(produce_res),
+                      "504": {"description": "every partition failed and some commit's outcome is unknown "
+                                             "(AmbiguousCommit): resend with the same producer_id/sequence",
+                              **_json(produce_res)},
+                      **_errors("400", "401", "413")},
+    }}
+
+
+def _consume_path() -> dict[str, Any]:
     consume_req = {"type": "object", "required": ["topic_partitions"], "additionalProperties": False, "properties": {
         "topic_partitions": {"type": "array", "minItems": 1, "maxItems": MAX_TOPIC_PARTITIONS, "items": {
             "type": "object", "required": ["topic", "partition"], "additionalProperties": False,
@@ -407,6 +438,17 @@ def openapi_document() -> dict[str, Any]:
         }}},
         "success_count": {"type": "integer"}, "error_count": {"type": "integer"},
     }}
+    return {"post": {
+        "summary": "Fetch records; long-polls until min_bytes or max_wait_ms",
+        "requestBody": {"required": True, **_json(consume_req)},
+        "responses": {"200": {"description": "records", **_json(consume_res)},
+                      "409": {"description": "some partition failed", **_json(consume_res)},
+                      **_unavailable(consume_res),
+                      **_errors("400", "401", "413")},
+    }}
+
+
+def _commit_path() -> dict[str, Any]:
     commit_req = {"type": "object", "required": ["group", "offsets"], "additionalProperties": False, "properties": {
         "group": _GROUP,
         "offsets": {"type": "array", "minItems": 1, "maxItems": MAX_TOPIC_PARTITIONS, "items": {
@@ -430,6 +472,18 @@ def openapi_document() -> dict[str, Any]:
         }}},
         "success_count": {"type": "integer"}, "error_count": {"type": "integer"},
     }}
+    return {"post": {
+        "summary": "Commit a consumer group's offsets (monotonic unless reset; optionally fenced)",
+        "requestBody": {"required": True, **_json(commit_req)},
+        "responses": {"200": {"description": "every offset committed", **_json(commit_res)},
+                      "409": {"description": "some commit refused; those offsets are unchanged",
+                              **_json(commit_res)},
+                      **_unavailable(commit_res),
+                      **_errors("400", "401", "413")},
+    }}
+
+
+def _offsets_path() -> dict[str, Any]:
     nullable_int = {"type": "integer", "nullable": True}
     offsets_res = {"type": "object", "properties": {
         "group": {"type": "string"}, "members": {"type": "array", "items": {"type": "string"}},
@@ -441,6 +495,19 @@ def openapi_document() -> dict[str, Any]:
         }}},
         "total_lag": {"type": "integer"},
     }}
+    return {"get": {
+        "summary": "A group's committed offsets with next offset and lag per partition",
+        "parameters": [
+            {"name": "group", "in": "query", "required": True, "schema": _GROUP},
+            {"name": "topic", "in": "query", "required": False, "schema": _TP["topic"],
+             "description": "only this topic; lists its partitions with no commit too"},
+        ],
+        "responses": {"200": {"description": "the group", **_json(offsets_res)},
+                      **_errors("400", "401", "404", "503")},
+    }}
+
+
+def _meta_paths() -> dict[str, Any]:
     plain = {"200": {"description": "ok", **_json({"type": "object"})}}
     health_res = {"type": "object", "required": ["status", "broker_id", "host", "port", "started_at_ms"],
                   "properties": {
@@ -455,62 +522,18 @@ def openapi_document() -> dict[str, Any]:
         "broker_id": {"type": "string"},
         "checks": {"type": "object", "properties": {"etcd": check, "object_store": check}}}}
     return {
-        "openapi": "3.0.3",
-        "info": {"title": "llog broker", "version": "1"},
-        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
-        "security": [{"bearer": []}],
-        "paths": {
-            "/produce": {"post": {
-                "summary": "Append records to topic-partitions (coalesced with other requests)",
-                "requestBody": {"required": True, **_json(produce_req)},
-                "responses": {"200": {"description": "every partition appended", **_json(produce_res)},
-                              "409": {"description": "some partition failed", **_json(produce_res)},
-                              **_unavailable(produce_res),
-                              "504": {"description": "every partition failed and some commit's outcome is unknown "
-                                                     "(AmbiguousCommit): resend with the same producer_id/sequence",
-                                      **_json(produce_res)},
-                              **_errors("400", "401", "413")},
-            }},
-            "/consume": {"post": {
-                "summary": "Fetch records; long-polls until min_bytes or max_wait_ms",
-                "requestBody": {"required": True, **_json(consume_req)},
-                "responses": {"200": {"description": "records", **_json(consume_res)},
-                              "409": {"description": "some partition failed", **_json(consume_res)},
-                              **_unavailable(consume_res),
-                              **_errors("400", "401", "413")},
-            }},
-            "/commit": {"post": {
-                "summary": "Commit a consumer group's offsets (monotonic unless reset; optionally fenced)",
-                "requestBody": {"required": True, **_json(commit_req)},
-                "responses": {"200": {"description": "every offset committed", **_json(commit_res)},
-                              "409": {"description": "some commit refused; those offsets are unchanged",
-                                      **_json(commit_res)},
-                              **_unavailable(commit_res),
-                              **_errors("400", "401", "413")},
-            }},
-            "/offsets": {"get": {
-                "summary": "A group's committed offsets with next offset and lag per partition",
-                "parameters": [
-                    {"name": "group", "in": "query", "required": True, "schema": _GROUP},
-                    {"name": "topic", "in": "query", "required": False, "schema": _TP["topic"],
-                     "description": "only this topic; lists its partitions with no commit too"},
-                ],
-                "responses": {"200": {"description": "the group", **_json(offsets_res)},
-                              **_errors("400", "401", "404", "503")},
-            }},
-            "/health": {"get": {
-                "summary": "Liveness: answers while the process serves requests", "security": [],
-                "responses": {"200": {"description": "this broker", **_json(health_res)}},
-            }},
-            "/ready": {"get": {
-                "summary": "Readiness: etcd and the object store answer (checked at most once a second)",
-                "security": [],
-                "responses": {"200": {"description": "ready", **_json(ready_res)},
-                              "503": {"description": "etcd or the object store is unreachable",
-                                      "headers": _RETRY_AFTER, **_json(ready_res)}},
-            }},
-            "/metrics": {"get": {"responses": plain}},
-            "/metrics/prometheus": {"get": {"responses": {"200": {"description": "Prometheus text format"}}}},
-            "/openapi.json": {"get": {"security": [], "responses": plain}},
-        },
+        "/health": {"get": {
+            "summary": "Liveness: answers while the process serves requests", "security": [],
+            "responses": {"200": {"description": "this broker", **_json(health_res)}},
+        }},
+        "/ready": {"get": {
+            "summary": "Readiness: etcd and the object store answer (checked at most once a second)",
+            "security": [],
+            "responses": {"200": {"description": "ready", **_json(ready_res)},
+                          "503": {"description": "etcd or the object store is unreachable",
+                                  "headers": _RETRY_AFTER, **_json(ready_res)}},
+        }},
+        "/metrics": {"get": {"responses": plain}},
+        "/metrics/prometheus": {"get": {"responses": {"200": {"description": "Prometheus text format"}}}},
+        "/openapi.json": {"get": {"security": [], "responses": plain}},
     }

@@ -29,9 +29,6 @@ def serve(
     *,
     host: str | None = None,
     port: int | None = None,
-    max_request_bytes: int = 16 * 1024 * 1024,
-    send_timeout_s: float = 5.0,
-    tail_cache_bytes: int = 64 * 1024 * 1024,
     on_ready: Callable[[str], None] | None = None,
 ) -> None:
     """Serve until stopped; ``on_ready(url)`` runs once the broker accepts requests.
@@ -53,9 +50,6 @@ def serve(
     url = f"http://[{bound_host}]:{bound_port}" if ":" in bound_host else f"http://{bound_host}:{bound_port}"
     app = create_app(
         config,
-        max_request_bytes=max_request_bytes,
-        send_timeout_s=send_timeout_s,
-        tail_cache_bytes=tail_cache_bytes,
         on_ready=None if on_ready is None else (lambda: on_ready(url)),
         host=bound_host,
         port=bound_port,

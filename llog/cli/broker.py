@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from dataclasses import replace
 from typing import Any
 
 from llog.cli import values
@@ -18,12 +19,12 @@ def register(subparsers: Any) -> None:
     )
     p.add_argument("--host", type=values.host, help="listen address, IPv4 or IPv6 (LLOG_BROKER_HOST)")
     p.add_argument("--port", type=values.listen_port, help="listen port, 0 for any free one (LLOG_BROKER_PORT)")
-    p.add_argument("--max-request-bytes", type=values.positive_int, default=16 * 1024 * 1024,
-                   help="largest request body accepted (413 beyond)")
-    p.add_argument("--send-timeout", type=values.seconds, default=5.0,
-                   help="seconds a produce waits for room in the batch buffer before 503")
-    p.add_argument("--tail-cache-bytes", type=values.non_negative_int, default=64 * 1024 * 1024,
-                   help="bytes of recently written records kept for tail consumers")
+    p.add_argument("--max-request-bytes", type=values.positive_int,
+                   help="largest request body accepted, 413 beyond (LLOG_BROKER_MAX_REQUEST_BYTES)")
+    p.add_argument("--send-timeout", type=values.seconds,
+                   help="seconds a produce waits for room in the batch buffer before 503 (LLOG_BROKER_SEND_TIMEOUT_S)")
+    p.add_argument("--tail-cache-bytes", type=values.non_negative_int,
+                   help="bytes of recently written records kept for tail consumers (LLOG_TAIL_CACHE_BYTES)")
     p.set_defaults(func=_run)
 
 
@@ -33,13 +34,9 @@ def _run(args: argparse.Namespace) -> int:
     def ready(url: str) -> None:
         print(f"llog broker listening on {url}", flush=True)
 
-    serve(
-        config_from_args(args),
-        host=args.host,
-        port=args.port,
-        max_request_bytes=args.max_request_bytes,
-        send_timeout_s=args.send_timeout,
-        tail_cache_bytes=args.tail_cache_bytes,
-        on_ready=ready,
-    )
+    # The flags win over the LLOG_* settings; replace() validates them again.
+    flags = {"broker_max_request_bytes": args.max_request_bytes, "broker_send_timeout_s": args.send_timeout,
+             "tail_cache_bytes": args.tail_cache_bytes}
+    config = replace(config_from_args(args), **{k: v for k, v in flags.items() if v is not None})
+    serve(config, host=args.host, port=args.port, on_ready=ready)
     return 0

@@ -1,0 +1,80 @@
+"""What the broker's routes share: :class:`Broker`, opened in the app's lifespan and
+closed at shutdown, and :func:`broker_of` to reach it from a request."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from typing import cast
+
+from starlette.requests import Request
+
+from llog.broker.filecache import FileTailCache
+from llog.broker.readiness import Readiness
+from llog.broker.tailcache import TailCache
+from llog.broker.wakeup import PartitionTails, TopicPartition
+from llog.codec import batch
+from llog.config import LlogConfig
+from llog.connection import Connection
+from llog.producer import BatchingProducer
+from llog.reader import Reader
+from llog.records import Record
+from llog.writer import AppendResult
+
+
+class Broker:
+    """The connection, producer, reader, caches and tail watches every route uses."""
+
+    def __init__(self, config: LlogConfig, *, host: str, port: int) -> None:
+        self.config = config
+        #: Where the broker listens, as ``/health`` reports it.
+        self.listen = {"host": host, "port": port}
+        #: This process's name in ``/health`` and its tail-cache directory; new per start.
+        self.broker_id = uuid.uuid4().hex[:16]
+        self.started_at_ms = int(time.time() * 1000)
+        self.conn = Connection(config)
+        self.cache = TailCache(config.tail_cache_bytes)
+        self.files = (
+            None if config.tail_cache_dir is None
+            else FileTailCache(config.tail_cache_dir, self.conn.keys.root, self.broker_id, config.tail_cache_bytes,
+                               self.conn.metrics)
+        )
+        self.readiness = Readiness(config, self.conn.store, self.conn.keys.root, self.conn.metrics)
+        self.reader = Reader(self.conn)
+        self.tails: PartitionTails | None = None
+        #: Partitions already validated (topic cached): produce to them never touches etcd.
+        self.validated: set[TopicPartition] = set()
+        self.producer = BatchingProducer(
+            self.conn, send_timeout_s=config.broker_send_timeout_s, on_commit=self._committed
+        )
+
+    def start(self, loop: asyncio.AbstractEventLoop) -> None:
+        """Start watching partition tails, waking long-polls on ``loop``."""
+        self.tails = PartitionTails(self.conn, loop, owns=self.producer.owns)
+
+    def close(self) -> None:
+        """Drain the producer, then release everything else."""
+        try:
+            self.producer.close()  # drains: every accepted produce is answered
+        finally:
+            if self.files is not None:
+                self.files.close()
+            if self.tails is not None:
+                self.tails.close()
+            self.readiness.close()
+            self.reader.close()
+            self.conn.close()
+
+    def _committed(self, result: AppendResult, records: list[Record], body: memoryview) -> None:
+        # The body is the one just PUT and committed: no need to check its CRC again.
+        self.cache.put(result, records, batch.decode(body, verify=False).timestamps)
+        if self.files is not None:
+            self.files.put(result, body)
+        if self.tails is not None:
+            self.tails.local_commit((result.topic, result.partition), result.end_offset + 1)
+
+
+def broker_of(request: Request) -> Broker:
+    """The broker serving ``request`` (set on the app's state in its lifespan)."""
+    return cast(Broker, request.app.state.broker)
