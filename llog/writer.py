@@ -58,7 +58,7 @@ from llog.errors import (
     SessionExpired,
 )
 from llog.etcd import KV, Compare, Get, Op, Put, mod_revision_is
-from llog.names import TOPIC_NAME_RE, check_partition, check_topic
+from llog.names import TOPIC_NAME_RE, TopicPartition, check_partition, check_topic
 from llog.records import AppendGroup, Headers, Record
 from llog.session import Session, Sessions
 
@@ -337,7 +337,7 @@ class Writer:
         self.conn = conn if isinstance(conn, Connection) else Connection(conn)
         self.config = self.conn.config
         self._fault = fault_hook
-        self._cache: BoundedCache[tuple[str, int], ControlState] = BoundedCache(CACHE_PARTITIONS)
+        self._cache: BoundedCache[TopicPartition, ControlState] = BoundedCache(CACHE_PARTITIONS)
         # Producer key -> its last known value, like the control cache.
         self._producers: BoundedCache[str, _ProducerSnapshot] = BoundedCache(CACHE_PARTITIONS)
         self._cache_lock = threading.Lock()
@@ -499,7 +499,7 @@ class Writer:
     def _commit_staged(self, staged: StagedBlob) -> list[Outcome]:
         prepared = staged.groups
         # Groups of one partition commit in order; different partitions in parallel.
-        by_partition: dict[tuple[str, int], list[int]] = {}
+        by_partition: dict[TopicPartition, list[int]] = {}
         for i, g in enumerate(prepared):
             by_partition.setdefault((g.topic, g.partition), []).append(i)
         outcomes: list[Outcome | None] = [None] * len(prepared)

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llog.errors import InvalidInput, InvalidTopicName
-from llog.names import TOPIC_NAME_RE, check_group, check_topic
+from llog.names import TOPIC_NAME_RE, TopicPartition, check_group, check_topic
 from llog.records import Record
 
 MAX_TOPIC_PARTITIONS = 10_000
@@ -152,7 +152,7 @@ def parse_commit(body: bytes) -> CommitRequest:
     _only(doc, "body", {"group", "offsets", "reset", "epoch", "member", "member_lease"})
     group = _group(doc)
     out: list[CommitOffset] = []
-    seen: set[tuple[str, int]] = set()
+    seen: set[TopicPartition] = set()
     for where, entry in _objects(doc, "offsets", {"topic", "partition", "offset"}):
         topic = _topic(entry, where)
         partition = _int(entry, "partition", where, required=True)

@@ -17,9 +17,8 @@ from typing import Any
 
 from llog.errors import BackPressure, LlogError
 from llog.metrics import Metrics
+from llog.names import TopicPartition
 from llog.records import Record, payload_size
-
-TopicPartition = tuple[str, int]
 
 
 def record_size(r: Record) -> int:

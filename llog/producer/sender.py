@@ -30,6 +30,7 @@ from dataclasses import replace
 
 from llog.errors import BackPressure, InvalidInput, SessionExpired, TooManyUncompactedKeys
 from llog.metrics import Metrics
+from llog.names import TopicPartition
 from llog.producer.accumulator import Accumulator, Drained, Pending
 from llog.records import AppendGroup, Record
 from llog.writer import AppendFailure, AppendResult, EncodedBlob, StagedBlob, Writer
@@ -57,7 +58,7 @@ def _merge(groups: list[Pending]) -> _Units:
     back. Groups with a producer id stay apart (their sequence names one batch), and
     nothing merges across one, so a partition's records keep their order."""
     units: _Units = []
-    open_units: dict[tuple[str, int], list[Pending]] = {}
+    open_units: dict[TopicPartition, list[Pending]] = {}
     for g in groups:
         key = (g.topic, g.partition)
         unit = open_units.get(key) if g.producer_id is None else None
