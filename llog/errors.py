@@ -18,9 +18,9 @@ class InvalidInput(LlogError, ValueError):
 
 class InvalidTopicName(InvalidInput):
     def __init__(self, topic: object) -> None:
-        super().__init__(
-            f"invalid topic name {topic!r}: must match [A-Za-z0-9._-]{{1,249}}"
-        )
+        from llog.names import TOPIC_NAME_PATTERN  # here: llog.names imports this module
+
+        super().__init__(f"invalid topic name {topic!r}: must match {TOPIC_NAME_PATTERN}")
         self.topic = topic
 
 

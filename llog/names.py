@@ -33,7 +33,7 @@ GROUP_NAME_RE = TOPIC_NAME_RE
 def check_group(group: object) -> str:
     """Consumer group names follow the topic naming rule."""
     if not isinstance(group, str) or GROUP_NAME_RE.fullmatch(group) is None or group in (".", ".."):
-        raise InvalidInput(f"invalid group name {group!r}: must match [A-Za-z0-9._-]{{1,249}}")
+        raise InvalidInput(f"invalid group name {group!r}: must match {TOPIC_NAME_PATTERN}")
     return group
 
 

@@ -18,7 +18,7 @@ from typing import Any
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import InvalidInput
-from llog.names import check_partition, check_topic
+from llog.names import check_topic
 from llog.partitioner import partition_for_key
 from llog.producer.accumulator import Accumulator, Pending, record_size
 from llog.producer.sender import CommitListener, Sender
@@ -172,8 +172,6 @@ class BatchingProducer:
         self, topic: str, partition: int, records: Sequence[Record | bytes]
     ) -> tuple[list[Record], int]:
         """The records as :func:`check_records` accepts them, and their buffered size."""
-        check_topic(topic)
-        check_partition(topic, partition)
         self.conn.check_partition(topic, partition)
         # Records without a timestamp keep None: the writer stamps append time when it
         # builds the blob (a new Record per record here cost a quarter of a send).
