@@ -23,7 +23,7 @@ import logging
 import uuid
 from dataclasses import dataclass, replace
 
-from compactor.claims import Claim, ClaimLost, claim_guard, claim_lost, process_owner
+from compactor.claims import Claim, claim_guard, claim_lost, process_owner
 from compactor.metrics import CompactorMetrics, compactor_metrics
 from compactor.planner import WalRun, select_run
 from compactor.recovery import Recovered, finish_interrupted
@@ -33,7 +33,7 @@ from llog.codec import batch
 from llog.codec.meta import CompactionCursor, CompactionRecord, MetaFormatError
 from llog.connection import Connection
 from llog.control import now_ms, read_control, settle
-from llog.errors import CorruptMetadata, OffsetOutOfRange
+from llog.errors import ClaimLost, CorruptMetadata, OffsetOutOfRange
 from llog.etcd import Get, Put, absent, mod_revision_is
 from llog.reader import Reader
 from llog.records import Headers

@@ -19,14 +19,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from compactor.claims import Claim, ClaimLost, claim_guard, claim_lost
+from compactor.claims import Claim, claim_guard, claim_lost
 from compactor.compact import read_cursor
 from compactor.metrics import compactor_metrics
 from compactor.revision_clock import RevisionClock
 from llog.codec.meta import CompactionCursor
 from llog.connection import Connection
 from llog.control import decode_index, now_ms, read_control
-from llog.errors import CasConflict
+from llog.errors import CasConflict, ClaimLost
 from llog.etcd import Delete, Get, Op, Put, absent, mod_revision_is
 
 log = logging.getLogger(__name__)

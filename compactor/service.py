@@ -45,7 +45,7 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from compactor.claims import ClaimConflict, ClaimLost, LeaseKeeper, process_owner, release_claim, try_claim
+from compactor.claims import LeaseKeeper, process_owner, release_claim, try_claim
 from compactor.compact import COMPACTED, Compactor, read_cursor
 from compactor.discovery import discover
 from compactor.etcd_history import EtcdHistoryCompactor
@@ -58,7 +58,7 @@ from compactor.vacuum import vacuum
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.control import read_control
-from llog.errors import ConfigError, LlogError, UnknownPartition, UnknownTopic
+from llog.errors import ClaimConflict, ClaimLost, ConfigError, LlogError, UnknownPartition, UnknownTopic
 from llog.names import TopicPartition, check_partition, check_topic
 
 log = logging.getLogger(__name__)

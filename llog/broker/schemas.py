@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from llog.errors import InvalidInput, InvalidTopicName
+from llog.errors import InvalidRequest as InvalidRequest  # re-exported: the broker imports it from here
 from llog.names import TOPIC_NAME_PATTERN, TOPIC_NAME_RE, TopicPartition, check_group, check_topic
 from llog.records import Record
 
@@ -21,15 +22,6 @@ DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 AUTO_OFFSET_RESETS = ("earliest", "latest")
 MAX_MEMBER_CHARS = 256
-
-
-class InvalidRequest(InvalidInput):
-    """The request body is malformed; ``field`` names the part at fault."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
 
 
 @dataclass(frozen=True)
