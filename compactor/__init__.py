@@ -3,9 +3,10 @@ compacted blobs (:func:`compact_once`), applies retention, vacuums unreferenced
 objects, and runs all of it as a long-lived service (``python -m compactor``).
 """
 
-from compactor.claims import Claim, ClaimConflict, ClaimLost, LeaseKeeper, claimed
+from compactor.claims import Claim, LeaseKeeper, claimed
 from compactor.compact import CompactionResult, Compactor, compact_once
 from compactor.stages import StageEvent
+from llog.errors import ClaimConflict, ClaimLost
 
 __all__ = [
     "Claim",

@@ -21,30 +21,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from llog.connection import Connection
-from llog.errors import CoordinationError, LlogError
+from llog.errors import ClaimConflict, CoordinationError
 from llog.etcd import KV, Compare, Delete, Etcd, Get, Put, absent, value_is
 
 log = logging.getLogger(__name__)
-
-
-class ClaimConflict(LlogError):
-    """Another compactor holds the partition's claim."""
-
-    def __init__(self, topic: str, partition: int, holder: str) -> None:
-        super().__init__(f"{topic}/{partition} is claimed by {holder}")
-        self.topic = topic
-        self.partition = partition
-        self.holder = holder
-
-
-class ClaimLost(LlogError):
-    """The claim this compactor held is gone (its lease lapsed); the stage did not run.
-    Whoever claims the partition next finishes the compaction."""
-
-    def __init__(self, topic: str, partition: int) -> None:
-        super().__init__(f"lost the compactor claim on {topic}/{partition}")
-        self.topic = topic
-        self.partition = partition
 
 
 def process_owner() -> str:

@@ -13,14 +13,14 @@ import logging
 import sys
 from typing import Any
 
-from compactor.claims import ClaimConflict, claimed
+from compactor.claims import claimed
 from compactor.compact import COMPACTED, Compactor
 from compactor.service import CompactorService
 from compactor.vacuum import vacuum
 from llog.cli import values
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.errors import LlogError
+from llog.errors import ClaimConflict, LlogError
 
 log = logging.getLogger(__name__)
 

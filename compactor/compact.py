@@ -23,7 +23,7 @@ import logging
 import uuid
 from dataclasses import dataclass, replace
 
-from compactor.claims import Claim, ClaimLost, claim_guard, claim_lost, process_owner
+from compactor.claims import Claim, claim_guard, claim_lost, process_owner
 from compactor.metrics import CompactorMetrics, compactor_metrics
 from compactor.planner import WalRun, select_run
 from compactor.recovery import Recovered, finish_interrupted
@@ -33,9 +33,8 @@ from llog.codec import batch
 from llog.codec.meta import CompactionCursor, CompactionRecord, MetaFormatError
 from llog.connection import Connection
 from llog.control import now_ms, read_control, settle
-from llog.errors import CorruptMetadata, OffsetOutOfRange
+from llog.errors import ClaimLost, CorruptMetadata, OffsetOutOfRange
 from llog.etcd import Get, Put, absent, mod_revision_is
-from llog.names import check_partition, check_topic
 from llog.reader import Reader
 from llog.records import Headers
 from llog.session import Session, Sessions
@@ -119,8 +118,6 @@ class Compactor:
         one, they require that no compactor holds the partition's claim. Raises
         :class:`ClaimLost` if the claim went away (the next claimant finishes).
         """
-        check_topic(topic)
-        check_partition(topic, partition)
         self.conn.check_partition(topic, partition)
         result = self._compact(topic, partition, claim)
         self.metrics.runs.labels(result.outcome).inc()

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from llog.connection import Connection
 from llog.keys import prefix_range_end
+from llog.names import TopicPartition
 from llog.topics import Topics
 
 
@@ -43,13 +44,13 @@ class Discovery:
     ``(topic, partition)`` pairs with data."""
 
     topics: dict[str, int]
-    partitions: set[tuple[str, int]]
+    partitions: set[TopicPartition]
 
 
 def discover(conn: Connection) -> Discovery:
     """Scan every topic for partitions with data."""
     topics: dict[str, int] = {}
-    found: set[tuple[str, int]] = set()
+    found: set[TopicPartition] = set()
     for meta in Topics(conn).list():
         topics[meta.name] = meta.partitions
         found.update((meta.name, p) for p in partitions_with_data(conn, meta.name, meta.partitions))

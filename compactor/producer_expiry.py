@@ -19,6 +19,7 @@ from compactor.revision_clock import RevisionClock
 from llog.connection import Connection
 from llog.etcd import KV, Delete, mod_revision_is
 from llog.keys import prefix_range_end
+from llog.names import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -26,7 +27,7 @@ log = logging.getLogger(__name__)
 _BATCH = 64
 
 
-def expire_producers(conn: Connection, partitions: Iterable[tuple[str, int]], written_before: int) -> int:
+def expire_producers(conn: Connection, partitions: Iterable[TopicPartition], written_before: int) -> int:
     """Delete the producer keys of ``partitions`` last written at or before revision
     ``written_before``, unless rewritten meanwhile. Returns how many went."""
     deleted = 0
@@ -58,7 +59,7 @@ class ProducerExpiry:
         self.ttl_s = ttl_s
         self.metrics = metrics
 
-    def run(self, partitions: Iterable[tuple[str, int]]) -> int:
+    def run(self, partitions: Iterable[TopicPartition]) -> int:
         """Sample etcd's revision, then expire what was last written before the
         revision sampled ``ttl_s`` ago (nothing until the clock has a sample that old)."""
         self.revisions.observe()

@@ -19,16 +19,15 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from compactor.claims import Claim, ClaimLost, claim_guard, claim_lost
+from compactor.claims import Claim, claim_guard, claim_lost
 from compactor.compact import read_cursor
 from compactor.metrics import compactor_metrics
 from compactor.revision_clock import RevisionClock
 from llog.codec.meta import CompactionCursor
 from llog.connection import Connection
 from llog.control import decode_index, now_ms, read_control
-from llog.errors import CasConflict
+from llog.errors import CasConflict, ClaimLost
 from llog.etcd import Delete, Get, Op, Put, absent, mod_revision_is
-from llog.names import check_partition, check_topic
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +89,6 @@ def apply_retention(
     none or nothing expired). ``clock`` judges commit ages (default: one loaded from
     the persisted samples). :class:`CasConflict` if appends kept moving the control
     for every attempt; :class:`ClaimLost` if the claim went away."""
-    check_topic(topic)
-    check_partition(topic, partition)
     conn.check_partition(topic, partition)
     meta = conn.topic(topic, refresh=True)
     keys, etcd = conn.keys, conn.etcd

@@ -45,7 +45,7 @@ from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
 
-from compactor.claims import ClaimConflict, ClaimLost, LeaseKeeper, process_owner, release_claim, try_claim
+from compactor.claims import LeaseKeeper, process_owner, release_claim, try_claim
 from compactor.compact import COMPACTED, Compactor, read_cursor
 from compactor.discovery import discover
 from compactor.etcd_history import EtcdHistoryCompactor
@@ -59,12 +59,10 @@ from compactor.vacuum import vacuum
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.control import read_control
-from llog.errors import ConfigError, LlogError, UnknownPartition, UnknownTopic
-from llog.names import check_partition, check_topic
+from llog.errors import ClaimConflict, ClaimLost, ConfigError, LlogError, UnknownPartition, UnknownTopic
+from llog.names import TopicPartition, check_partition, check_topic
 
 log = logging.getLogger(__name__)
-
-Target = tuple[str, int]
 
 
 def parse_targets(text: str | None) -> list[tuple[str, int | None]]:
@@ -117,9 +115,9 @@ class CompactorService:
         self.producer_expiry = ProducerExpiry(
             self.conn, self.compactor.clock, config.producer_state_ttl_s, self.metrics
         )
-        self._targets: set[Target] = set()
-        self._inflight: set[Target] = set()
-        self._pending_seen: dict[Target, bool] = {}
+        self._targets: set[TopicPartition] = set()
+        self._inflight: set[TopicPartition] = set()
+        self._pending_seen: dict[TopicPartition, bool] = {}
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._stopped = threading.Event()
@@ -224,7 +222,7 @@ class CompactorService:
         return self._http.port if self._http is not None else None
 
     @property
-    def targets(self) -> set[Target]:
+    def targets(self) -> set[TopicPartition]:
         with self._lock:
             return set(self._targets)
 
@@ -243,8 +241,8 @@ class CompactorService:
         return ok, details
 
     # -- jobs ------------------------------------------------------------------------
-    def _seed_targets(self, topics: dict[str, int]) -> set[Target]:
-        found: set[Target] = set()
+    def _seed_targets(self, topics: dict[str, int]) -> set[TopicPartition]:
+        found: set[TopicPartition] = set()
         for topic, part in self._seeds:
             n = topics.get(topic)
             if n is None:
@@ -390,13 +388,13 @@ class CompactorService:
             self._pending_seen[(topic, partition)] = ctl.pending is not None
             self.metrics.pending.set(sum(self._pending_seen.values()))
 
-    def _done(self, tp: Target) -> None:
+    def _done(self, tp: TopicPartition) -> None:
         with self._idle:
             self._inflight.discard(tp)
             self.metrics.inflight.set(len(self._inflight))
             self._idle.notify_all()
 
-    def _cancelled(self, tp: Target, fut: Future[None]) -> None:
+    def _cancelled(self, tp: TopicPartition, fut: Future[None]) -> None:
         if fut.cancelled():  # dropped from the queue at shutdown: _task never ran
             self._done(tp)
 

@@ -24,7 +24,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from compactor.claims import Claim, ClaimLost, claim_guard, claim_lost
+from compactor.claims import Claim, claim_guard, claim_lost
 from compactor.metrics import CompactorMetrics
 from llog.codec.meta import (
     COMPACTED,
@@ -36,7 +36,7 @@ from llog.codec.meta import (
 )
 from llog.connection import Connection
 from llog.control import decode_index
-from llog.errors import CorruptMetadata
+from llog.errors import ClaimLost, CorruptMetadata
 from llog.etcd import KV, Compare, Delete, Get, Op, Put, TxnResult, mod_revision_is
 
 log = logging.getLogger(__name__)

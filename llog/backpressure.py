@@ -27,6 +27,7 @@ from dataclasses import dataclass
 from llog.codec.meta import CompactionCursor, MetaFormatError
 from llog.connection import Connection
 from llog.errors import CorruptMetadata, TooManyUncompactedKeys
+from llog.names import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -53,10 +54,10 @@ class UncompactedKeysGate:
         self.bound = conn.config.max_uncompacted_keys
         self.every_s = conn.config.backpressure_check_s
         self._clock = clock
-        self._counts: dict[tuple[str, int], _Count] = {}
+        self._counts: dict[TopicPartition, _Count] = {}
         self._lock = threading.Lock()
 
-    def admit(self, partitions: Iterable[tuple[str, int]]) -> None:
+    def admit(self, partitions: Iterable[TopicPartition]) -> None:
         """Count one append (one future index key) for each entry of ``partitions``,
         or raise :class:`TooManyUncompactedKeys` for the first partition at its bound
         and count none."""
@@ -80,8 +81,8 @@ class UncompactedKeysGate:
                     got.keys += 1
 
     def _refresh(
-        self, due: list[tuple[str, int]], known: dict[tuple[str, int], _Count | None], now: float
-    ) -> dict[tuple[str, int], _Count]:
+        self, due: list[TopicPartition], known: dict[TopicPartition, _Count | None], now: float
+    ) -> dict[TopicPartition, _Count]:
         """Recount ``due`` partitions: one request for all of them, counting from the
         cursor each had last time, and one more per partition whose cursor moved."""
         keys, etcd = self.conn.keys, self.conn.etcd
@@ -90,7 +91,7 @@ class UncompactedKeysGate:
             (keys.compaction_cursor(t, p), keys.index(t, p, starts[(t, p)] or 0), keys.index_range_end(t, p))
             for t, p in due
         ])
-        fresh: dict[tuple[str, int], _Count] = {}
+        fresh: dict[TopicPartition, _Count] = {}
         for (t, p), (kv, n) in zip(due, got, strict=True):
             cursor = _cursor(kv.key, kv.value) if kv is not None else None
             if cursor != starts[(t, p)]:  # compaction moved the cursor: count from where it is now

@@ -68,7 +68,10 @@ class Connection:
         return meta
 
     def check_partition(self, topic: str, partition: int) -> TopicMeta:
-        """Validate ``topic``/``partition`` against the topic's definition."""
+        """Validate ``topic``/``partition``: the topic's name, the partition number,
+        then both against the topic's definition (:class:`UnknownTopic`,
+        :class:`UnknownPartition`)."""
+        check_topic(topic)
         check_partition(topic, partition)
         meta = self.topic(topic)
         if partition >= meta.partitions:

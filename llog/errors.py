@@ -3,13 +3,34 @@
 Every error raised on purpose by llog derives from :class:`LlogError` and carries the
 topic/partition/offset or object key that explains it, so callers can both branch on
 the type and log a useful message.
+
+Every class says whether to retry through its ``retriable`` class attribute: ``True``
+when nothing was done and the very same call, made again later, may succeed and
+cannot do harm — an outage of etcd (:class:`CoordinationError`) or of the object
+store (:class:`StoreError`), back-pressure (:class:`BackPressure`), an expired writer
+session (:class:`SessionExpired`), a compare-and-swap that lost to other writers too
+often (:class:`CasConflict`). ``False`` for everything else: malformed input, a
+definite refusal (fenced, unknown topic, out-of-order sequence, refused offset
+commit), missing or corrupt data, and the two outcomes a blind retry cannot fix:
+
+* :class:`EtcdSpaceExhausted` — etcd refuses every write until an operator frees space;
+* :class:`AmbiguousCommit` — the append may have been committed, so a retry is safe only
+  as an idempotent one (the same ``producer_id``/``sequence``), which the caller must
+  choose knowingly.
+
+A subclass inherits its parent's answer unless it says otherwise.
 """
 
 from __future__ import annotations
 
+from typing import ClassVar
+
 
 class LlogError(Exception):
     """Root of every error llog raises on purpose."""
+
+    #: Whether the same call may succeed if made again later (see the module docstring).
+    retriable: ClassVar[bool] = False
 
 
 class InvalidInput(LlogError, ValueError):
@@ -18,9 +39,9 @@ class InvalidInput(LlogError, ValueError):
 
 class InvalidTopicName(InvalidInput):
     def __init__(self, topic: object) -> None:
-        super().__init__(
-            f"invalid topic name {topic!r}: must match [A-Za-z0-9._-]{{1,249}}"
-        )
+        from llog.names import TOPIC_NAME_PATTERN  # here: llog.names imports this module
+
+        super().__init__(f"invalid topic name {topic!r}: must match {TOPIC_NAME_PATTERN}")
         self.topic = topic
 
 
@@ -88,6 +109,8 @@ class Fenced(LlogError):
 class CasConflict(LlogError):
     """A compare-and-swap lost too many times in a row; nothing was committed."""
 
+    retriable = True
+
     def __init__(self, what: str, attempts: int) -> None:
         super().__init__(f"compare-and-swap on {what} lost {attempts} times; giving up")
         self.what = what
@@ -96,6 +119,8 @@ class CasConflict(LlogError):
 
 class BackPressure(LlogError):
     """The system refuses more work for now; retry later. Nothing was accepted."""
+
+    retriable = True
 
 
 class CorruptBlob(LlogError):
@@ -117,8 +142,14 @@ class CorruptMetadata(LlogError):
 class StoreError(LlogError):
     """The object store failed an operation (after its own retries)."""
 
+    retriable = True
+
 
 class ObjectNotFound(StoreError):
+    """The object is not there: that is the store's content, not an outage."""
+
+    retriable = False
+
     def __init__(self, key: str) -> None:
         super().__init__(f"object {key} not found")
         self.key = key
@@ -127,10 +158,15 @@ class ObjectNotFound(StoreError):
 class CoordinationError(LlogError):
     """etcd failed an operation (unavailable, timeout) after retries."""
 
+    retriable = True
+
 
 class AmbiguousCommit(CoordinationError):
     """A commit's outcome could not be determined; the append may or may not exist.
-    Retry it with the same ``producer_id``/``sequence`` to resolve it without a duplicate."""
+    Retry it with the same ``producer_id``/``sequence`` to resolve it without a duplicate.
+    Not ``retriable``: a blind retry of a non-idempotent append may write it twice."""
+
+    retriable = False
 
     def __init__(
         self, message: str, *, topic: str | None = None, partition: int | None = None, append_id: str | None = None
@@ -146,6 +182,8 @@ class SessionExpired(LlogError):
     before the blob's commit: the commit can never succeed, and nothing of the group
     was committed. Retriable: write the records again (a new blob, a new session)."""
 
+    retriable = True
+
     def __init__(self, topic: str, partition: int, session_id: str, data_key: str) -> None:
         super().__init__(
             f"session {session_id} of blob {data_key} expired before its commit to "
@@ -155,6 +193,15 @@ class SessionExpired(LlogError):
         self.partition = partition
         self.session_id = session_id
         self.data_key = data_key
+
+
+class InvalidRequest(InvalidInput):
+    """A broker request body is malformed; ``field`` names the part at fault."""
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{field}: {reason}")
+        self.field = field
+        self.reason = reason
 
 
 class ConfigError(LlogError, ValueError):
@@ -207,6 +254,8 @@ class EtcdSpaceExhausted(CoordinationError):
     alarm). The write was definitely not applied; nothing will be until an operator
     frees space, so retrying is useless."""
 
+    retriable = False
+
     FIX = (
         "compact etcd's history, defragment, then disarm the alarm: "
         "`llog etcd compact && llog etcd defrag && llog etcd disarm` "
@@ -242,3 +291,23 @@ class HistoryCompacted(CoordinationError):
         super().__init__(f"etcd history of {what} at revision {revision} has been compacted")
         self.key = what
         self.revision = revision
+
+
+class ClaimConflict(LlogError):
+    """Another compactor holds the partition's claim."""
+
+    def __init__(self, topic: str, partition: int, holder: str) -> None:
+        super().__init__(f"{topic}/{partition} is claimed by {holder}")
+        self.topic = topic
+        self.partition = partition
+        self.holder = holder
+
+
+class ClaimLost(LlogError):
+    """The claim this compactor held is gone (its lease lapsed); the stage did not run.
+    Whoever claims the partition next finishes the compaction."""
+
+    def __init__(self, topic: str, partition: int) -> None:
+        super().__init__(f"lost the compactor claim on {topic}/{partition}")
+        self.topic = topic
+        self.partition = partition

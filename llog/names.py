@@ -1,4 +1,4 @@
-"""Naming rules for topics and partitions, checked at every entry point."""
+"""How llog names a partition, and the naming rules checked at every entry point."""
 
 from __future__ import annotations
 
@@ -6,7 +6,12 @@ import re
 
 from llog.errors import InvalidInput, InvalidPartition, InvalidTopicName
 
-TOPIC_NAME_RE = re.compile(r"[A-Za-z0-9._-]{1,249}")
+#: One partition of one topic: ``(topic, partition)``, the key of every per-partition map.
+TopicPartition = tuple[str, int]
+
+#: The topic-name rule, as a pattern (for JSON schemas) and as a compiled expression.
+TOPIC_NAME_PATTERN = "[A-Za-z0-9._-]{1,249}"
+TOPIC_NAME_RE = re.compile(TOPIC_NAME_PATTERN)
 #: Names that would collide with llog's own object-key or etcd-key prefixes.
 RESERVED_TOPICS = frozenset({".", "..", "wal-shared", "_groups", "_maintenance", "_sessions"})
 #: Upper bound on partitions per topic; keeps a typo from creating a million keys.
@@ -28,7 +33,7 @@ GROUP_NAME_RE = TOPIC_NAME_RE
 def check_group(group: object) -> str:
     """Consumer group names follow the topic naming rule."""
     if not isinstance(group, str) or GROUP_NAME_RE.fullmatch(group) is None or group in (".", ".."):
-        raise InvalidInput(f"invalid group name {group!r}: must match [A-Za-z0-9._-]{{1,249}}")
+        raise InvalidInput(f"invalid group name {group!r}: must match {TOPIC_NAME_PATTERN}")
     return group
 
 

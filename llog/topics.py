@@ -18,7 +18,7 @@ from llog.control import ControlState, decode_control, decode_index, now_ms, rea
 from llog.errors import CasConflict, CorruptMetadata, InvalidInput, TopicConflict
 from llog.etcd import Get, Put, absent, mod_revision_is
 from llog.keys import prefix_range_end
-from llog.names import MAX_PARTITIONS, check_partition, check_topic
+from llog.names import MAX_PARTITIONS, check_topic
 
 
 @dataclass(frozen=True)
@@ -152,7 +152,6 @@ class Topics:
         return self._set_state(topic, partition, OPEN)
 
     def _set_state(self, topic: str, partition: int, state: str) -> ControlState:
-        check_partition(topic, partition)
         self.conn.check_partition(topic, partition)
         key = self.conn.keys.control(topic, partition)
         st = read_control(self.conn, topic, partition)

@@ -78,7 +78,7 @@ class FileTailCache:
         self._thread.start()
 
     def _dir(self, topic: str, partition: int) -> Path:
-        # Topic names are path-safe ([A-Za-z0-9._-]).
+        # Topic names are path-safe (llog.names.TOPIC_NAME_PATTERN).
         return self.own / topic / str(partition)
 
     def put(self, result: AppendResult, body: bytes | memoryview) -> None:

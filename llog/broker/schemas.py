@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from llog.errors import InvalidInput, InvalidTopicName
-from llog.names import TOPIC_NAME_RE, check_group, check_topic
+from llog.errors import InvalidRequest as InvalidRequest  # re-exported: the broker imports it from here
+from llog.names import TOPIC_NAME_PATTERN, TOPIC_NAME_RE, TopicPartition, check_group, check_topic
 from llog.records import Record
 
 MAX_TOPIC_PARTITIONS = 10_000
@@ -21,15 +22,6 @@ DEFAULT_PARTITION_MAX_BYTES = 1024 * 1024
 DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 AUTO_OFFSET_RESETS = ("earliest", "latest")
 MAX_MEMBER_CHARS = 256
-
-
-class InvalidRequest(InvalidInput):
-    """The request body is malformed; ``field`` names the part at fault."""
-
-    def __init__(self, field: str, reason: str) -> None:
-        super().__init__(f"{field}: {reason}")
-        self.field = field
-        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -107,7 +99,7 @@ def parse_produce(body: bytes) -> ProduceRequest:
         records = tuple([_record(r, where, j) for j, r in enumerate(recs)])
         pid = tp.get("producer_id")
         if pid is not None and (not isinstance(pid, str) or TOPIC_NAME_RE.fullmatch(pid) is None):
-            raise InvalidRequest(f"{where}.producer_id", "must match [A-Za-z0-9._-]{1,249}")
+            raise InvalidRequest(f"{where}.producer_id", f"must match {TOPIC_NAME_PATTERN}")
         seq = _int(tp, "sequence", where, required=False)
         if (pid is None) != (seq is None):
             raise InvalidRequest(f"{where}.sequence", "producer_id and sequence go together")
@@ -152,7 +144,7 @@ def parse_commit(body: bytes) -> CommitRequest:
     _only(doc, "body", {"group", "offsets", "reset", "epoch", "member", "member_lease"})
     group = _group(doc)
     out: list[CommitOffset] = []
-    seen: set[tuple[str, int]] = set()
+    seen: set[TopicPartition] = set()
     for where, entry in _objects(doc, "offsets", {"topic", "partition", "offset"}):
         topic = _topic(entry, where)
         partition = _int(entry, "partition", where, required=True)
@@ -336,9 +328,10 @@ _RECORD_IN = {"oneOf": [*_BYTES["oneOf"], {
 _ERROR = {"type": "object", "required": ["error", "error_type"], "properties": {
     "error": {"type": "string"}, "error_type": {"type": "string"}, "field": {"type": "string"},
 }}
-_TP = {"topic": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,249}$"},
+_NAME_PATTERN = f"^{TOPIC_NAME_PATTERN}$"  # topics, groups and producer ids share one rule
+_TP = {"topic": {"type": "string", "pattern": _NAME_PATTERN},
        "partition": {"type": "integer", "minimum": 0}}
-_GROUP = {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,249}$"}
+_GROUP = {"type": "string", "pattern": _NAME_PATTERN}
 
 
 _RETRY_AFTER = {"Retry-After": {"description": "seconds to wait before sending the request again",
@@ -383,7 +376,7 @@ def _produce_path() -> dict[str, Any]:
         "topic_partitions": {"type": "array", "minItems": 1, "maxItems": MAX_TOPIC_PARTITIONS, "items": {
             "type": "object", "required": ["topic", "partition", "records"], "additionalProperties": False,
             "properties": {**_TP, "records": {"type": "array", "minItems": 1, "items": _RECORD_IN},
-                           "producer_id": {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,249}$"},
+                           "producer_id": {"type": "string", "pattern": _NAME_PATTERN},
                            "sequence": {"type": "integer", "minimum": 0}},
         }},
     }}

@@ -2,13 +2,17 @@
 per-partition result shape, one status for a request whose partitions failed.
 
 * 503 (with ``Retry-After``): nothing was written and the same request can be sent
-  again as is — etcd or the object store cannot be reached, back-pressure, or the
-  writer's session expired (:class:`SessionExpired`: nothing of it was committed).
+  again as is — the error is ``retriable`` (see :mod:`llog.errors`): etcd or the object
+  store cannot be reached, back-pressure, or the writer's session expired
+  (:class:`SessionExpired`: nothing of it was committed). Also etcd out of space
+  (:class:`EtcdSpaceExhausted`, not retriable): the service is unavailable until an
+  operator frees space, and a client should treat it as an outage.
 * 504: the commit's outcome is unknown (:class:`AmbiguousCommit`); the records may or
   may not be in the log. Resend with the same ``producer_id``/``sequence`` to resolve
   it without a duplicate.
 * 409: a real refusal (fenced, unknown topic, out-of-order sequence, refused commit, …)
-  that the same request would meet again.
+  that the same request would meet again. Also :class:`CasConflict`, though retriable:
+  it is contention with other writers, which is what HTTP's Conflict means.
 """
 
 from __future__ import annotations
@@ -16,15 +20,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from llog.errors import (
-    AmbiguousCommit,
-    BackPressure,
-    CoordinationError,
-    LlogError,
-    ObjectNotFound,
-    SessionExpired,
-    StoreError,
-)
+from llog.errors import AmbiguousCommit, CasConflict, EtcdSpaceExhausted, LlogError
 
 #: Seconds a client should wait before resending a request answered 503.
 RETRY_AFTER_S = 1
@@ -34,10 +30,9 @@ def error_status(exc: LlogError) -> int:
     """The status one partition's error alone would answer: 503, 504 or 409."""
     if isinstance(exc, AmbiguousCommit):
         return 504
-    if isinstance(exc, (CoordinationError, BackPressure, SessionExpired)):
-        return 503
-    # A missing object is the log's content, not an outage: asking again finds it missing again.
-    if isinstance(exc, StoreError) and not isinstance(exc, ObjectNotFound):
+    if isinstance(exc, CasConflict):
+        return 409
+    if exc.retriable or isinstance(exc, EtcdSpaceExhausted):
         return 503
     return 409
 

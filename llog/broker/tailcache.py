@@ -13,10 +13,9 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 
+from llog.names import TopicPartition
 from llog.records import ConsumedRecord, Record, payload_size
 from llog.writer import AppendResult
-
-TopicPartition = tuple[str, int]
 
 
 class _Segment:

@@ -24,10 +24,9 @@ from dataclasses import dataclass
 from llog.codec.meta import Control, MetaFormatError
 from llog.connection import Connection
 from llog.etcd import KV
+from llog.names import TopicPartition
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 
 @dataclass

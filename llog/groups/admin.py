@@ -11,7 +11,7 @@ from llog.errors import InvalidInput
 from llog.groups.epoch import current_epoch
 from llog.groups.offsets import Committed, GroupOffsets
 from llog.keys import prefix_range_end
-from llog.names import check_group
+from llog.names import TopicPartition, check_group
 from llog.reader import Reader
 from llog.timelookup import offset_for_timestamp
 
@@ -51,7 +51,7 @@ def describe_group(conn: Connection, group: str, topics: list[str] | None = None
     keys, etcd = conn.keys, conn.etcd
     committed = {(c.topic, c.partition): c for c in GroupOffsets(conn, group).all()}
     owner_prefix = keys.group_owner_prefix(group)
-    owners: dict[tuple[str, int], str] = {}
+    owners: dict[TopicPartition, str] = {}
     for kv in etcd.scan(owner_prefix, prefix_range_end(owner_prefix)):
         topic, _, part = kv.key[len(owner_prefix) :].rpartition("/")
         owners[(topic, int(part))] = kv.value.decode()

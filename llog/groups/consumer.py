@@ -23,9 +23,9 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import CommitOutOfRange, InvalidInput, LlogError
 from llog.groups.epoch import bump_epoch
-from llog.groups.membership import Membership, TopicPartition
+from llog.groups.membership import Membership
 from llog.groups.offsets import Committed, Fence, GroupOffsets
-from llog.names import check_group, check_topic
+from llog.names import TopicPartition, check_group, check_topic
 from llog.reader import Reader
 from llog.records import ConsumedRecord
 from llog.timelookup import offset_for_timestamp

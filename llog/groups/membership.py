@@ -22,10 +22,9 @@ from llog.errors import CoordinationError
 from llog.etcd import Delete, Put, absent, lease_is, value_is
 from llog.groups.owner import Owner
 from llog.keys import prefix_range_end
+from llog.names import TopicPartition
 
 log = logging.getLogger(__name__)
-
-TopicPartition = tuple[str, int]
 
 
 def range_assign(

@@ -32,6 +32,7 @@ from llog.errors import LlogError
 from llog.loadtest.histogram import Histogram
 from llog.loadtest.routing import NoLiveOwner, Router
 from llog.loadtest.scenario import LoadSpec
+from llog.names import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -49,17 +50,17 @@ class GeneratorPlan:
 
     run_id: str
     brokers: tuple[tuple[str, str], ...]  # (broker id, base URL)
-    partitions: tuple[tuple[str, int], ...]
+    partitions: tuple[TopicPartition, ...]
     load: LoadSpec
     seed: int
     duration_s: float
     interval_s: float
     out_dir: str
 
-    def assignment(self, proc: int) -> list[list[tuple[str, int]]]:
+    def assignment(self, proc: int) -> list[list[TopicPartition]]:
         """The partitions of each thread of process ``proc``."""
         slots = self.load.processes * self.load.threads
-        threads: list[list[tuple[str, int]]] = [[] for _ in range(self.load.threads)]
+        threads: list[list[TopicPartition]] = [[] for _ in range(self.load.threads)]
         for j, tp in enumerate(self.partitions):
             slot = j % slots
             if slot % self.load.processes == proc:
@@ -174,7 +175,7 @@ class _Process:
         self.samples.flush()
 
     # -- one thread -------------------------------------------------------------------
-    def _worker(self, thread: int, parts: list[tuple[str, int]]) -> None:
+    def _worker(self, thread: int, parts: list[TopicPartition]) -> None:
         load = self.plan.load
         prefix = f"g{self.index}t{thread}"
         producer_id = f"lt-{self.plan.run_id}-{prefix}"

@@ -12,6 +12,7 @@ from typing import Any
 
 from llog.connection import Connection
 from llog.errors import LlogError
+from llog.names import TopicPartition
 from llog.reader import Reader
 from llog.records import ConsumedRecord
 
@@ -77,9 +78,9 @@ def read_acks(paths: Iterable[Path]) -> list[Ack]:
     return out
 
 
-def reconcile(conn: Connection, acks: Iterable[Ack], partitions: Iterable[tuple[str, int]]) -> Reconciliation:
+def reconcile(conn: Connection, acks: Iterable[Ack], partitions: Iterable[TopicPartition]) -> Reconciliation:
     """Check ``acks`` against the log of ``partitions`` (each read from its start)."""
-    by_partition: dict[tuple[str, int], list[Ack]] = defaultdict(list)
+    by_partition: dict[TopicPartition, list[Ack]] = defaultdict(list)
     for a in acks:
         by_partition[(a.topic, a.partition)].append(a)
     r = Reconciliation()

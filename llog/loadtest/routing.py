@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from llog.errors import LlogError
+from llog.names import TopicPartition
 
 log = logging.getLogger(__name__)
 
@@ -55,8 +56,8 @@ class Router:
         self.revive_after_s = revive_after_s
         self._clock = clock
         self._lock = threading.Lock()
-        self._owners: dict[tuple[str, int], tuple[str, ...]] = {}
-        self._turn: dict[tuple[str, int], int] = {}
+        self._owners: dict[TopicPartition, tuple[str, ...]] = {}
+        self._turn: dict[TopicPartition, int] = {}
         self._inflight = dict.fromkeys(self.brokers, 0)
         self._dead_until: dict[str, float] = {}
         self.remaps = 0
@@ -105,7 +106,7 @@ class Router:
         with self._lock:
             self._inflight[broker] -= 1
 
-    def mark_dead(self, broker: str, partitions: Iterable[tuple[str, int]]) -> None:
+    def mark_dead(self, broker: str, partitions: Iterable[TopicPartition]) -> None:
         """Take ``broker`` out of rotation and log where its ``partitions`` go now."""
         with self._lock:
             first = broker not in self._dead_until
@@ -121,7 +122,7 @@ class Router:
                 log.warning("broker %s down: %s/%d remapped to %s (owner set %s)",
                             broker, topic, p, ",".join(rest) or "nobody", ",".join(owners))
 
-    def manifest(self, partitions: Iterable[tuple[str, int]]) -> dict[str, Any]:
+    def manifest(self, partitions: Iterable[TopicPartition]) -> dict[str, Any]:
         return {
             "brokers": list(self.brokers), "owners_per_partition": self.size, "seed": self.seed,
             "policy": self.policy, "hash": "blake2b-64(seed, topic, partition, broker_id), highest first",

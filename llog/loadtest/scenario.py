@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, get_type_hints
 
 from llog.errors import ConfigError, InvalidTopicName
-from llog.names import check_topic
+from llog.names import TopicPartition, check_topic
 from llog.nemesis.faults import KINDS, FaultPlan, FaultRule
 from llog.nemesis.latency import profile
 
@@ -126,7 +126,7 @@ class Scenario:
         return self.s3.enabled or any(c.action == "faults" for c in self.chaos)
 
     @property
-    def partitions(self) -> list[tuple[str, int]]:
+    def partitions(self) -> list[TopicPartition]:
         return [(t.name, p) for t in self.topics for p in range(t.partitions)]
 
 

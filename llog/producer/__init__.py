@@ -18,9 +18,9 @@ from typing import Any
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import InvalidInput
-from llog.names import check_partition, check_topic
+from llog.names import check_topic
 from llog.partitioner import partition_for_key
-from llog.producer.accumulator import Accumulator, Pending, record_size
+from llog.producer.accumulator import Accumulator, QueuedGroup, record_size
 from llog.producer.sender import CommitListener, Sender
 from llog.records import Headers, Record
 from llog.writer import AppendResult, Writer, check_records
@@ -105,7 +105,7 @@ class BatchingProducer:
         rec = self._check(topic, partition, [Record(value, key, timestamp, headers or ())])[0][0]
         fut: Future[int] = _future()
         self._acc.add(
-            Pending(topic, partition, [rec], [(fut, 0)], record_size(rec)),
+            QueuedGroup(topic, partition, [rec], [(fut, 0)], record_size(rec)),
             self._timeout(timeout),
             single=True,
         )
@@ -132,7 +132,7 @@ class BatchingProducer:
             raise InvalidInput(f"empty group for {topic}/{partition}")
         recs, nbytes = self._check(topic, partition, records)
         fut: Future[AppendResult] = _future()
-        group = Pending(topic, partition, recs, [(fut, None)], nbytes, producer_id=producer_id, sequence=sequence)
+        group = QueuedGroup(topic, partition, recs, [(fut, None)], nbytes, producer_id=producer_id, sequence=sequence)
         self._acc.add(group, self._timeout(timeout), single=False)
         return fut
 
@@ -172,8 +172,6 @@ class BatchingProducer:
         self, topic: str, partition: int, records: Sequence[Record | bytes]
     ) -> tuple[list[Record], int]:
         """The records as :func:`check_records` accepts them, and their buffered size."""
-        check_topic(topic)
-        check_partition(topic, partition)
         self.conn.check_partition(topic, partition)
         # Records without a timestamp keep None: the writer stamps append time when it
         # builds the blob (a new Record per record here cost a quarter of a send).

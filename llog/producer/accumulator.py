@@ -17,9 +17,8 @@ from typing import Any
 
 from llog.errors import BackPressure, LlogError
 from llog.metrics import Metrics
+from llog.names import TopicPartition
 from llog.records import Record, payload_size
-
-TopicPartition = tuple[str, int]
 
 
 def record_size(r: Record) -> int:
@@ -30,8 +29,9 @@ def record_size(r: Record) -> int:
 
 
 @dataclass
-class Pending:
-    """One future group: ``records`` resolve together through one ``AppendGroup``.
+class QueuedGroup:
+    """One group of records queued for a flush, and the futures waiting on it:
+    ``records`` resolve together through one ``AppendGroup``.
 
     ``futures`` pairs each waiting future with the index of its record, or ``None``
     for a future that wants the whole ``AppendResult``.
@@ -48,7 +48,7 @@ class Pending:
 
 @dataclass(frozen=True, eq=False)  # compared by identity: tracked while in flight
 class Drained:
-    groups: list[Pending]
+    groups: list[QueuedGroup]
     nbytes: int
     reason: str
 
@@ -62,8 +62,8 @@ class Accumulator:
         self.max_buffered_bytes = max_buffered_bytes
         self._metrics = metrics
         self._cond = threading.Condition()
-        self._groups: deque[Pending] = deque()
-        self._open: dict[TopicPartition, Pending] = {}
+        self._groups: deque[QueuedGroup] = deque()
+        self._open: dict[TopicPartition, QueuedGroup] = {}
         self._ready_bytes = 0  # buffered, not yet drained
         self._held_bytes = 0  # buffered or in flight
         self._inflight: list[Drained] = []  # drained, not yet released
@@ -72,7 +72,7 @@ class Accumulator:
         self._closed = False
 
     # -- senders -----------------------------------------------------------------
-    def add(self, group: Pending, timeout: float | None, *, single: bool) -> None:
+    def add(self, group: QueuedGroup, timeout: float | None, *, single: bool) -> None:
         """Buffer ``group`` (or merge its one record into the partition's open group);
         block while the buffer is full, up to ``timeout`` seconds, then raise."""
         deadline = None if timeout is None else time.monotonic() + timeout
@@ -148,7 +148,7 @@ class Accumulator:
                     break
                 assert self._first_at is not None
                 self._cond.wait(max(0.0, self._first_at + self.max_delay_s - time.monotonic()))
-            taken: list[Pending] = []
+            taken: list[QueuedGroup] = []
             nbytes = 0
             while self._groups and (not taken or nbytes + self._groups[0].nbytes <= limit_bytes):
                 g = self._groups.popleft()

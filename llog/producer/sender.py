@@ -30,7 +30,8 @@ from dataclasses import replace
 
 from llog.errors import BackPressure, InvalidInput, SessionExpired, TooManyUncompactedKeys
 from llog.metrics import Metrics
-from llog.producer.accumulator import Accumulator, Drained, Pending
+from llog.names import TopicPartition
+from llog.producer.accumulator import Accumulator, Drained, QueuedGroup
 from llog.records import AppendGroup, Record
 from llog.writer import AppendFailure, AppendResult, EncodedBlob, StagedBlob, Writer
 
@@ -42,7 +43,7 @@ log = logging.getLogger(__name__)
 CommitListener = Callable[[AppendResult, list[Record], memoryview], None]
 
 #: A batch's groups merged into partition-appends (see :func:`_merge`).
-_Units = list[list[Pending]]
+_Units = list[list[QueuedGroup]]
 #: A batch's pieces, each a blob (encoded, then PUT) or the error that failed it.
 _Encoded = list[tuple[_Units, EncodedBlob | BaseException]]
 _Staged = list[tuple[_Units, StagedBlob | BaseException]]
@@ -51,13 +52,13 @@ _Staged = list[tuple[_Units, StagedBlob | BaseException]]
 SESSION_RETRIES = 3
 
 
-def _merge(groups: list[Pending]) -> _Units:
+def _merge(groups: list[QueuedGroup]) -> _Units:
     """Coalesce a partition's groups into one partition-append (one etcd txn instead
     of one per group): each keeps its records contiguous and gets its own offsets
     back. Groups with a producer id stay apart (their sequence names one batch), and
     nothing merges across one, so a partition's records keep their order."""
     units: _Units = []
-    open_units: dict[tuple[str, int], list[Pending]] = {}
+    open_units: dict[TopicPartition, list[QueuedGroup]] = {}
     for g in groups:
         key = (g.topic, g.partition)
         unit = open_units.get(key) if g.producer_id is None else None
@@ -142,7 +143,7 @@ class Sender:
         committing (its commit listener calls are still to come)."""
         return data_key in self._inflight_keys
 
-    def _encode(self, groups: list[Pending]) -> _Encoded:
+    def _encode(self, groups: list[QueuedGroup]) -> _Encoded:
         units = _merge(groups)
         try:
             # send() checked every record already (BatchingProducer._check).
@@ -283,13 +284,13 @@ def _groups(units: _Units) -> list[AppendGroup]:
     ]
 
 
-def _resolve(g: Pending, out: AppendResult) -> None:
+def _resolve(g: QueuedGroup, out: AppendResult) -> None:
     for f, i in g.futures:
         if not f.done():
             f.set_result(out if i is None else out.start_offset + i)
 
 
-def _fail(g: Pending, exc: BaseException) -> None:
+def _fail(g: QueuedGroup, exc: BaseException) -> None:
     for f, _ in g.futures:
         if not f.done():
             f.set_exception(exc)

@@ -25,7 +25,7 @@ from typing import Any
 
 from llog.config import LlogConfig
 from llog.errors import ConfigError, LlogError
-from llog.names import check_partition, check_topic
+from llog.names import TopicPartition, check_partition, check_topic
 
 #: Offset placeholders in the Kafka-source JSON: -2 the earliest offset, -1 the latest.
 EARLIEST = -2
@@ -82,7 +82,7 @@ class OffsetSpec:
     def topics(self) -> set[str]:
         return {t for t, _, _ in self.offsets} | {t for t, _, _ in self.timestamps}
 
-    def resolve(self, topic: str, partition: int) -> tuple[str, int]:
+    def resolve(self, topic: str, partition: int) -> TopicPartition:
         """``("timestamp", ms)`` or ``("offset", offset | EARLIEST | LATEST)``."""
         if self.timestamp is not None:
             return "timestamp", self.timestamp

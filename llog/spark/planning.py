@@ -20,12 +20,12 @@ from llog.connection import Connection
 from llog.control import decode_control
 from llog.errors import ConfigError, OffsetOutOfRange
 from llog.etcd import Get
+from llog.names import TopicPartition
 from llog.reader import Reader
 from llog.spark.options import EARLIEST, LATEST, OffsetSpec, Subscription
 from llog.timelookup import offset_for_timestamp
 from llog.topics import Topics
 
-TopicPartition = tuple[str, int]
 #: Offsets per topic-partition, e.g. the next offset to read.
 Offsets = dict[TopicPartition, int]
 

@@ -49,6 +49,7 @@ from pyspark.sql.types import (
 
 from llog.connection import Connection
 from llog.errors import ConfigError, InvalidRecord
+from llog.names import TopicPartition
 from llog.records import AppendGroup, Record
 from llog.spark.connections import worker_connection
 from llog.spark.options import SinkOptions, config_to_dict
@@ -119,11 +120,11 @@ class LlogCommitMessage(WriterCommitMessage):  # type: ignore[misc,unused-ignore
 
 def summarize(
     messages: Iterable[WriterCommitMessage | None],
-) -> tuple[int, int, dict[tuple[str, int], int]]:
+) -> tuple[int, int, dict[TopicPartition, int]]:
     """``(records, appends, records per topic-partition)`` over the tasks' messages
     (a failed task's is ``None``)."""
     records = appends = 0
-    per: dict[tuple[str, int], int] = {}
+    per: dict[TopicPartition, int] = {}
     for m in messages:
         if not isinstance(m, LlogCommitMessage):
             continue
@@ -142,12 +143,12 @@ class _TaskWriter:
         self.default_topic = default_topic
         self.writer = Writer(conn)
         self.flush_bytes = conn.config.batch_max_bytes
-        self.buffer: dict[tuple[str, int], list[Record]] = {}
+        self.buffer: dict[TopicPartition, list[Record]] = {}
         self.buffered = 0
         self.flushes = task_id
         self.records = 0
         self.appends = 0
-        self.per_partition: dict[tuple[str, int], int] = {}
+        self.per_partition: dict[TopicPartition, int] = {}
 
     def add(self, rb: pa.RecordBatch, cols: SinkColumns) -> None:
         n = rb.num_rows
