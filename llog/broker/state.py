@@ -13,10 +13,11 @@ from starlette.requests import Request
 from llog.broker.filecache import FileTailCache
 from llog.broker.readiness import Readiness
 from llog.broker.tailcache import TailCache
-from llog.broker.wakeup import PartitionTails, TopicPartition
+from llog.broker.wakeup import PartitionTails
 from llog.codec import batch
 from llog.config import LlogConfig
 from llog.connection import Connection
+from llog.names import TopicPartition
 from llog.producer import BatchingProducer
 from llog.reader import Reader
 from llog.records import Record
