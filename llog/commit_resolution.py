@@ -39,8 +39,15 @@ def find_committed(
     that exists: :class:`AmbiguousCommit` when that cannot be told, etcd failing
     during these reads included (a plain :class:`CoordinationError` would let a caller
     take the append for not written and send it again)."""
+    if not unknown_starts:
+        return None
+    if ctl.pending is not None and ctl.pending.append_id == append_id:
+        return ctl.pending
     try:
-        return _find_committed(conn, topic, partition, append_id, ctl, control_revision, unknown_starts, n)
+        for start in unknown_starts:
+            found = _committed_at(conn, topic, partition, append_id, ctl, control_revision, start, n)
+            if found is not None:
+                return found
     except AmbiguousCommit:
         raise
     except CoordinationError as exc:
@@ -49,36 +56,22 @@ def find_committed(
             f"failed while it was being resolved: the append may exist ({exc})",
             topic=topic, partition=partition, append_id=append_id,
         ) from exc
-
-
-def _find_committed(
-    conn: Connection,
-    topic: str,
-    partition: int,
-    append_id: str,
-    ctl: Control,
-    control_revision: int,
-    unknown_starts: list[int],
-    n: int,
-) -> Pending | None:
-    if not unknown_starts:
-        return None
-    if ctl.pending is not None and ctl.pending.append_id == append_id:
-        return ctl.pending
-    for start in unknown_starts:
-        if ctl.next_offset < start + n:
-            continue  # no commit has reached past where this attempt would have ended
-        try:
-            first = _first_reaching(conn, topic, partition, start + n, ctl, control_revision)
-        except HistoryCompacted as exc:
-            log.warning("history of %s/%s compacted; resolving %s by its index key", topic, partition, append_id)
-            found = _by_index_key(conn, topic, partition, append_id, start, n, exc)
-        else:
-            p = first.pending
-            found = p if p is not None and p.append_id == append_id and p.start_offset == start else None
-        if found is not None:
-            return found
     return None
+
+
+def _committed_at(
+    conn: Connection, topic: str, partition: int, append_id: str, ctl: Control, revision: int, start: int, n: int
+) -> Pending | None:
+    """The append if the attempt that would have started at ``start`` committed."""
+    if ctl.next_offset < start + n:
+        return None  # no commit has reached past where this attempt would have ended
+    try:
+        first = _first_reaching(conn, topic, partition, start + n, ctl, revision)
+    except HistoryCompacted as exc:
+        log.warning("history of %s/%s compacted; resolving %s by its index key", topic, partition, append_id)
+        return _by_index_key(conn, topic, partition, append_id, start, n, exc)
+    p = first.pending
+    return p if p is not None and p.append_id == append_id and p.start_offset == start else None
 
 
 def _first_reaching(
