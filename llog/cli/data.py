@@ -12,7 +12,10 @@ from __future__ import annotations
 import argparse
 import base64
 import json
+import os
+import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import IO, Any
@@ -133,9 +136,33 @@ def _print(rec: ConsumedRecord, as_json: bool, key_sep: str | None, out: IO[str]
     }) + "\n")
 
 
+#: After Ctrl-C, seconds the consumer's clean-up may take before the process just exits.
+_INTERRUPT_GRACE_S = 5.0
+
+
+def _on_interrupt(_signum: int, _frame: object) -> None:
+    """Ctrl-C: unwind as KeyboardInterrupt (exit 130), and if the unwinding hangs (a
+    read in flight that will not let go), exit anyway: a follow must stop when asked."""
+    sys.stdout.flush()
+    timer = threading.Timer(_INTERRUPT_GRACE_S, os._exit, (130,))
+    timer.daemon = True
+    timer.start()
+    raise KeyboardInterrupt
+
+
 def _consume(args: argparse.Namespace) -> int:
     left = args.max
     progress = Progress("consumed", enabled=args.progress)
+    main = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, _on_interrupt) if main else None
+    try:
+        return _consume_records(args, left, progress)
+    finally:
+        if main:
+            signal.signal(signal.SIGINT, previous)
+
+
+def _consume_records(args: argparse.Namespace, left: int | None, progress: Progress) -> int:
     with connection_from_args(args) as conn, Reader(conn) as reader:
         parts = sorted(set(args.partition)) if args.partition else range(conn.topic(args.topic).partitions)
         start: StartPosition = args.start
