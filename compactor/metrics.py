@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from llog.config import LlogConfig
 from llog.metrics import Metrics
@@ -32,8 +32,14 @@ class CompactorMetrics:
     """The compactor's counters, gauges and histograms."""
 
     def __init__(self, base: Metrics) -> None:
-        r = base.registry
         self.base = base
+        # Registered in this order, which is the order /metrics lists them in.
+        self._init_compaction(base.registry)
+        self._init_service(base.registry)
+        self._init_maintenance(base.registry)
+
+    def _init_compaction(self, r: CollectorRegistry) -> None:
+        """What ``compact_once`` and its stages count and time, and the claims that skip it."""
         self.runs = Counter("llog_compactor_runs", "compact_once calls by outcome", ["outcome"], registry=r)
         self.recoveries = Counter(
             "llog_compactor_recoveries", "interrupted compactions finished, by the stage they were at",
@@ -55,6 +61,9 @@ class CompactorMetrics:
             "llog_compactor_claim_conflicts", "partitions skipped because another compactor held the claim",
             registry=r,
         )
+
+    def _init_service(self, r: CollectorRegistry) -> None:
+        """What the long-running service's claims, tasks and looks at partitions record."""
         self.errors = Counter(
             "llog_compactor_task_errors", "compaction tasks that failed, by error type", ["error"], registry=r
         )
@@ -70,6 +79,9 @@ class CompactorMetrics:
         self.inflight = Gauge(
             "llog_compactor_inflight_tasks", "compaction tasks running or queued", registry=r
         )
+
+    def _init_maintenance(self, r: CollectorRegistry) -> None:
+        """Retention, vacuum, etcd history compaction and producer-state expiry."""
         self.retention_records = Counter(
             "llog_retention_records_dropped", "records removed by retention", registry=r
         )
@@ -82,7 +94,6 @@ class CompactorMetrics:
             "llog_vacuum_stored_bytes", "data object bytes in the store at the last vacuum listing",
             registry=r,
         )
-
         self.etcd_compacted_revision = Gauge(
             "llog_etcd_compacted_revision", "revision the service last compacted etcd's history at",
             registry=r,
