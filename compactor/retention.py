@@ -25,9 +25,9 @@ from compactor.metrics import compactor_metrics
 from compactor.revision_clock import RevisionClock
 from llog.codec.meta import CompactionCursor
 from llog.connection import Connection
-from llog.control import decode_index, now_ms, read_control
+from llog.control import ControlState, decode_index, now_ms, read_control
 from llog.errors import CasConflict, ClaimLost
-from llog.etcd import Delete, Get, Op, Put, absent, mod_revision_is
+from llog.etcd import Delete, Get, Op, Put, TxnResult, absent, mod_revision_is
 
 log = logging.getLogger(__name__)
 
@@ -91,26 +91,15 @@ def apply_retention(
     for every attempt; :class:`ClaimLost` if the claim went away."""
     conn.check_partition(topic, partition)
     meta = conn.topic(topic, refresh=True)
-    keys, etcd = conn.keys, conn.etcd
-    ckey, rkey = keys.control(topic, partition), keys.compaction(topic, partition)
-    curkey = keys.compaction_cursor(topic, partition)
-    expired_revision = 0
-    if meta.retention_ms is not None:
-        clock = clock if clock is not None else RevisionClock.load(conn)
-        clock.observe()
-        expired_revision = clock.aged_revision(meta.retention_ms)
+    expired_revision = _expired_revision(conn, meta.retention_ms, clock)
     for _ in range(_ATTEMPTS):
         st = read_control(conn, topic, partition)
         ctl = st.control
         old = ctl.log_start_offset
         if meta.retention_ms is None and meta.retention_bytes is None:
             return RetentionResult(topic, partition, old, old, 0)
-        cursor, cursor_rev = read_cursor(conn, topic, partition)
-        entries = [
-            (keys.end_offset_of(kv.key), e.byte_length, e.max_timestamp, kv.mod_revision)
-            for kv in etcd.scan(keys.index_prefix(topic, partition), keys.index_range_end(topic, partition))
-            for e in (decode_index(kv.key, kv.value),)
-        ]
+        cursor = read_cursor(conn, topic, partition)
+        entries = _index_entries(conn, topic, partition)
         n = retention_cut(
             entries,
             ctl.pending.byte_length if ctl.pending is not None else 0,
@@ -122,32 +111,81 @@ def apply_retention(
         new = entries[n - 1][0] + 1 if n else old
         if new <= old:
             return RetentionResult(topic, partition, old, old, 0)
-        ops: list[Op] = [
-            Put(ckey, ctl.with_changes(log_start_offset=new).encode()),
-            Delete(keys.index_prefix(topic, partition), keys.index(topic, partition, new)),
-        ]
-        if cursor is None or cursor < new:
-            ops.append(Put(curkey, CompactionCursor(new).encode()))
-        r = etcd.txn(
-            [
-                mod_revision_is(ckey, st.mod_revision),
-                mod_revision_is(curkey, cursor_rev),
-                absent(rkey),
-                claim_guard(conn, topic, partition, claim),
-            ],
-            ops,
-            [Get(keys.compactor_claim(topic, partition)), Get(rkey)],
-        )
+        r = _advance_start(conn, topic, partition, st, cursor, new, claim)
         if r.succeeded:
-            m = compactor_metrics(conn.metrics)
-            m.retention_records.inc(new - old)
-            m.retention_keys.inc(n)
-            log.info("retention on %s/%s: log start %d -> %d (%d index keys)", topic, partition, old, new, n)
-            return RetentionResult(topic, partition, old, new, n)
+            return _applied(conn, RetentionResult(topic, partition, old, new, n))
         held, inflight = r.responses
         assert isinstance(held, list) and isinstance(inflight, list)
         if claim_lost(claim, held):
             raise ClaimLost(topic, partition)
         if inflight:  # a compaction is in flight: retention waits for the next pass
             return RetentionResult(topic, partition, old, old, 0)
-    raise CasConflict(ckey, _ATTEMPTS)
+    raise CasConflict(conn.keys.control(topic, partition), _ATTEMPTS)
+
+
+def _advance_start(
+    conn: Connection,
+    topic: str,
+    partition: int,
+    st: ControlState,
+    cursor: tuple[int | None, int],
+    new: int,
+    claim: Claim | None,
+) -> TxnResult:
+    """The one transaction (module doc): move ``log_start_offset`` to ``new``, delete
+    the index keys below it and lift the cursor (``(offset, mod_revision)`` as read)
+    to it, if the control, cursor and claim are unchanged and no compaction is in
+    flight. Failure responses: the claim key, the compaction record."""
+    keys = conn.keys
+    ckey, rkey = keys.control(topic, partition), keys.compaction(topic, partition)
+    curkey = keys.compaction_cursor(topic, partition)
+    offset, cursor_rev = cursor
+    ops: list[Op] = [
+        Put(ckey, st.control.with_changes(log_start_offset=new).encode()),
+        Delete(keys.index_prefix(topic, partition), keys.index(topic, partition, new)),
+    ]
+    if offset is None or offset < new:
+        ops.append(Put(curkey, CompactionCursor(new).encode()))
+    return conn.etcd.txn(
+        [
+            mod_revision_is(ckey, st.mod_revision),
+            mod_revision_is(curkey, cursor_rev),
+            absent(rkey),
+            claim_guard(conn, topic, partition, claim),
+        ],
+        ops,
+        [Get(keys.compactor_claim(topic, partition)), Get(rkey)],
+    )
+
+
+def _expired_revision(conn: Connection, retention_ms: int | None, clock: RevisionClock | None) -> int:
+    """The newest revision written at least ``retention_ms`` ago on ``clock`` (after a
+    fresh sample); 0 without time retention."""
+    if retention_ms is None:
+        return 0
+    clock = clock if clock is not None else RevisionClock.load(conn)
+    clock.observe()
+    return clock.aged_revision(retention_ms)
+
+
+def _index_entries(conn: Connection, topic: str, partition: int) -> list[tuple[int, int, int, int]]:
+    """The partition's index as :func:`retention_cut` takes it: ``(end_offset,
+    byte_length, max_timestamp, mod_revision)`` in offset order."""
+    keys = conn.keys
+    return [
+        (keys.end_offset_of(kv.key), e.byte_length, e.max_timestamp, kv.mod_revision)
+        for kv in conn.etcd.scan(keys.index_prefix(topic, partition), keys.index_range_end(topic, partition))
+        for e in (decode_index(kv.key, kv.value),)
+    ]
+
+
+def _applied(conn: Connection, res: RetentionResult) -> RetentionResult:
+    """Count and log a committed retention step; return it."""
+    m = compactor_metrics(conn.metrics)
+    m.retention_records.inc(res.new_start - res.old_start)
+    m.retention_keys.inc(res.index_keys)
+    log.info(
+        "retention on %s/%s: log start %d -> %d (%d index keys)",
+        res.topic, res.partition, res.old_start, res.new_start, res.index_keys,
+    )
+    return res
