@@ -124,25 +124,11 @@ class Compactor:
         return result
 
     def _compact(self, topic: str, partition: int, claim: Claim | None) -> CompactionResult:
-        conn, cfg, m = self.conn, self.config, self.metrics
+        conn, m = self.conn, self.metrics
         with m.time("recover"):
             recovered = finish_interrupted(conn, topic, partition, claim=claim, metrics=m, hook=self.hook)
         with m.time("select"):
-            self.clock.observe()
-            st = read_control(conn, topic, partition)
-            # An idle pending is settled by the age of its commit's revision, so a writer
-            # clock ahead cannot keep it (and the run it ends) out of compaction.
-            if st.control.pending is not None and st.mod_revision <= self.clock.aged_revision(cfg.settle_after_ms):
-                st = settle(conn, topic, partition, state=st, max_attempts=1)
-            cursor, cursor_rev = read_cursor(conn, topic, partition)
-            lso = st.control.log_start_offset
-            start = lso if cursor is None else max(cursor, lso)
-            run = select_run(
-                conn, topic, partition, start,
-                target_bytes=cfg.compact_target_bytes,
-                max_records=cfg.compact_max_records,
-                aged_revision=self.clock.aged_revision(cfg.compact_min_age_ms),
-            )
+            run, cursor_rev = self._select(topic, partition)
         if run is None:
             return CompactionResult(topic, partition, IDLE, recovered)
         session = self._sessions.acquire()
@@ -190,6 +176,27 @@ class Compactor:
         return CompactionResult(
             topic, partition, COMPACTED, recovered, rec, run.entries, fin.index_keys_removed
         )
+
+    def _select(self, topic: str, partition: int) -> tuple[WalRun | None, int]:
+        """Settle an idle pending, then select the run at the cursor (steps K0 and K1):
+        ``(run or None, the cursor's mod_revision for the record's guard)``."""
+        conn, cfg = self.conn, self.config
+        self.clock.observe()
+        st = read_control(conn, topic, partition)
+        # An idle pending is settled by the age of its commit's revision, so a writer
+        # clock ahead cannot keep it (and the run it ends) out of compaction.
+        if st.control.pending is not None and st.mod_revision <= self.clock.aged_revision(cfg.settle_after_ms):
+            st = settle(conn, topic, partition, state=st, max_attempts=1)
+        cursor, cursor_rev = read_cursor(conn, topic, partition)
+        lso = st.control.log_start_offset
+        start = lso if cursor is None else max(cursor, lso)
+        run = select_run(
+            conn, topic, partition, start,
+            target_bytes=cfg.compact_target_bytes,
+            max_records=cfg.compact_max_records,
+            aged_revision=self.clock.aged_revision(cfg.compact_min_age_ms),
+        )
+        return run, cursor_rev
 
     def _write_blob(
         self, topic: str, partition: int, run: WalRun, claim: Claim | None, session: Session
