@@ -151,31 +151,10 @@ def vacuum(
     hook("after_sessions")
     refs = referenced_keys(conn)  # after the session read
     hook("after_scan")
-    doomed: list[ObjectInfo] = []
-    referenced = kept_live = young = 0
-    for o in objects:
-        session = keys.session_of(o.key)
-        if o.key in refs:
-            referenced += 1
-        elif session is not None and session in live:
-            kept_live += 1
-        elif session is None and o.modified >= cutoff:
-            young += 1
-        else:
-            doomed.append(o)
+    doomed, referenced, kept_live, young = _triage(conn, objects, refs, live, cutoff)
     if doomed and not dry_run:
         conn.store.delete(o.key for o in doomed)
-    freed = sum(o.size for o in doomed)
-    m = compactor_metrics(conn.metrics)
-    m.stored_bytes.set(sum(o.size for o in objects) - (0 if dry_run else freed))
-    if not dry_run:
-        m.vacuum_objects.inc(len(doomed))
-        m.vacuum_bytes.inc(freed)
-    log.info(
-        "vacuum%s: %d objects, %d referenced, %d of live sessions, %d within grace, %d deleted (%d bytes)",
-        " (dry run)" if dry_run else "", len(objects), referenced, kept_live, young, len(doomed), freed,
-    )
-    return VacuumReport(
+    report = VacuumReport(
         dry_run=dry_run,
         grace_s=grace,
         objects=len(objects),
@@ -184,5 +163,42 @@ def vacuum(
         live_session=kept_live,
         too_young=young,
         deleted=tuple(o.key for o in doomed),
-        freed_bytes=freed,
+        freed_bytes=sum(o.size for o in doomed),
+    )
+    _account(conn, report)
+    return report
+
+
+def _triage(
+    conn: Connection, objects: list[ObjectInfo], refs: set[str], live: set[str], cutoff: float
+) -> tuple[list[ObjectInfo], int, int, int]:
+    """``(doomed, referenced, kept for a live session, kept by the grace period)``:
+    an object is doomed if unreferenced and its session is not live (no session in
+    its key: not modified since ``cutoff``)."""
+    doomed: list[ObjectInfo] = []
+    referenced = kept_live = young = 0
+    for o in objects:
+        session = conn.keys.session_of(o.key)
+        if o.key in refs:
+            referenced += 1
+        elif session is not None and session in live:
+            kept_live += 1
+        elif session is None and o.modified >= cutoff:
+            young += 1
+        else:
+            doomed.append(o)
+    return doomed, referenced, kept_live, young
+
+
+def _account(conn: Connection, r: VacuumReport) -> None:
+    """Set the stored-bytes gauge, count what was deleted (not on a dry run), log it."""
+    m = compactor_metrics(conn.metrics)
+    m.stored_bytes.set(r.object_bytes - (0 if r.dry_run else r.freed_bytes))
+    if not r.dry_run:
+        m.vacuum_objects.inc(len(r.deleted))
+        m.vacuum_bytes.inc(r.freed_bytes)
+    log.info(
+        "vacuum%s: %d objects, %d referenced, %d of live sessions, %d within grace, %d deleted (%d bytes)",
+        " (dry run)" if r.dry_run else "", r.objects, r.referenced, r.live_session, r.too_young,
+        len(r.deleted), r.freed_bytes,
     )
