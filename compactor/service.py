@@ -1,6 +1,6 @@
 """The long-running compactor: ``python -m compactor`` / ``llog compactor``.
 
-An apscheduler ``BackgroundScheduler`` runs three jobs:
+An apscheduler ``BackgroundScheduler`` runs these jobs (:mod:`compactor.schedule`):
 
 * discovery (every ``compactor_discovery_interval_s``, first at start): the
   partitions with data (:mod:`compactor.discovery`) plus the seed targets from
@@ -40,7 +40,6 @@ import signal
 import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from datetime import datetime, timezone
 from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler
@@ -54,6 +53,7 @@ from compactor.metrics import compactor_metrics, register_cost_estimate
 from compactor.producer_expiry import ProducerExpiry
 from compactor.retention import apply_retention
 from compactor.revision_clock import RevisionClock
+from compactor.schedule import ServiceJobs, schedule_jobs
 from compactor.stages import StageHook
 from compactor.vacuum import vacuum
 from llog.config import LlogConfig
@@ -136,32 +136,11 @@ class CompactorService:
         """Start the lease, the scheduler and the HTTP server; return at once."""
         cfg = self.config
         self._keeper = LeaseKeeper(self.conn.etcd, cfg.compactor_claim_ttl_s)
-        self._scheduler.add_job(
-            self.discover, "interval", seconds=cfg.compactor_discovery_interval_s, id="discover",
-            next_run_time=_now(), max_instances=1, coalesce=True,
-        )
-        self._scheduler.add_job(
-            self.run_pass, "interval", seconds=cfg.compactor_pass_interval_s, id="pass",
-            max_instances=1, coalesce=True,
-        )
-        if cfg.vacuum_interval_s > 0:
-            self._scheduler.add_job(
-                self.run_vacuum, "interval", seconds=cfg.vacuum_interval_s, id="vacuum",
-                max_instances=1, coalesce=True,
-            )
-        if cfg.etcd_compact_interval_s > 0:
-            self._scheduler.add_job(
-                self.compact_etcd, "interval", seconds=cfg.etcd_compact_interval_s, id="etcd-compact",
-                next_run_time=_now(), max_instances=1, coalesce=True,
-            )
-        else:
+        jobs = ServiceJobs(self.discover, self.run_pass, self.run_vacuum, self.compact_etcd, self.expire_producers)
+        schedule_jobs(self._scheduler, cfg, jobs)
+        if cfg.etcd_compact_interval_s <= 0:
             log.warning("etcd history compaction is off (LLOG_ETCD_COMPACT_INTERVAL_S=0): etcd needs "
                         "--auto-compaction-mode/--auto-compaction-retention, or it fills its space quota")
-        if cfg.producer_state_ttl_s > 0:
-            self._scheduler.add_job(
-                self.expire_producers, "interval", seconds=cfg.producer_state_ttl_s / 4, id="producer-expiry",
-                next_run_time=_now(), max_instances=1, coalesce=True,
-            )
         self._scheduler.start()
         if self._http is not None:
             self._http.start()
@@ -397,10 +376,6 @@ class CompactorService:
     def _cancelled(self, tp: TopicPartition, fut: Future[None]) -> None:
         if fut.cancelled():  # dropped from the queue at shutdown: _task never ran
             self._done(tp)
-
-
-def _now() -> datetime:
-    return datetime.now(timezone.utc)
 
 
 def _forget_gauge(gauge: Any, topic: str, partition: int) -> None:
