@@ -4,7 +4,8 @@ get, range scans, ceiling lookup, transactions with revision compares, delete ra
 leases and watches, with typed results (:class:`KV`, :class:`TxnResult`), metrics, and
 failover across endpoints. Requests are built from etcd's own protobuf messages so a
 transaction returns its header revision (the new ``mod_revision`` of what it wrote),
-which callers cache to make their next compare-and-swap without a read.
+which callers cache to make their next compare-and-swap without a read. Maintenance
+(compaction, defragmentation, alarms) is :mod:`llog.etcd_maintenance`.
 """
 
 from __future__ import annotations
