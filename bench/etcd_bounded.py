@@ -37,6 +37,7 @@ from compactor.service import CompactorService
 from llog.codec.meta import CompactionCursor
 from llog.connection import Connection
 from llog.errors import TooManyUncompactedKeys
+from llog.etcd_maintenance import EtcdMaintenance
 from llog.keys import prefix_range_end
 from llog.producer import BatchingProducer
 from llog.topics import Topics
@@ -133,7 +134,7 @@ def main() -> None:
                 wait_for(lambda: (r := read_record(conn)) is not None and r.revision >= done_rev, 600,
                          "etcd history compaction past the compactor's work")
             recover_s = time.monotonic() - t0
-            conn.etcd.defragment()
+            EtcdMaintenance(conn.etcd).defragment()
             after = figures(conn, partitions)
             with BatchingProducer(conn, max_inflight=1) as p:
                 again = sum(p.send(TOPIC, part, b"y").exception(timeout=120) is None for part in range(partitions))

@@ -24,6 +24,7 @@ from compactor.revision_clock import RevisionClock
 from llog.connection import Connection
 from llog.control import now_ms
 from llog.errors import CoordinationError, CorruptMetadata, EtcdSpaceExhausted
+from llog.etcd_maintenance import EtcdMaintenance
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +58,7 @@ def compact_history(conn: Connection, revision: int) -> bool:
     """Compact etcd's history at ``revision`` and record it; ``False`` if it already
     was compacted at or past it. The record is best effort: under the NOSPACE alarm
     etcd compacts but refuses the write."""
-    done = conn.etcd.compact(revision)
+    done = EtcdMaintenance(conn.etcd).compact(revision)
     try:
         conn.etcd.put(conn.keys.etcd_compaction_record(), EtcdCompaction(revision, now_ms()).encode())
     except CoordinationError as exc:
@@ -95,6 +96,6 @@ class EtcdHistoryCompactor:
         return safe
 
     def _warn_alarms(self) -> None:
-        for member, alarm in self.conn.etcd.alarms():
+        for member, alarm in EtcdMaintenance(self.conn.etcd).alarms():
             fix = f"; fix: {EtcdSpaceExhausted.FIX}" if alarm == "NOSPACE" else ""
             log.error("etcd member %x has raised the %s alarm%s", member, alarm, fix)

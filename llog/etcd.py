@@ -4,7 +4,8 @@ get, range scans, ceiling lookup, transactions with revision compares, delete ra
 leases and watches, with typed results (:class:`KV`, :class:`TxnResult`), metrics, and
 failover across endpoints. Requests are built from etcd's own protobuf messages so a
 transaction returns its header revision (the new ``mod_revision`` of what it wrote),
-which callers cache to make their next compare-and-swap without a read.
+which callers cache to make their next compare-and-swap without a read. Maintenance
+(compaction, defragmentation, alarms) is :mod:`llog.etcd_maintenance`.
 """
 
 from __future__ import annotations
@@ -37,8 +38,6 @@ _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 #: Reads per get_and_count transaction: two operations each, within etcd's default
 #: ``--max-txn-ops`` of 128.
 GET_AND_COUNT_BATCH = 64
-#: Defragmenting rewrites a member's whole database file: give it longer than an RPC.
-_MIN_DEFRAG_TIMEOUT_S = 120.0
 #: Longest wait between attempts to reconnect to an etcd that went away.
 _MAX_RECONNECT_BACKOFF_MS = 500
 
@@ -338,18 +337,6 @@ class Etcd:
                 out.append(((_kv(kvs[0]) if kvs else None), int(counted.response_range.count)))
         return out
 
-    def readable_at(self, revision: int) -> bool:
-        """Whether etcd still holds its history at ``revision`` (a read there works)."""
-        req = _range_req("\0", None, 1, revision=revision, count_only=True)
-        try:
-            self._call(
-                "range_at", lambda c: c.kvstub.Range(req, self.timeout, metadata=c.metadata),
-                retry=True, revision=revision,
-            )
-        except HistoryCompacted:
-            return False
-        return True
-
     def keys(self, start: str, end: str, *, limit: int = 0) -> list[str]:
         resp = self._range(_range_req(start, end, limit, keys_only=True), "keys")
         return [kv.key.decode() for kv in resp.kvs]
@@ -481,75 +468,10 @@ class Etcd:
         )
         return {"revision": int(resp.header.revision), "db_size": int(resp.dbSize)}
 
-    # -- maintenance -------------------------------------------------------------
-    def compact(self, revision: int) -> bool:
-        """Drop the history before ``revision`` (cluster-wide; returns once the member
-        has applied it to its database). ``False``: history was already compacted at or
-        past ``revision``."""
-        req = etcdrpc.CompactionRequest(revision=revision, physical=True)
-        try:
-            self._call(
-                "compact", lambda c: c.kvstub.Compact(req, self.timeout, metadata=c.metadata),
-                retry=False, revision=revision,
-            )
-        except HistoryCompacted:
-            return False
-        return True
-
-    def member_statuses(self) -> list[dict[str, int | str]]:
-        """Per configured endpoint: its revision, DB size, member id, leader and
-        version (a member that does not answer raises :class:`CoordinationError`)."""
-        out: list[dict[str, int | str]] = []
-        for ep in self.endpoints:
-            resp = self._on_member(
-                ep, "status",
-                lambda c: c.maintenancestub.Status(etcdrpc.StatusRequest(), self.timeout, metadata=c.metadata),
-            )
-            out.append({
-                "endpoint": ep, "revision": int(resp.header.revision), "db_size": int(resp.dbSize),
-                "member_id": int(resp.header.member_id), "leader": int(resp.leader), "version": resp.version,
-            })
-        return out
-
-    def defragment(self) -> list[str]:
-        """Defragment the member behind each configured endpoint, one after the other
-        (a member serves nothing while it rewrites its database, so never all at
-        once). This is what returns compacted space to the file system and lowers the
-        DB size the space quota counts. Returns the endpoints done."""
-        timeout = max(self.timeout, _MIN_DEFRAG_TIMEOUT_S)
-        for ep in self.endpoints:
-            self._on_member(
-                ep, "defragment",
-                lambda c: c.maintenancestub.Defragment(etcdrpc.DefragmentRequest(), timeout, metadata=c.metadata),
-            )
-        return list(self.endpoints)
-
-    def alarms(self) -> list[tuple[int, str]]:
-        """The cluster's raised alarms: ``(member id, "NOSPACE" | "CORRUPT" | ...)``."""
-        req = etcdrpc.AlarmRequest(action=etcdrpc.AlarmRequest.GET, memberID=0, alarm=etcdrpc.NONE)
-        resp = self._call(
-            "alarm", lambda c: c.maintenancestub.Alarm(req, self.timeout, metadata=c.metadata), retry=True
-        )
-        return [(int(a.memberID), etcdrpc.AlarmType.Name(a.alarm)) for a in resp.alarms]
-
-    def disarm(self) -> list[tuple[int, str]]:
-        """Clear every raised alarm (after freeing space: a NOSPACE alarm stays raised,
-        and refuses writes, until disarmed). Returns the alarms cleared."""
-        raised = self.alarms()
-        for member, name in raised:
-            req = etcdrpc.AlarmRequest(
-                action=etcdrpc.AlarmRequest.DEACTIVATE, memberID=member, alarm=etcdrpc.AlarmType.Value(name)
-            )
-            self._call("alarm", functools.partial(self._alarm, req), retry=False)
-        return raised
-
     def _txn(self, req: Any, c: Any) -> Any:
         return c.kvstub.Txn(req, self.timeout, metadata=c.metadata)
 
-    def _alarm(self, req: Any, c: Any) -> Any:
-        return c.maintenancestub.Alarm(req, self.timeout, metadata=c.metadata)
-
-    def _on_member(self, endpoint: str, op: str, fn: Callable[[Any], Any]) -> Any:
+    def on_member(self, endpoint: str, op: str, fn: Callable[[Any], Any]) -> Any:
         """One RPC to the member behind ``endpoint`` (not the failover client)."""
         i = self.endpoints.index(endpoint)
         with self._lock:

@@ -18,6 +18,12 @@ class Metrics:
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         self.registry = registry if registry is not None else CollectorRegistry(auto_describe=True)
         r = self.registry
+        self._declare_stores(r)
+        self._declare_write_read(r)
+        self._declare_sessions_producer(r)
+        self._declare_broker(r)
+
+    def _declare_stores(self, r: CollectorRegistry) -> None:
         self.etcd_ops = Counter("llog_etcd_ops", "etcd RPCs by operation", ["op"], registry=r)
         self.etcd_latency = Histogram(
             "llog_etcd_op_seconds", "etcd RPC latency", ["op"], buckets=_LATENCY_BUCKETS, registry=r
@@ -30,6 +36,8 @@ class Metrics:
             "llog_s3_op_seconds", "object store request latency", ["op"],
             buckets=_LATENCY_BUCKETS, registry=r,
         )
+
+    def _declare_write_read(self, r: CollectorRegistry) -> None:
         self.appends = Counter(
             "llog_partition_appends", "partition appends by outcome", ["outcome"], registry=r
         )
@@ -45,6 +53,8 @@ class Metrics:
         )
         self.read_records = Counter("llog_read_records", "records returned by readers", registry=r)
         self.read_bytes = Counter("llog_read_bytes", "slice bytes fetched by readers", registry=r)
+
+    def _declare_sessions_producer(self, r: CollectorRegistry) -> None:
         # Sessions (llog/session.py).
         self.sessions_opened = Counter(
             "llog_sessions_opened", "writer and compactor sessions opened", ["kind"], registry=r
@@ -68,7 +78,8 @@ class Metrics:
         self.producer_backpressure = Counter(
             "llog_producer_backpressure", "sends refused because the buffer stayed full", registry=r
         )
-        # Broker.
+
+    def _declare_broker(self, r: CollectorRegistry) -> None:
         self.http_requests = Counter(
             "llog_http_requests", "broker HTTP requests by route and status", ["route", "status"], registry=r
         )

@@ -27,6 +27,7 @@ from llog.control import read_control, settle
 from llog.devstack import EtcdServer
 from llog.errors import EtcdSpaceExhausted, TooManyUncompactedKeys
 from llog.etcd import Etcd
+from llog.etcd_maintenance import EtcdMaintenance
 from llog.producer import BatchingProducer
 from llog.writer import AppendFailure, AppendResult
 from tests.broker_harness import broker_process
@@ -78,14 +79,14 @@ def test_history_compaction_keeps_one_interval(private_etcd: PrivateEtcd, config
         assert job.run() is None
         clock.now += 30
         assert job.run() == r0  # the revision seen one interval ago
-        assert not conn.etcd.readable_at(r0 - 1)
-        assert conn.etcd.readable_at(r0) and conn.etcd.readable_at(r1)
+        assert not EtcdMaintenance(conn.etcd).readable_at(r0 - 1)
+        assert EtcdMaintenance(conn.etcd).readable_at(r0) and EtcdMaintenance(conn.etcd).readable_at(r1)
         rec = read_record(conn)
         assert rec is not None and rec.revision == r0
         assert conn.metrics.value("llog_etcd_compacted_revision") == r0
         assert conn.metrics.value("llog_etcd_db_size_bytes") > 0
         clock.now += 60
-        assert job.run() is not None and not conn.etcd.readable_at(r1 - 1)
+        assert job.run() is not None and not EtcdMaintenance(conn.etcd).readable_at(r1 - 1)
 
 
 def test_service_compacts_etcd_history(private_etcd: PrivateEtcd, config: llog.LlogConfig) -> None:
@@ -97,8 +98,8 @@ def test_service_compacts_etcd_history(private_etcd: PrivateEtcd, config: llog.L
                        "the service to compact etcd's history past the start")
             rec = read_record(conn)
             assert rec is not None
-            assert not conn.etcd.readable_at(start)
-            assert conn.etcd.readable_at(rec.revision)  # the last interval's history remains
+            assert not EtcdMaintenance(conn.etcd).readable_at(start)
+            assert EtcdMaintenance(conn.etcd).readable_at(rec.revision)  # the last interval's history remains
 
 
 def test_doctor_warns_until_history_is_compacted(
@@ -169,7 +170,7 @@ def test_nospace_is_a_definite_typed_error_and_the_cli_fixes_it(
         assert "raised NOSPACE" in capsys.readouterr().out
         for action in ("compact", "defrag", "disarm"):
             assert cli(["etcd", action]) == 0
-        assert conn.etcd.alarms() == []
+        assert EtcdMaintenance(conn.etcd).alarms() == []
         res = w.append("t", 0, [b"d"])
         assert res.start_offset == before[0]
 

@@ -21,6 +21,7 @@ from llog.connection import Connection
 from llog.control import now_ms
 from llog.errors import EtcdSpaceExhausted, LlogError
 from llog.etcd import Etcd
+from llog.etcd_maintenance import EtcdMaintenance
 
 #: History deeper than this many revisions, with no recent llog compaction, is a warning.
 DEFAULT_MAX_HISTORY_REVISIONS = 100_000
@@ -57,7 +58,7 @@ def diagnose(conn: Connection, *, max_history_revisions: int = DEFAULT_MAX_HISTO
     """Run every check against ``conn``'s etcd and object store."""
     out = [_check_store(conn)]
     try:
-        members = conn.etcd.member_statuses()
+        members = EtcdMaintenance(conn.etcd).member_statuses()
     except LlogError as exc:
         return [Finding("ERROR", "etcd", f"unreachable: {exc}"), *out]
     for m in members:
@@ -81,7 +82,7 @@ def _check_store(conn: Connection) -> Finding:
 
 def _check_alarms(conn: Connection) -> list[Finding]:
     out = []
-    for member, alarm in conn.etcd.alarms():
+    for member, alarm in EtcdMaintenance(conn.etcd).alarms():
         fix = f"; fix: {EtcdSpaceExhausted.FIX}" if alarm == "NOSPACE" else ""
         out.append(Finding("ERROR", "etcd alarm", f"member {member:x} raised {alarm}{fix}"))
     return out
@@ -109,12 +110,13 @@ def _check_history(conn: Connection, max_history_revisions: int) -> Finding:
 
 def oldest_readable_revision(etcd: Etcd, current: int) -> int:
     """The oldest revision etcd can still read (its compaction point), by bisection."""
+    maintenance = EtcdMaintenance(etcd)
     lo, hi = 1, current  # hi is readable; find the least readable revision
-    if etcd.readable_at(lo):
+    if maintenance.readable_at(lo):
         return lo
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if etcd.readable_at(mid):
+        if maintenance.readable_at(mid):
             hi = mid
         else:
             lo = mid

@@ -13,6 +13,7 @@ from typing import Any
 
 from compactor.etcd_history import compact_history, read_record
 from llog.cli.common import connection_from_args, print_json
+from llog.etcd_maintenance import EtcdMaintenance
 
 
 def register(subparsers: Any) -> None:
@@ -36,9 +37,10 @@ def register(subparsers: Any) -> None:
 def _status(args: argparse.Namespace) -> int:
     with connection_from_args(args) as conn:
         record = read_record(conn)
+        maintenance = EtcdMaintenance(conn.etcd)
         print_json({
-            "members": conn.etcd.member_statuses(),
-            "alarms": [{"member_id": m, "alarm": a} for m, a in conn.etcd.alarms()],
+            "members": maintenance.member_statuses(),
+            "alarms": [{"member_id": m, "alarm": a} for m, a in maintenance.alarms()],
             "llog_compaction": None if record is None else {"revision": record.revision, "at_ms": record.at_ms},
         })
     return 0
@@ -55,16 +57,17 @@ def _compact(args: argparse.Namespace) -> int:
 
 def _defrag(args: argparse.Namespace) -> int:
     with connection_from_args(args) as conn:
-        for ep in conn.etcd.defragment():
+        maintenance = EtcdMaintenance(conn.etcd)
+        for ep in maintenance.defragment():
             print(f"defragmented {ep}")
-        for m in conn.etcd.member_statuses():
+        for m in maintenance.member_statuses():
             print(f"{m['endpoint']}: db_size {m['db_size']} bytes")
     return 0
 
 
 def _disarm(args: argparse.Namespace) -> int:
     with connection_from_args(args) as conn:
-        cleared = conn.etcd.disarm()
+        cleared = EtcdMaintenance(conn.etcd).disarm()
     for member, alarm in cleared:
         print(f"disarmed {alarm} on member {member:x}")
     if not cleared:

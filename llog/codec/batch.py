@@ -159,46 +159,73 @@ def encode_columns(
     value_blob = b"".join(values)
     if len(value_blob) > _MAX_SECTION:
         raise BatchFormatError("values exceed 2 GiB in one body")
-    parts: list[bytes] = []
+    parts: list[bytes] = [
+        _timestamps(stamps, default_timestamp, n),
+        _offsets(lengths[0] if lengths else map(len, values), n),
+    ]
+    flags, key_blob = _append_keys(parts, keys, lengths[1] if lengths else None, n)
+    header_flags, header_count = _append_headers(parts, headers, n)
+    flags |= header_flags
+    parts.append(value_blob)
+    parts.append(key_blob)
+    head = bytearray(_HEADER.pack(MAGIC, 0, n, flags, header_count, len(value_blob), len(key_blob), 0))
+    return _assemble(head, parts)
+
+
+def _timestamps(stamps: Sequence[int | None], default_timestamp: int, n: int) -> bytes:
+    """The timestamp column; an unset timestamp becomes ``default_timestamp``."""
     if stamps.count(None) == n:  # unset: one append time for all
         ts = array("q", [default_timestamp]) * n
     else:
         ts = array("q", [default_timestamp if t is None else t for t in stamps])
-    parts.append(_le(ts))
-    parts.append(_offsets(lengths[0] if lengths else map(len, values), n))
-    flags = 0
-    key_blob = b""
+    return _le(ts)
+
+
+def _append_keys(
+    parts: list[bytes], keys: Sequence[bytes | None], key_lengths: list[int] | None, n: int
+) -> tuple[int, bytes]:
+    """Append the key validity bitmap and offsets (none when no record has a key);
+    returns the flags they set and the key bytes."""
     nulls = keys.count(None)
-    if nulls < n:
-        flags |= FLAG_KEYS
-        if nulls:
-            bitmap = bytearray((n + 7) // 8)
-            for i, k in enumerate(keys):
-                if k is not None:
-                    bitmap[i >> 3] |= 1 << (i & 7)
-            parts.append(bytes(bitmap))
-            key_blob = b"".join([k for k in keys if k is not None])
-            parts.append(_offsets(lengths[1] if lengths else [len(k) if k is not None else 0 for k in keys], n))
-        else:  # every record keyed (the common case): no per-record bit loop
-            full, rest = divmod(n, 8)
-            parts.append(b"\xff" * full + (bytes([(1 << rest) - 1]) if rest else b""))
-            present = cast("list[bytes]", keys)
-            key_blob = b"".join(present)
-            parts.append(_offsets(lengths[1] if lengths else map(len, present), n))
-    header_count = 0
-    if headers is not None and any(headers):
-        flags |= FLAG_HEADERS
-        hkeys = [h[0].encode() for hs in headers for h in hs]
-        hvals = [h[1] for hs in headers for h in hs]
-        header_count = len(hkeys)
-        parts.append(_offsets(map(len, headers), n))
-        parts.append(_offsets(map(len, hkeys), header_count))
-        parts.append(_offsets(map(len, hvals), header_count))
-        parts.append(b"".join(hkeys))
-        parts.append(b"".join(hvals))
-    parts.append(value_blob)
-    parts.append(key_blob)
-    head = bytearray(_HEADER.pack(MAGIC, 0, n, flags, header_count, len(value_blob), len(key_blob), 0))
+    if nulls == n:
+        return 0, b""
+    if nulls:
+        bitmap = bytearray((n + 7) // 8)
+        for i, k in enumerate(keys):
+            if k is not None:
+                bitmap[i >> 3] |= 1 << (i & 7)
+        parts.append(bytes(bitmap))
+        key_blob = b"".join([k for k in keys if k is not None])
+        if key_lengths is None:
+            key_lengths = [len(k) if k is not None else 0 for k in keys]
+        parts.append(_offsets(key_lengths, n))
+    else:  # every record keyed (the common case): no per-record bit loop
+        full, rest = divmod(n, 8)
+        parts.append(b"\xff" * full + (bytes([(1 << rest) - 1]) if rest else b""))
+        present = cast("list[bytes]", keys)
+        key_blob = b"".join(present)
+        parts.append(_offsets(key_lengths if key_lengths is not None else map(len, present), n))
+    return FLAG_KEYS, key_blob
+
+
+def _append_headers(parts: list[bytes], headers: Sequence[Headers] | None, n: int) -> tuple[int, int]:
+    """Append the header sections (none when no record has a header); returns the
+    flags they set and the number of headers."""
+    if headers is None or not any(headers):
+        return 0, 0
+    hkeys = [h[0].encode() for hs in headers for h in hs]
+    hvals = [h[1] for hs in headers for h in hs]
+    header_count = len(hkeys)
+    parts.append(_offsets(map(len, headers), n))
+    parts.append(_offsets(map(len, hkeys), header_count))
+    parts.append(_offsets(map(len, hvals), header_count))
+    parts.append(b"".join(hkeys))
+    parts.append(b"".join(hvals))
+    return FLAG_HEADERS, header_count
+
+
+def _assemble(head: bytearray, parts: list[bytes]) -> EncodedBody:
+    """Lay ``parts`` out after ``head``, each padded, and write the CRC into ``head``."""
     # The CRC runs over the pieces; whoever writes the body joins them once.
     crc = crc32(memoryview(head)[8:])
     chunks: list[bytes | bytearray] = [head]

@@ -66,6 +66,18 @@ class Fence:
     owner: Owner | None = None
 
 
+def _fence_guards(fence: Fence, epoch_key: str, owner_key: str) -> list[Compare]:
+    """The compares that make a commit transaction fail unless ``fence`` still holds."""
+    guards: list[Compare] = []
+    if fence.epoch is not None:
+        guards.append(value_is(epoch_key, fence.epoch.encode()))
+    if fence.owner is not None:
+        guards.append(value_is(owner_key, fence.owner.member.encode()))
+        if fence.owner.lease is not None:
+            guards.append(lease_is(owner_key, fence.owner.lease))
+    return guards
+
+
 class GroupOffsets:
     """Read and commit one group's offsets."""
 
@@ -101,33 +113,12 @@ class GroupOffsets:
         reset: bool = False,
     ) -> Committed:
         """Set the committed offset (the next offset to consume) to ``offset``."""
-        check_topic(topic)
-        check_partition(topic, partition)
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
-            raise InvalidInput(f"offset must be an int >= 0, got {offset!r}")
-        self.conn.check_partition(topic, partition)
+        self._check_commit(topic, partition, offset, reset)
         keys, etcd = self.conn.keys, self.conn.etcd
         key = keys.group_offset(self.group, topic, partition)
         epoch_key = keys.group_epoch(self.group)
         owner_key = keys.group_owner(self.group, topic, partition)
-        ctl = read_control(self.conn, topic, partition).control
-        if offset > ctl.next_offset:
-            raise CommitOutOfRange(
-                self.group, topic, partition, offset,
-                f"past the partition's next offset {ctl.next_offset}",
-            )
-        if offset < ctl.log_start_offset and not reset:
-            raise CommitOutOfRange(
-                self.group, topic, partition, offset,
-                f"below the partition's log start offset {ctl.log_start_offset}",
-            )
-        guards: list[Compare] = []
-        if fence.epoch is not None:
-            guards.append(value_is(epoch_key, fence.epoch.encode()))
-        if fence.owner is not None:
-            guards.append(value_is(owner_key, fence.owner.member.encode()))
-            if fence.owner.lease is not None:
-                guards.append(lease_is(owner_key, fence.owner.lease))
+        guards = _fence_guards(fence, epoch_key, owner_key)
         kv = etcd.get(key)
         for _ in range(self.conn.config.commit_max_attempts):
             current = None if kv is None else _decode_offset(kv)
@@ -152,20 +143,52 @@ class GroupOffsets:
             got_offset, got_epoch, got_owner = r.responses
             assert isinstance(got_offset, list) and isinstance(got_epoch, list)
             assert isinstance(got_owner, list)
-            if fence.epoch is not None and (not got_epoch or got_epoch[0].value != fence.epoch.encode()):
-                now = decode_epoch(got_epoch[0]).epoch if got_epoch else 0
-                raise StaleEpoch(
-                    self.group, topic, partition, offset,
-                    f"epoch {fence.epoch.epoch} is stale (current epoch {now})",
-                )
-            owner_kv = got_owner[0] if got_owner else None
-            if fence.owner is not None and not fence.owner.holds(owner_kv):
-                raise NotAssigned(
-                    self.group, topic, partition, offset,
-                    f"member {fence.owner} does not own it (owner: {describe_owner(owner_kv)})",
-                )
+            self._raise_if_fenced(fence, topic, partition, offset, got_epoch, got_owner)
             kv = got_offset[0] if got_offset else None
         raise CasConflict(key, self.conn.config.commit_max_attempts)
+
+    def _check_commit(self, topic: str, partition: int, offset: int, reset: bool) -> None:
+        """Refuse a malformed offset or one outside the partition's log range."""
+        check_topic(topic)
+        check_partition(topic, partition)
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+            raise InvalidInput(f"offset must be an int >= 0, got {offset!r}")
+        self.conn.check_partition(topic, partition)
+        ctl = read_control(self.conn, topic, partition).control
+        if offset > ctl.next_offset:
+            raise CommitOutOfRange(
+                self.group, topic, partition, offset,
+                f"past the partition's next offset {ctl.next_offset}",
+            )
+        if offset < ctl.log_start_offset and not reset:
+            raise CommitOutOfRange(
+                self.group, topic, partition, offset,
+                f"below the partition's log start offset {ctl.log_start_offset}",
+            )
+
+    def _raise_if_fenced(
+        self,
+        fence: Fence,
+        topic: str,
+        partition: int,
+        offset: int,
+        got_epoch: list[KV],
+        got_owner: list[KV],
+    ) -> None:
+        """Name the fence a failed commit transaction broke (stale epoch first, then
+        ownership); return if neither did, i.e. only the offset CAS lost."""
+        if fence.epoch is not None and (not got_epoch or got_epoch[0].value != fence.epoch.encode()):
+            now = decode_epoch(got_epoch[0]).epoch if got_epoch else 0
+            raise StaleEpoch(
+                self.group, topic, partition, offset,
+                f"epoch {fence.epoch.epoch} is stale (current epoch {now})",
+            )
+        owner_kv = got_owner[0] if got_owner else None
+        if fence.owner is not None and not fence.owner.holds(owner_kv):
+            raise NotAssigned(
+                self.group, topic, partition, offset,
+                f"member {fence.owner} does not own it (owner: {describe_owner(owner_kv)})",
+            )
 
     def delete(self) -> int:
         """Forget the whole group (offsets, epoch, members, owners)."""

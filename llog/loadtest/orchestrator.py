@@ -20,6 +20,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -33,7 +34,7 @@ from llog.loadtest.collector import Collector, Target
 from llog.loadtest.generator import GeneratorPlan, LoadGenerator
 from llog.loadtest.live import LiveProgress, Report
 from llog.loadtest.process import ManagedProcess
-from llog.loadtest.reconcile import read_acks, reconcile
+from llog.loadtest.reconcile import Reconciliation, read_acks, reconcile
 from llog.loadtest.report import write_report
 from llog.loadtest.routing import Router
 from llog.loadtest.scenario import Scenario
@@ -181,6 +182,76 @@ def _routing(scenario: Scenario, cluster: Cluster) -> dict[str, Any]:
     return manifest
 
 
+@dataclass(frozen=True)
+class _LoadOutcome:
+    """What the load phase leaves for the reconcile and the summary."""
+
+    client: dict[str, Any]
+    collector: Collector
+    chaos: Chaos
+    load_s: float
+
+
+def _load(scenario: Scenario, cluster: Cluster, say: Report, live_progress: bool) -> _LoadOutcome:
+    """Drive the generators for the scenario's duration with the collector and chaos
+    running; stop them all (whatever happens) and record chaos.json."""
+    run_dir = cluster.run_dir
+    plan = GeneratorPlan(
+        run_id=run_dir.name.split("-", 1)[0].replace(".", ""),
+        brokers=tuple((m.name, m.url) for m in cluster.brokers),
+        partitions=tuple(scenario.partitions), load=scenario.load, seed=scenario.seed,
+        duration_s=scenario.duration_s, interval_s=scenario.interval_s, out_dir=str(run_dir / "client"),
+    )
+    gen = LoadGenerator(plan)
+    t0 = gen.start()
+    gen_targets = [Target(f"generator-{i}", pid, None) for i, pid in enumerate(gen.pids)]
+    collector = Collector(lambda: cluster.targets() + gen_targets, run_dir / "collector.jsonl",
+                          scenario.interval_s, t0).start()
+    proxy = cluster.stack.s3_proxy
+    s3_faults = None if proxy is None else ProxyFaults(proxy.endpoint_url, FaultPlan(scenario.s3.faults))
+    chaos = Chaos(scenario.chaos, cluster.members, t0, stack=cluster.stack, s3_faults=s3_faults).start()
+    live = LiveProgress(run_dir / "client", scenario.load.processes, scenario.duration_s,
+                        scenario.interval_s, lambda: sum(chaos.injected().values()), say)
+    if live_progress:
+        live.start()
+    try:
+        gen.wait()
+    finally:
+        live.stop()
+        chaos.stop()
+        collector.stop()
+        gen.stop()
+    load_s = time.monotonic() - t0
+    _write(run_dir / "chaos.json", chaos.events)
+    return _LoadOutcome(gen.summarize(), collector, chaos, load_s)
+
+
+def _reconcile(
+    scenario: Scenario, cluster: Cluster, client: dict[str, Any], say: Report
+) -> tuple[Reconciliation, float]:
+    """Read back every acknowledged record; the reconcile result and its duration."""
+    say(f"reconcile: reading back {client['acked_records']:,} acknowledged records")
+    t_rec = time.monotonic()
+    with Connection(cluster.stack.config) as conn:
+        acks = read_acks(sorted((cluster.run_dir / "client").glob("acks-*.tsv")))
+        rec = reconcile(conn, acks, scenario.partitions)
+    return rec, time.monotonic() - t_rec
+
+
+def _add_states(
+    summary: dict[str, Any], chaos: Chaos, etcd_start: dict[str, int], etcd_end: dict[str, int],
+    s3_proxy: dict[str, Any] | None,
+) -> None:
+    """Faults injected (chaos and S3 proxy), etcd state at both ends, S3 proxy counters."""
+    summary["faults_injected"] = chaos.injected()
+    summary["etcd"]["state"] = {"start": etcd_start, "end": etcd_end}
+    if s3_proxy is not None:  # faults injected by kind, requests by operation, latency drawn
+        summary["s3_proxy"] = {k: s3_proxy[k] for k in ("faults", "latency", "requests", "injected")}
+        for kind, n in s3_proxy["injected"].items():
+            if n:
+                summary["faults_injected"][f"s3:{kind}"] = n
+
+
 def run(
     scenario: Scenario, root: Path = DEFAULT_RESULTS, progress: Report | None = None
 ) -> tuple[Path, dict[str, Any]]:
@@ -200,54 +271,17 @@ def run(
         say(f"cluster: up in {setup_s:.1f} s; {scenario.duration_s:.0f} s of load from "
             f"{scenario.load.processes} generator process(es)")
         etcd_start = etcd_state(cluster.stack.config)
-        plan = GeneratorPlan(
-            run_id=run_dir.name.split("-", 1)[0].replace(".", ""),
-            brokers=tuple((m.name, m.url) for m in cluster.brokers),
-            partitions=tuple(scenario.partitions), load=scenario.load, seed=scenario.seed,
-            duration_s=scenario.duration_s, interval_s=scenario.interval_s, out_dir=str(run_dir / "client"),
-        )
-        gen = LoadGenerator(plan)
-        t0 = gen.start()
-        gen_targets = [Target(f"generator-{i}", pid, None) for i, pid in enumerate(gen.pids)]
-        collector = Collector(lambda: cluster.targets() + gen_targets, run_dir / "collector.jsonl",
-                              scenario.interval_s, t0).start()
-        proxy = cluster.stack.s3_proxy
-        s3_faults = None if proxy is None else ProxyFaults(proxy.endpoint_url, FaultPlan(scenario.s3.faults))
-        chaos = Chaos(scenario.chaos, cluster.members, t0, stack=cluster.stack, s3_faults=s3_faults).start()
-        live = LiveProgress(run_dir / "client", scenario.load.processes, scenario.duration_s,
-                            scenario.interval_s, lambda: sum(chaos.injected().values()), say)
-        if progress is not None:
-            live.start()
-        try:
-            gen.wait()
-        finally:
-            live.stop()
-            chaos.stop()
-            collector.stop()
-            gen.stop()
-        load_s = time.monotonic() - t0
-        _write(run_dir / "chaos.json", chaos.events)
-        client = gen.summarize()
-        say(f"reconcile: reading back {client['acked_records']:,} acknowledged records")
-        t_rec = time.monotonic()
-        with Connection(cluster.stack.config) as conn:
-            rec = reconcile(conn, read_acks(sorted((run_dir / "client").glob("acks-*.tsv"))), scenario.partitions)
-        reconcile_s = time.monotonic() - t_rec
+        load = _load(scenario, cluster, say, progress is not None)
+        rec, reconcile_s = _reconcile(scenario, cluster, load.client, say)
         etcd_end = etcd_state(cluster.stack.config)
         s3_proxy = None if cluster.stack.s3_proxy is None else proxy_state(cluster.stack.s3_proxy.endpoint_url)
     finally:
         exits = cluster.down()
     summary = build_summary(
-        scenario, client, rec, collector, chaos.events, cluster.stack.config,
-        timings={"setup_s": setup_s, "load_s": load_s, "reconcile_s": reconcile_s}, exits=exits,
+        scenario, load.client, rec, load.collector, load.chaos.events, cluster.stack.config,
+        timings={"setup_s": setup_s, "load_s": load.load_s, "reconcile_s": reconcile_s}, exits=exits,
     )
-    summary["faults_injected"] = chaos.injected()
-    summary["etcd"]["state"] = {"start": etcd_start, "end": etcd_end}
-    if s3_proxy is not None:  # faults injected by kind, requests by operation, latency drawn
-        summary["s3_proxy"] = {k: s3_proxy[k] for k in ("faults", "latency", "requests", "injected")}
-        for kind, n in s3_proxy["injected"].items():
-            if n:
-                summary["faults_injected"][f"s3:{kind}"] = n
+    _add_states(summary, load.chaos, etcd_start, etcd_end, s3_proxy)
     _write(run_dir / "summary.json", summary)
     say(f"report: {write_report(run_dir)}")
     return run_dir, summary
