@@ -30,7 +30,7 @@ from compactor.recovery import Recovered, finish_interrupted
 from compactor.revision_clock import RevisionClock
 from compactor.stages import WRITING_COMPACTED_INDEX, StageHook, StageRunner
 from llog.codec import batch
-from llog.codec.meta import CompactionCursor, CompactionRecord, MetaFormatError
+from llog.codec.etcd_values import CompactionCursor, CompactionRecord, MetaFormatError
 from llog.connection import Connection
 from llog.control import now_ms, read_control, settle
 from llog.errors import ClaimLost, CorruptMetadata, OffsetOutOfRange

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llog.codec.meta import WAL
+from llog.codec.etcd_values import WAL
 from llog.connection import Connection
 from llog.control import decode_index
 

@@ -23,7 +23,7 @@ from compactor.claims import Claim, claim_guard, claim_lost
 from compactor.compact import read_cursor
 from compactor.metrics import compactor_metrics
 from compactor.revision_clock import RevisionClock
-from llog.codec.meta import CompactionCursor
+from llog.codec.etcd_values import CompactionCursor
 from llog.connection import Connection
 from llog.control import ControlState, decode_index, now_ms, read_control
 from llog.errors import CasConflict, ClaimLost

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 from compactor.claims import Claim, claim_guard, claim_lost
 from compactor.metrics import CompactorMetrics
-from llog.codec.meta import (
+from llog.codec.etcd_values import (
     COMPACTED,
     WAL,
     CompactionCursor,

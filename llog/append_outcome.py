@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llog.codec.meta import Pending, ProducerState
+from llog.codec.etcd_values import Pending, ProducerState
 from llog.connection import Connection
 from llog.control import ControlState
 from llog.errors import LlogError

@@ -24,7 +24,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from llog.codec.meta import CompactionCursor, MetaFormatError
+from llog.codec.etcd_values import CompactionCursor, MetaFormatError
 from llog.connection import Connection
 from llog.errors import CorruptMetadata, TooManyUncompactedKeys
 from llog.names import TopicPartition

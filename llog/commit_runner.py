@@ -11,7 +11,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 from llog.append_outcome import Ack, AppendFailure, AppendResult, Outcome, acknowledge
-from llog.codec.meta import FENCED
+from llog.codec.etcd_values import FENCED
 from llog.commit_plan import PartitionTxn, plan_txn, sequence_verdict
 from llog.connection import Connection
 from llog.control import ControlState, decode_control

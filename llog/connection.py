@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 
-from llog.codec.meta import MetaFormatError, TopicMeta
+from llog.codec.etcd_values import MetaFormatError, TopicMeta
 from llog.config import LlogConfig
 from llog.errors import CorruptMetadata, UnknownPartition, UnknownTopic
 from llog.etcd import Etcd

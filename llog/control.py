@@ -8,7 +8,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from llog.codec.meta import Control, IndexEntry, MetaFormatError, Pending
+from llog.codec.etcd_values import Control, IndexEntry, MetaFormatError, Pending
 from llog.connection import Connection
 from llog.errors import CorruptMetadata
 from llog.etcd import KV, Get, Op, Put, mod_revision_is

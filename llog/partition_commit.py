@@ -13,7 +13,7 @@ from enum import Enum
 from typing import TypeVar
 
 from llog.append_outcome import AppendResult, acknowledge, duplicate
-from llog.codec.meta import FENCED, Pending, ProducerState
+from llog.codec.etcd_values import FENCED, Pending, ProducerState
 from llog.commit_plan import PartitionTxn, plan_txn, sequence_verdict
 from llog.commit_resolution import find_committed
 from llog.connection import Connection

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llog.codec.meta import (
+from llog.codec.etcd_values import (
     COMPACTED,
     FENCED,
     OPEN,

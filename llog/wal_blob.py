@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from llog.codec import batch, blob
-from llog.codec.meta import Pending
+from llog.codec.etcd_values import Pending
 from llog.errors import InvalidInput
 from llog.session import Session
 from llog.validation import PreparedGroup

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llog.bounded import BoundedCache, PartitionLocks
-from llog.codec.meta import MetaFormatError, ProducerState
+from llog.codec.etcd_values import MetaFormatError, ProducerState
 from llog.control import ControlState
 from llog.errors import CorruptMetadata
 from llog.etcd import KV

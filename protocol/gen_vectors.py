@@ -24,7 +24,7 @@ from typing import Any
 import msgpack
 
 from llog.codec import batch, blob
-from llog.codec.meta import (
+from llog.codec.etcd_values import (
     COMPACTED,
     FENCED,
     OPEN,

@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llog.codec import batch, blob
-from llog.codec.meta import (
+from llog.codec.etcd_values import (
     COMPACTED,
     FENCED,
     OPEN,

@@ -20,8 +20,8 @@ from compactor.planner import select_run
 from compactor.recovery import finish_interrupted
 from compactor.stages import StageHook
 from llog import AppendGroup, Record
-from llog.codec.meta import COMPACTED as KIND_COMPACTED
-from llog.codec.meta import WAL, CompactionRecord, IndexEntry
+from llog.codec.etcd_values import COMPACTED as KIND_COMPACTED
+from llog.codec.etcd_values import WAL, CompactionRecord, IndexEntry
 from llog.control import read_control
 
 TOPIC = "orders"

@@ -19,7 +19,7 @@ import msgpack
 import pytest
 
 from llog.codec import batch, blob
-from llog.codec.meta import (
+from llog.codec.etcd_values import (
     CompactionCursor,
     CompactionRecord,
     Control,

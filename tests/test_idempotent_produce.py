@@ -12,7 +12,7 @@ import pytest
 
 import llog
 from llog import AppendGroup
-from llog.codec.meta import ProducerState
+from llog.codec.etcd_values import ProducerState
 from llog.errors import AmbiguousCommit, InvalidInput, SequenceError
 from llog.etcd import KV
 from llog.keys import prefix_range_end

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from llog.codec.meta import Control, MetaFormatError
+from llog.codec.etcd_values import Control, MetaFormatError
 from llog.connection import Connection
 from llog.etcd import KV
 from llog.names import TopicPartition

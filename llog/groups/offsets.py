@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llog.codec.meta import GroupEpoch, GroupOffset, MetaFormatError
+from llog.codec.etcd_values import GroupEpoch, GroupOffset, MetaFormatError
 from llog.connection import Connection
 from llog.control import now_ms, read_control
 from llog.errors import (
