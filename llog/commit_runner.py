@@ -17,6 +17,7 @@ from llog.connection import Connection
 from llog.control import ControlState, decode_control
 from llog.errors import CoordinationError, EtcdSpaceExhausted, LlogError, SessionExpired
 from llog.etcd import Get, TxnResult
+from llog.names import TopicPartition
 from llog.partition_commit import FaultHook, PartitionCommit
 from llog.session import Session
 from llog.wal_blob import StagedBlob
@@ -63,7 +64,7 @@ class CommitRunner:
         """One outcome per group of ``staged``, in order."""
         prepared = staged.groups
         # Groups of one partition commit in order; different partitions in parallel.
-        by_partition: dict[tuple[str, int], list[int]] = {}
+        by_partition: dict[TopicPartition, list[int]] = {}
         for i, g in enumerate(prepared):
             by_partition.setdefault((g.topic, g.partition), []).append(i)
         combined = CombinedOutcome()

@@ -51,3 +51,11 @@ class AppendGroup:
 def payload_size(r: Record | ConsumedRecord) -> int:
     """A record's value and key bytes: what produce buffers and fetch budgets count."""
     return len(r.value) + (len(r.key) if r.key is not None else 0)
+
+
+def buffered_size(r: Record) -> int:
+    """A record's value, key and header bytes: what a producer's buffer holds for it."""
+    size = payload_size(r)
+    if r.headers:  # most records have none: skip building a generator per record
+        size += sum(len(k) + len(v) for k, v in r.headers)
+    return size

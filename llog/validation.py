@@ -12,7 +12,7 @@ from typing import cast
 from llog.codec import batch
 from llog.connection import Connection
 from llog.errors import InvalidInput, InvalidRecord, RecordTooLarge
-from llog.names import TOPIC_NAME_RE, check_partition, check_topic
+from llog.names import TOPIC_NAME_PATTERN, TOPIC_NAME_RE, check_partition, check_topic
 from llog.records import AppendGroup, Headers, Record
 
 #: What an append takes per group: an :class:`AppendGroup` or ``(topic, partition, records)``.
@@ -84,7 +84,7 @@ def check_producer(topic: str, partition: int, producer_id: object, sequence: ob
     # The id becomes an etcd key segment, so it follows the topic naming rule.
     if not isinstance(producer_id, str) or TOPIC_NAME_RE.fullmatch(producer_id) is None:
         raise InvalidInput(
-            f"producer_id for {topic}/{partition} must match [A-Za-z0-9._-]{{1,249}}, got {producer_id!r}"
+            f"producer_id for {topic}/{partition} must match {TOPIC_NAME_PATTERN}, got {producer_id!r}"
         )
     if isinstance(sequence, bool) or not isinstance(sequence, int) or not 0 <= sequence < 2**63:
         raise InvalidInput(f"sequence for {topic}/{partition} must be an int >= 0 with a producer_id, got {sequence!r}")

@@ -14,6 +14,7 @@ from llog.codec.etcd_values import MetaFormatError, ProducerState
 from llog.control import ControlState
 from llog.errors import CorruptMetadata
 from llog.etcd import KV
+from llog.names import TopicPartition
 
 #: Partitions (and producer keys) whose state and lock a writer keeps; the least
 #: recently committed are forgotten beyond this (the next commit there reads first).
@@ -42,7 +43,7 @@ class WriterCaches:
     """A writer's control cache, producer-state cache and partition locks."""
 
     def __init__(self, capacity: int = CACHE_PARTITIONS) -> None:
-        self.controls: BoundedCache[tuple[str, int], ControlState] = BoundedCache(capacity)
+        self.controls: BoundedCache[TopicPartition, ControlState] = BoundedCache(capacity)
         # Producer key -> its last known value, like the control cache.
         self.producers: BoundedCache[str, ProducerSnapshot] = BoundedCache(capacity)
         self._lock = threading.Lock()
@@ -55,7 +56,7 @@ class WriterCaches:
         with self._lock:
             self.controls[(topic, partition)] = st
 
-    def remember_all(self, states: Iterable[tuple[tuple[str, int], ControlState]]) -> None:
+    def remember_all(self, states: Iterable[tuple[TopicPartition, ControlState]]) -> None:
         """Cache several partitions' control states in one lock round."""
         with self._lock:
             for tp, st in states:

@@ -20,9 +20,9 @@ from llog.connection import Connection
 from llog.errors import InvalidInput
 from llog.names import check_topic
 from llog.partitioner import partition_for_key
-from llog.producer.accumulator import Accumulator, QueuedGroup, record_size
+from llog.producer.accumulator import Accumulator, QueuedGroup
 from llog.producer.sender import CommitListener, Sender
-from llog.records import Headers, Record
+from llog.records import Headers, Record, buffered_size
 from llog.writer import AppendResult, Writer, check_records
 
 __all__ = ["BatchingProducer"]
@@ -105,7 +105,7 @@ class BatchingProducer:
         rec = self._check(topic, partition, [Record(value, key, timestamp, headers or ())])[0][0]
         fut: Future[int] = _future()
         self._acc.add(
-            QueuedGroup(topic, partition, [rec], [(fut, 0)], record_size(rec)),
+            QueuedGroup(topic, partition, [rec], [(fut, 0)], buffered_size(rec)),
             self._timeout(timeout),
             single=True,
         )
@@ -179,4 +179,4 @@ class BatchingProducer:
         recs, _, lengths = check_records(topic, partition, records, limit)
         if lengths is not None:  # no headers: the lengths the check measured are the size
             return list(recs), sum(lengths[0]) + sum(lengths[1])
-        return list(recs), sum(map(record_size, recs))
+        return list(recs), sum(map(buffered_size, recs))

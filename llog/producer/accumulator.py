@@ -18,14 +18,7 @@ from typing import Any
 from llog.errors import BackPressure, LlogError
 from llog.metrics import Metrics
 from llog.names import TopicPartition
-from llog.records import Record, payload_size
-
-
-def record_size(r: Record) -> int:
-    size = payload_size(r)
-    if r.headers:  # most records have none: skip building a generator per record
-        size += sum(len(k) + len(v) for k, v in r.headers)
-    return size
+from llog.records import Record
 
 
 @dataclass
