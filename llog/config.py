@@ -58,8 +58,18 @@ class LlogConfig:
     read_max_fetch_bytes: int = 16 * 1024 * 1024
     #: Holes up to this size between slices of one blob are read through to save a GET.
     read_coalesce_gap_bytes: int = 256 * 1024
-    #: Range GETs a scan keeps in flight ahead of the consumer.
+    #: Range GETs a scan starts with in flight ahead of the consumer; the read-ahead
+    #: then adapts to latency, up to ``read_max_inflight`` (llog/scan/read_ahead.py).
     read_prefetch: int = 2
+    #: Most range GETs one reader has in flight (its I/O threads); caps the read-ahead.
+    read_max_inflight: int = 32
+    #: Most bytes of range GETs one scan has in flight; bounds the read-ahead's memory.
+    read_inflight_bytes: int = 64 * 1024 * 1024
+    #: Bytes of shared WAL blobs a process keeps to serve other partitions' slices of
+    #: the same blob without another GET; 0 turns the cache off (llog/scan/blob_cache.py).
+    read_cache_bytes: int = 64 * 1024 * 1024
+    #: The cache's unit: a small read of a WAL blob fetches the aligned chunk around it.
+    read_cache_chunk_bytes: int = 1024 * 1024
     #: Topics are created on first produce when this is on (broker).
     auto_create_topics: bool = False
     #: Partition count for auto-created topics.
@@ -163,7 +173,8 @@ class LlogConfig:
         if not self.root_prefix or "/" in self.root_prefix.strip("/"):
             raise ConfigError(f"root_prefix {self.root_prefix!r} must be one non-empty path segment")
         for name in ("max_record_bytes", "max_blob_bytes", "commit_max_attempts", "s3_timeout_s",
-                     "read_max_fetch_bytes", "read_prefetch", "batch_max_bytes",
+                     "read_max_fetch_bytes", "read_prefetch", "read_max_inflight", "read_inflight_bytes",
+                     "read_cache_chunk_bytes", "batch_max_bytes",
                      "batch_max_buffered_bytes", "batch_max_inflight", "batch_max_inflight_puts",
                      "default_partitions", "compact_target_bytes",
                      "compact_max_records", "compact_read_prefetch", "compactor_workers",
@@ -174,7 +185,7 @@ class LlogConfig:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("compact_min_age_ms", "vacuum_grace_s", "vacuum_interval_s",
                      "compactor_shutdown_timeout_s", "etcd_compact_interval_s", "max_uncompacted_keys",
-                     "backpressure_check_s", "producer_state_ttl_s", "tail_cache_bytes"):
+                     "backpressure_check_s", "producer_state_ttl_s", "tail_cache_bytes", "read_cache_bytes"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if self.compact_target_bytes > 1024**3:

@@ -15,6 +15,7 @@ from llog.etcd import Etcd
 from llog.keys import KeyLayout
 from llog.metrics import Metrics
 from llog.names import check_partition, check_topic
+from llog.scan.blob_cache import BlobCache
 from llog.store import ObjectStore, open_store
 
 
@@ -45,6 +46,11 @@ class Connection:
             raise
         self._topics: dict[str, TopicMeta] = {}
         self._topics_lock = threading.Lock()
+        #: Chunks of shared WAL blobs, for every reader of this connection.
+        self.blob_cache = BlobCache(
+            self.store, self.keys.wal_prefix(), max_bytes=self.config.read_cache_bytes,
+            chunk_bytes=self.config.read_cache_chunk_bytes, metrics=self.metrics,
+        )
 
     # Topic definitions never change partition count downward, so a positive cache
     # entry stays valid; misses always go to etcd.

@@ -53,6 +53,19 @@ class Metrics:
         )
         self.read_records = Counter("llog_read_records", "records returned by readers", registry=r)
         self.read_bytes = Counter("llog_read_bytes", "slice bytes fetched by readers", registry=r)
+        # The WAL blob cache (llog/scan/blob_cache.py); hit ratio = hit / all lookups.
+        self.read_cache_requests = Counter(
+            "llog_read_cache_requests",
+            "chunk lookups in the WAL blob cache: hit, miss (one GET) or wait (for a GET in flight)",
+            ["result"], registry=r,
+        )
+        self.read_cache_bytes = Gauge("llog_read_cache_bytes", "bytes held by the WAL blob cache", registry=r)
+        self.read_cache_evictions = Counter(
+            "llog_read_cache_evictions", "chunks evicted from the WAL blob cache", registry=r
+        )
+        self.read_ahead_depth = Gauge(
+            "llog_read_ahead_depth", "range GETs a reader's scans keep in flight (adapts to latency)", registry=r
+        )
 
     def _declare_sessions_producer(self, r: CollectorRegistry) -> None:
         # Sessions (llog/session.py).

@@ -22,6 +22,7 @@ from llog.records import ConsumedRecord
 from llog.scan.fetching import FetchPipeline
 from llog.scan.iteration import ScanBatch, scan_batches, to_records
 from llog.scan.partition import PartitionScan
+from llog.scan.read_ahead import ReadAhead
 from llog.scan.resolution import Resolver, ScanRequest
 from llog.scan.slices import Fetch
 
@@ -39,7 +40,9 @@ class Reader:
         self.conn = conn if isinstance(conn, Connection) else Connection(conn)
         self.config = self.conn.config
         self._resolver = Resolver(self.conn, settle_pending=settle_pending)
-        self._pool = ThreadPoolExecutor(max(1, self.config.read_prefetch), thread_name_prefix="llog-read")
+        cfg = self.config
+        self._pool = ThreadPoolExecutor(cfg.read_max_inflight, thread_name_prefix="llog-read")
+        self._ahead = ReadAhead(cfg.read_prefetch, cfg.read_max_inflight, self.conn.metrics.read_ahead_depth)
 
     @property
     def settle_pending(self) -> bool:
@@ -124,11 +127,16 @@ class Reader:
         yield from self._stream(self._resolver.plan_many(reqs, max_records))
 
     def _stream(self, scans: list[PartitionScan]) -> Iterator[ScanBatch]:
-        depth = max(1, self.config.read_prefetch)
-        return scan_batches(FetchPipeline(scans, self._get, self._pool, self.conn, depth), self._resolver)
+        pipeline = FetchPipeline(scans, self._get, self._pool, self.conn, self._ahead, self.config.read_inflight_bytes)
+        return scan_batches(pipeline, self._resolver)
 
     def _get(self, f: Fetch) -> bytes:
-        """The bytes of one range GET (run on the pool)."""
-        data = self.conn.store.get_range(f.data_key, f.byte_offset, f.byte_length)
+        """The bytes of one range GET (run on the pool): small reads of WAL blobs through
+        the connection's blob cache, the rest from storage."""
+        cache = self.conn.blob_cache
+        if cache.covers(f.data_key, f.byte_length):
+            data = cache.read(f.data_key, f.byte_offset, f.byte_length)
+        else:
+            data = self.conn.store.get_range(f.data_key, f.byte_offset, f.byte_length)
         self.conn.metrics.read_bytes.inc(len(data))
         return data

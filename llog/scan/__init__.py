@@ -6,5 +6,8 @@ the order a record passes through it:
 * :mod:`.slices`: index slices and their coalescing into range GETs;
 * :mod:`.partition`: one partition's scan as it goes (its range, how far it yielded);
 * :mod:`.fetching`: the range GETs in flight, a window running across partitions;
+* :mod:`.read_ahead`: how many GETs that window holds, adapting to the store's latency;
+* :mod:`.blob_cache`: chunks of shared WAL blobs, so partitions reading one blob share
+  its GETs;
 * :mod:`.iteration`: fetched bytes decoded into batches, then records, in offset order.
 """

@@ -33,13 +33,18 @@ def scan_batches(pipeline: FetchPipeline, resolver: Resolver) -> Iterator[ScanBa
             except ObjectNotFound:
                 # Compaction moved these records to a new blob and vacuum deleted the
                 # old one after this scan resolved it.
+                pipeline.forget(f.data_key)
                 if f.data_key in sc.gone:
                     raise
                 sc.gone.add(f.data_key)
                 pipeline.restart_from(sc)
                 resolver.re_resolve(sc)
                 continue
-            yield from decode_fetch(sc, f, data)
+            try:
+                yield from decode_fetch(sc, f, data)
+            except CorruptBlob:
+                pipeline.forget(f.data_key)  # a retry reads the object again, not the cache
+                raise
     finally:
         pipeline.close()
 

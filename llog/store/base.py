@@ -8,7 +8,7 @@ from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from llog.errors import InvalidInput
+from llog.errors import InvalidInput, StoreError
 from llog.metrics import Metrics
 
 
@@ -39,10 +39,19 @@ class ObjectStore(ABC):
     def get(self, key: str) -> bytes:
         """The whole object; :class:`ObjectNotFound` if absent."""
 
-    @abstractmethod
     def get_range(self, key: str, offset: int, length: int) -> bytes:
         """Exactly ``length`` bytes at ``offset``; :class:`ObjectNotFound` if absent,
         :class:`StoreError` if the object is shorter."""
+        data = self.get_upto(key, offset, length)
+        if len(data) != length:
+            raise StoreError(f"short read of {key}: wanted {length} bytes at {offset}, got {len(data)}")
+        return data
+
+    @abstractmethod
+    def get_upto(self, key: str, offset: int, length: int) -> bytes:
+        """Up to ``length`` bytes at ``offset``, fewer where the object ends first (one
+        range GET either way); :class:`ObjectNotFound` if absent, :class:`StoreError` if
+        the object ends at or before ``offset``."""
 
     @abstractmethod
     def head(self, key: str) -> ObjectInfo | None:

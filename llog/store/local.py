@@ -70,7 +70,7 @@ class LocalStore(ObjectStore):
         self.metrics.s3_bytes.labels("out").inc(len(data))
         return data
 
-    def get_range(self, key: str, offset: int, length: int) -> bytes:
+    def get_upto(self, key: str, offset: int, length: int) -> bytes:
         check_range(key, offset, length)
         with self._measure("get_range"):
             try:
@@ -79,11 +79,9 @@ class LocalStore(ObjectStore):
                     data = f.read(length)
             except (FileNotFoundError, IsADirectoryError):
                 raise ObjectNotFound(key) from None
-        if len(data) != length:
-            raise StoreError(
-                f"short read of {key}: wanted {length} bytes at {offset}, got {len(data)}"
-            )
-        self.metrics.s3_bytes.labels("out").inc(length)
+        if not data:  # as S3 answers a range that starts past the end
+            raise StoreError(f"range [{offset}, {offset + length}) is past the end of {key}")
+        self.metrics.s3_bytes.labels("out").inc(len(data))
         return data
 
     def head(self, key: str) -> ObjectInfo | None:

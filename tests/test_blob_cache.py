@@ -1,0 +1,175 @@
+"""The readers' WAL blob cache (llog/scan/blob_cache.py) and adaptive read-ahead
+(llog/scan/read_ahead.py), against the real etcd and S3 servers; GETs are counted on
+the nemesis proxy in front of the S3 server."""
+
+from __future__ import annotations
+
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+import llog
+from llog.control import decode_index
+from llog.errors import CorruptBlob, ObjectNotFound
+from llog.metrics import Metrics
+from llog.records import AppendGroup
+from llog.scan.blob_cache import BlobCache
+from llog.scan.read_ahead import ReadAhead
+from llog.store.local import LocalStore
+from tests.conftest import ProxiedS3, wait_until
+
+PARTS = 8
+
+
+def _shared_blob(conn: llog.Connection, topic: str) -> str:
+    """One shared WAL blob holding a slice of every partition; its key."""
+    llog.Topics(conn).create(topic, PARTS)
+    with llog.Writer(conn) as w:
+        outs = w.append_shared([AppendGroup(topic, p, [b"v%d-%d" % (p, i) for i in range(3)]) for p in range(PARTS)])
+    assert all(o.ok for o in outs)
+    [kv] = list(conn.etcd.scan(conn.keys.index(topic, 0, 0), conn.keys.index_range_end(topic, 0)))
+    return decode_index(kv.key, kv.value).data_key
+
+
+def _hits(conn: llog.Connection, result: str) -> float:
+    return conn.metrics.read_cache_requests.labels(result)._value.get()
+
+
+def _expected(p: int) -> list[bytes]:
+    return [b"v%d-%d" % (p, i) for i in range(3)]
+
+
+def test_partitions_of_one_blob_share_one_get(s3_proxy: ProxiedS3) -> None:
+    with llog.Connection(s3_proxy.config) as conn:
+        _shared_blob(conn, "shared")
+        before = s3_proxy.proxy.requests().get("GET", 0)
+        with llog.Reader(conn) as r:
+            for p in range(PARTS):  # one partition after another, as separate scans
+                assert [x.value for x in r.scan("shared", p, 0)] == _expected(p)
+        assert s3_proxy.proxy.requests().get("GET", 0) - before == 1
+        assert (_hits(conn, "miss"), _hits(conn, "hit")) == (1, PARTS - 1)
+
+
+def test_without_the_cache_each_partition_gets_its_slice(s3_proxy: ProxiedS3) -> None:
+    with llog.Connection(replace(s3_proxy.config, read_cache_bytes=0)) as conn:
+        _shared_blob(conn, "nocache")
+        before = s3_proxy.proxy.requests().get("GET", 0)
+        with llog.Reader(conn) as r:
+            for p in range(PARTS):
+                assert [x.value for x in r.scan("nocache", p, 0)] == _expected(p)
+        assert s3_proxy.proxy.requests().get("GET", 0) - before == PARTS
+
+
+class _GatedStore(LocalStore):
+    """A real local store whose range GETs wait for ``go``, counting them."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(root, Metrics())
+        self.go = threading.Event()
+        self.gets = 0
+
+    def get_upto(self, key: str, offset: int, length: int) -> bytes:
+        self.gets += 1
+        assert self.go.wait(30)
+        return super().get_upto(key, offset, length)
+
+
+def test_sixteen_concurrent_readers_wait_for_one_get(tmp_path: Path) -> None:
+    store = _GatedStore(tmp_path)
+    store.put("root/wal-shared/s/b", bytes(range(256)) * 64)
+    metrics = Metrics()
+    cache = BlobCache(store, "root/wal-shared/", max_bytes=1 << 20, chunk_bytes=64 * 1024, metrics=metrics)
+    readers = 16
+    with ThreadPoolExecutor(readers) as pool:
+        futs = [pool.submit(cache.read, "root/wal-shared/s/b", i * 100, 100) for i in range(readers)]
+        waiting = metrics.read_cache_requests.labels("wait")
+        # Every reader but the first is parked on the first one's GET before it answers.
+        wait_until(lambda: waiting._value.get() >= readers - 1, 30, "15 readers waiting on one GET")
+        store.go.set()
+        got = [f.result() for f in futs]
+    assert store.gets == 1
+    assert got == [(bytes(range(256)) * 64)[i * 100 : i * 100 + 100] for i in range(readers)]
+    assert metrics.read_cache_requests.labels("wait")._value.get() == readers - 1
+
+
+def test_a_corrupt_blob_is_read_again_from_storage_not_the_cache(s3_proxy: ProxiedS3) -> None:
+    with llog.Connection(s3_proxy.config) as conn:
+        key = _shared_blob(conn, "damaged")
+        good = conn.store.get(key)
+        conn.store.put(key, good[:-8] + b"\xff" * 8)  # the last partition's body damaged
+        proxy = s3_proxy.proxy
+        with llog.Reader(conn) as r:
+            for _ in range(2):
+                before = proxy.requests().get("GET", 0)
+                with pytest.raises(CorruptBlob) as err:
+                    list(r.scan("damaged", PARTS - 1, 0))
+                assert err.value.key == key
+                assert proxy.requests().get("GET", 0) - before == 1  # not served from memory
+                assert conn.blob_cache.nbytes == 0
+            conn.store.put(key, good)  # repaired: the next read sees the repaired bytes
+            assert [x.value for x in r.scan("damaged", PARTS - 1, 0)] == _expected(PARTS - 1)
+
+
+def test_a_deleted_blob_is_not_served_after_it_was_found_gone(s3_proxy: ProxiedS3) -> None:
+    with llog.Connection(s3_proxy.config) as conn:
+        key = _shared_blob(conn, "gone")
+        conn.store.delete([key])
+        with llog.Reader(conn) as r:
+            for _ in range(2):
+                with pytest.raises(ObjectNotFound):
+                    list(r.scan("gone", 0, 0))
+                assert conn.blob_cache.nbytes == 0
+
+
+def test_the_cache_stays_within_its_bytes_and_counts_hits(s3_proxy: ProxiedS3) -> None:
+    cfg = replace(s3_proxy.config, read_cache_bytes=3 * 4096, read_cache_chunk_bytes=4096)
+    with llog.Connection(cfg) as conn:
+        llog.Topics(conn).create("bounded", 2)
+        with llog.Writer(conn) as w:
+            for i in range(10):  # ten blobs, each with a slice of both partitions
+                w.append_shared([AppendGroup("bounded", p, [b"x" * 1000, b"%d" % i]) for p in (0, 1)])
+        with llog.Reader(conn) as r:
+            assert len(list(r.scan("bounded", 0, 0))) == 20
+            held = conn.blob_cache.chunks  # the newest blobs, as many as fit
+            assert 0 < held < 10 and conn.blob_cache.nbytes <= 3 * 4096
+            assert conn.metrics.read_cache_evictions._value.get() == 10 - held
+            assert len(list(r.scan("bounded", 1, 0))) == 20
+            assert conn.blob_cache.nbytes <= 3 * 4096
+        assert conn.metrics.read_cache_bytes._value.get() == conn.blob_cache.nbytes
+        # Partition 1's scan starts at the oldest blobs, long evicted; of the newer ones
+        # it finds those its read-ahead asks for before its own misses evict them.
+        hits, misses = _hits(conn, "hit"), _hits(conn, "miss")
+        assert hits + misses == 20 and hits <= held
+
+
+def test_read_ahead_doubles_when_the_consumer_waits_and_steps_back_when_ahead() -> None:
+    ra = ReadAhead(2, 32)
+    for want in (4, 8, 16, 32, 32):
+        ra.taken(False)
+        assert ra.depth == want
+    for _ in range(31):
+        ra.taken(True)
+    assert ra.depth == 32  # one window of GETs ready in time is not yet a trend
+    ra.taken(True)
+    assert ra.depth == 31
+    for _ in range(10_000):
+        ra.taken(True)
+    assert ra.depth == 2  # never below the configured start
+
+
+def test_scans_read_ahead_deeper_at_s3_latency(s3_proxy: ProxiedS3) -> None:
+    """Behind a 30 ms store a scan of many blobs waits on its GETs and deepens its
+    window; the records still come back in order."""
+    cfg = replace(s3_proxy.config, read_cache_bytes=0)
+    with llog.Connection(cfg) as conn:
+        llog.Topics(conn).create("deep", 1)
+        with llog.Writer(conn) as w:
+            for i in range(40):
+                w.append("deep", 0, [b"%d" % i])
+        s3_proxy.proxy.set_latency("fixed:30")
+        with llog.Reader(conn) as r:
+            assert [x.value for x in r.scan("deep", 0, 0)] == [b"%d" % i for i in range(40)]
+            assert r._ahead.depth > cfg.read_prefetch
