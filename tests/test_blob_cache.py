@@ -19,6 +19,7 @@ from llog.records import AppendGroup
 from llog.scan.blob_cache import BlobCache
 from llog.scan.read_ahead import ReadAhead
 from llog.store.local import LocalStore
+from tests.broker_harness import broker_process
 from tests.conftest import ProxiedS3, wait_until
 
 PARTS = 8
@@ -173,3 +174,40 @@ def test_scans_read_ahead_deeper_at_s3_latency(s3_proxy: ProxiedS3) -> None:
         with llog.Reader(conn) as r:
             assert [x.value for x in r.scan("deep", 0, 0)] == [b"%d" % i for i in range(40)]
             assert r._ahead.depth > cfg.read_prefetch
+
+
+def test_warm_fetches_a_slice_before_it_is_read(s3_proxy: ProxiedS3) -> None:
+    with llog.Connection(s3_proxy.config) as conn:
+        key = _shared_blob(conn, "warm")
+        [kv] = list(conn.etcd.scan(conn.keys.index("warm", 3, 0), conn.keys.index_range_end("warm", 3)))
+        entry = decode_index(kv.key, kv.value)
+        before = s3_proxy.proxy.requests().get("GET", 0)
+        with llog.Reader(conn) as r:
+            r.warm(key, entry.byte_offset, entry.byte_length)
+            wait_until(lambda: conn.blob_cache.chunks == 1, 30, "the warmed chunk")
+            assert [x.value for x in r.scan("warm", 3, 0)] == _expected(3)
+        assert s3_proxy.proxy.requests().get("GET", 0) - before == 1
+        assert _hits(conn, "hit") == 1
+
+
+def test_a_broker_fetches_another_brokers_commit_as_its_watch_reports_it(s3_proxy: ProxiedS3) -> None:
+    """Consumers on broker B of records produced on broker A: B learns of each commit
+    from its etcd watch and starts the GET then; the consumer's read shares it (one
+    GET of the blob however the two race)."""
+    cfg = s3_proxy.config
+    with llog.Connection(cfg) as conn:
+        llog.Topics(conn).create("w", 2)
+    with broker_process(cfg) as a, broker_process(cfg) as b:
+        for p in (0, 1):  # both partitions watched on B
+            assert b.post("/consume", {"topic_partitions": [
+                {"topic": "w", "partition": p, "fetch_offset": 0}], "max_wait_ms": 0})[0] == 200
+        gets = s3_proxy.proxy.requests().get("GET", 0)
+        status, _ = a.post("/produce", {"topic_partitions": [
+            {"topic": "w", "partition": p, "records": ["eA=="]} for p in (0, 1)]})
+        assert status == 200
+        for p in (0, 1):
+            status, got = b.post("/consume", {"topic_partitions": [
+                {"topic": "w", "partition": p, "fetch_offset": 0}], "max_wait_ms": 10_000})
+            assert status == 200 and [r["value"] for r in got["topic_partitions"][0]["records"]] == ["eA=="]
+        wait_until(lambda: b.metric("llog_read_cache_requests_total") >= 3, 30, "B's warm-up and reads")
+        assert s3_proxy.proxy.requests().get("GET", 0) - gets == 1

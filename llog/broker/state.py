@@ -52,7 +52,10 @@ class Broker:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start watching partition tails, waking long-polls on ``loop``."""
-        self.tails = PartitionTails(self.conn, loop, owns=self.producer.owns)
+        self.tails = PartitionTails(
+            self.conn, loop, owns=self.producer.owns,
+            on_remote_commit=lambda p: self.reader.warm(p.data_key, p.byte_offset, p.byte_length),
+        )
 
     def close(self) -> None:
         """Drain the producer, then release everything else."""

@@ -8,7 +8,9 @@ control value (commits by any broker, fences, retention), and local commits rais
 ``next_offset`` as soon as they are acknowledged. ``next_offset`` only grows, so
 taking the maximum makes the order of those two sources irrelevant. Every change wakes
 the consumers long-polling on that partition; their waiting happens on the event loop.
-A watch event for this broker's own in-flight commit is left to ``local_commit``.
+A watch event for this broker's own in-flight commit is left to ``local_commit``; one
+for another broker's commit also hands its slice to ``on_remote_commit`` (the broker
+starts fetching it into the blob cache before the woken consumers ask).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from llog.codec.etcd_values import Control, MetaFormatError
+from llog.codec.etcd_values import Control, MetaFormatError, Pending
 from llog.connection import Connection
 from llog.etcd import KV
 from llog.names import TopicPartition
@@ -46,12 +48,16 @@ class PartitionTails:
         max_watches: int = 4096,
         trust_s: float = 5.0,
         owns: Callable[[str], bool] = lambda _data_key: False,
+        on_remote_commit: Callable[[Pending], None] = lambda _pending: None,
     ) -> None:
         self._conn = conn
         # This broker's own commits reach local_commit right after the txn, with the
         # records already in the tail cache; their watch event can arrive first, and
         # waking consumers then would send them to S3 for records about to be cached.
         self._owns = owns
+        # Another broker's commit of a watched partition: its slice can be fetched
+        # before the woken consumers ask for it (the reader's blob cache keeps it).
+        self._on_remote_commit = on_remote_commit
         self._trust_s = trust_s
         self._loop = loop
         self._max_watches = max_watches
@@ -127,6 +133,8 @@ class PartitionTails:
                 if ctl.pending is not None and self._owns(ctl.pending.data_key):
                     return  # ours: local_commit follows (see __init__)
                 t.next_offset = max(t.next_offset, ctl.next_offset)
+        if ctl is not None and ctl.pending is not None:
+            self._on_remote_commit(ctl.pending)
         self._conn.metrics.tail_wakeups.labels("watch").inc()
         self._signal(tp)
 
