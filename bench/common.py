@@ -23,9 +23,11 @@ import json
 import os
 import shutil
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 from llog.config import LlogConfig
@@ -53,7 +55,24 @@ def bench_args(description: str) -> argparse.ArgumentParser:
         help="put the nemesis S3 proxy with this latency profile between the bench and S3: "
         "standard, express, none or fixed:<ms> (sets LLOG_BENCH_S3_PROFILE, which LocalStack reads)",
     )
+    p.add_argument("--plot", action=_PlotAction, metavar="PNG",
+                   help="also draw the result into this PNG file (bench/charts.py; needs matplotlib)")
     return p
+
+
+#: Where :func:`emit_json` draws the result (``--plot``), if anywhere.
+_plot_path: Path | None = None
+
+
+class _PlotAction(argparse.Action):
+    """Notes the chart's path for :func:`emit_json`, so every bench draws without
+    passing it on."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: Any,
+                 option_string: str | None = None) -> None:
+        global _plot_path
+        _plot_path = Path(str(values))
+        setattr(namespace, self.dest, values)
 
 
 class _S3ProfileAction(argparse.Action):
@@ -200,4 +219,9 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> None
 def emit_json(result: dict[str, object]) -> None:
     """Print the bench's result as ONE JSON object; call it last."""
     clean = {k: round(v, 4) if isinstance(v, float) else v for k, v in result.items()}
+    if _plot_path is not None:
+        from bench.charts import plot_result
+
+        title = f"{Path(sys.argv[0]).name} {' '.join(a for a in sys.argv[1:] if a.startswith('--quick'))}".strip()
+        print(f"chart: {plot_result(clean, _plot_path, title)}", file=sys.stderr)
     print(json.dumps(clean, sort_keys=True), flush=True)
