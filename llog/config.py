@@ -70,6 +70,13 @@ class LlogConfig:
     read_cache_bytes: int = 64 * 1024 * 1024
     #: The cache's unit: a small read of a WAL blob fetches the aligned chunk around it.
     read_cache_chunk_bytes: int = 1024 * 1024
+    #: Ask the broker that wrote a WAL blob for it before S3 (llog/scan/peers.py).
+    read_peers: bool = True
+    #: How long a peer read may take before the reader goes to S3 instead.
+    read_peer_timeout_s: float = 0.25
+    #: The URL other brokers reach this process at for peer reads; a broker sets it to
+    #: its listen address unless given (behind NAT or a proxy, give the reachable one).
+    peer_url: str | None = None
     #: Topics are created on first produce when this is on (broker).
     auto_create_topics: bool = False
     #: Partition count for auto-created topics.
@@ -180,7 +187,7 @@ class LlogConfig:
                      "compact_max_records", "compact_read_prefetch", "compactor_workers",
                      "compactor_claim_ttl_s", "compactor_pass_interval_s", "compactor_discovery_interval_s",
                      "compactor_max_runs_per_task", "session_ttl_s", "session_rotate_s",
-                     "broker_max_request_bytes", "broker_send_timeout_s"):
+                     "broker_max_request_bytes", "broker_send_timeout_s", "read_peer_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("compact_min_age_ms", "vacuum_grace_s", "vacuum_interval_s",

@@ -16,6 +16,7 @@ from llog.keys import KeyLayout
 from llog.metrics import Metrics
 from llog.names import check_partition, check_topic
 from llog.scan.blob_cache import BlobCache
+from llog.scan.peers import PeerBlobs
 from llog.store import ObjectStore, open_store
 
 
@@ -46,10 +47,15 @@ class Connection:
             raise
         self._topics: dict[str, TopicMeta] = {}
         self._topics_lock = threading.Lock()
+        cfg = self.config
+        peers = None if not cfg.read_peers else PeerBlobs(
+            self.etcd, self.keys, self.metrics, own_url=cfg.peer_url, timeout_s=cfg.read_peer_timeout_s,
+            token=cfg.broker_token,
+        )
         #: Chunks of shared WAL blobs, for every reader of this connection.
         self.blob_cache = BlobCache(
-            self.store, self.keys.wal_prefix(), max_bytes=self.config.read_cache_bytes,
-            chunk_bytes=self.config.read_cache_chunk_bytes, metrics=self.metrics,
+            self.store, self.keys.wal_prefix(), max_bytes=cfg.read_cache_bytes,
+            chunk_bytes=cfg.read_cache_chunk_bytes, metrics=self.metrics, peers=peers,
         )
 
     # Topic definitions never change partition count downward, so a positive cache

@@ -63,6 +63,11 @@ class Metrics:
         self.read_cache_evictions = Counter(
             "llog_read_cache_evictions", "chunks evicted from the WAL blob cache", registry=r
         )
+        self.read_peer_requests = Counter(
+            "llog_read_peer_requests",
+            "blob chunks asked of the broker that wrote them: hit, miss (not held) or error", ["outcome"],
+            registry=r,
+        )
         self.read_ahead_depth = Gauge(
             "llog_read_ahead_depth", "range GETs a reader's scans keep in flight (adapts to latency)", registry=r
         )

@@ -171,6 +171,8 @@ class Writer:
             self._sessions.release(encoded.session)
             raise
         self.conn.metrics.blob_bytes.observe(len(encoded.data))
+        if self.config.peer_url is not None:  # other brokers read it from here (llog/scan/peers.py)
+            self.conn.blob_cache.keep_object(encoded.data_key, encoded.data)
         self._hook("after_put", encoded.data_key)
         return StagedBlob(encoded.groups, encoded.pendings, encoded.data, encoded.session)
 

@@ -4,15 +4,19 @@ the nemesis proxy in front of the S3 server."""
 
 from __future__ import annotations
 
+import http.client
+import os
+import signal
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import replace
 from pathlib import Path
+from urllib.parse import quote, urlsplit
 
 import pytest
 
 import llog
-from llog.control import decode_index
+from llog.control import decode_index, read_control
 from llog.errors import CorruptBlob, ObjectNotFound
 from llog.metrics import Metrics
 from llog.records import AppendGroup
@@ -190,14 +194,17 @@ def test_warm_fetches_a_slice_before_it_is_read(s3_proxy: ProxiedS3) -> None:
         assert _hits(conn, "hit") == 1
 
 
-def test_a_broker_fetches_another_brokers_commit_as_its_watch_reports_it(s3_proxy: ProxiedS3) -> None:
+@pytest.mark.parametrize("peers", [False, True], ids=["from-s3", "from-the-writer"])
+def test_a_broker_fetches_another_brokers_commit_as_its_watch_reports_it(s3_proxy: ProxiedS3, peers: bool) -> None:
     """Consumers on broker B of records produced on broker A: B learns of each commit
-    from its etcd watch and starts the GET then; the consumer's read shares it (one
-    GET of the blob however the two race)."""
+    from its etcd watch and starts the read then; the consumers' reads share it. With
+    peer reads B asks A, which holds the blob it wrote, and S3 sees no GET; without,
+    one GET of the blob however the warm-up and the reads race."""
     cfg = s3_proxy.config
     with llog.Connection(cfg) as conn:
         llog.Topics(conn).create("w", 2)
-    with broker_process(cfg) as a, broker_process(cfg) as b:
+    env = {"LLOG_READ_PEERS": "1" if peers else "0"}
+    with broker_process(cfg, **env) as a, broker_process(cfg, **env) as b:
         for p in (0, 1):  # both partitions watched on B
             assert b.post("/consume", {"topic_partitions": [
                 {"topic": "w", "partition": p, "fetch_offset": 0}], "max_wait_ms": 0})[0] == 200
@@ -210,4 +217,59 @@ def test_a_broker_fetches_another_brokers_commit_as_its_watch_reports_it(s3_prox
                 {"topic": "w", "partition": p, "fetch_offset": 0}], "max_wait_ms": 10_000})
             assert status == 200 and [r["value"] for r in got["topic_partitions"][0]["records"]] == ["eA=="]
         wait_until(lambda: b.metric("llog_read_cache_requests_total") >= 3, 30, "B's warm-up and reads")
+        assert s3_proxy.proxy.requests().get("GET", 0) - gets == (0 if peers else 1)
+        assert b.metric("llog_read_peer_requests_total") == (1 if peers else 0)
+
+
+def _raw_get(url: str, path: str) -> tuple[int, bytes]:
+    parts = urlsplit(url)
+    conn = http.client.HTTPConnection(parts.hostname or "", parts.port, timeout=30)
+    try:
+        conn.request("GET", path)
+        resp = conn.getresponse()
+        return resp.status, resp.read()
+    finally:
+        conn.close()
+
+
+def test_a_peer_serves_from_memory_only_what_it_wrote(s3_proxy: ProxiedS3) -> None:
+    cfg = s3_proxy.config
+    with llog.Connection(cfg) as conn:
+        llog.Topics(conn).create("held", 1)
+        with broker_process(cfg) as a:
+            produce = {"topic_partitions": [{"topic": "held", "partition": 0, "records": ["abc"]}]}
+            assert a.post("/produce", produce)[0] == 200
+            pend = read_control(conn, "held", 0).control.pending
+            assert pend is not None
+            whole = conn.store.get(pend.data_key)
+            key = quote(pend.data_key, safe="")
+            gets = s3_proxy.proxy.requests().get("GET", 0)
+            # Past the blob's end: what there is, as a range GET of S3 answers.
+            assert _raw_get(a.url, f"/blobs?key={key}&offset=0&length={len(whole) + 100}") == (200, whole)
+            assert _raw_get(a.url, f"/blobs?key={key}&offset=3&length=5") == (200, whole[3:8])
+            assert s3_proxy.proxy.requests().get("GET", 0) == gets  # served from memory
+            other = quote(cfg.root_prefix + "/wal-shared/s/b", safe="")
+            assert _raw_get(a.url, f"/blobs?key={other}&offset=0&length=5")[0] == 404  # never from S3
+            assert a.exchange("GET", f"/blobs?key={key}&offset=-1&length=5")[0] == 400
+            assert a.exchange("GET", "/blobs?offset=0&length=5")[0] == 400
+
+
+def test_a_paused_writer_costs_a_peer_timeout_then_s3(s3_proxy: ProxiedS3) -> None:
+    """Broker A wrote the blob and is then stopped (SIGSTOP: a pause, a GC, a frozen
+    VM); B's read of it waits out the peer timeout and reads S3."""
+    cfg = s3_proxy.config
+    with llog.Connection(cfg) as conn:
+        llog.Topics(conn).create("paused", 1)
+    with broker_process(cfg) as a, broker_process(cfg) as b:
+        produce = {"topic_partitions": [{"topic": "paused", "partition": 0, "records": ["r"]}]}
+        assert a.post("/produce", produce)[0] == 200
+        gets = s3_proxy.proxy.requests().get("GET", 0)
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        try:
+            status, got = b.post("/consume", {"topic_partitions": [
+                {"topic": "paused", "partition": 0, "fetch_offset": 0}], "max_wait_ms": 0})
+        finally:
+            os.kill(a.proc.pid, signal.SIGCONT)
+        assert status == 200 and [r["value"] for r in got["topic_partitions"][0]["records"]] == ["r"]
         assert s3_proxy.proxy.requests().get("GET", 0) - gets == 1
+        assert b.metric("llog_read_peer_requests_total") == 1  # the one that timed out

@@ -529,4 +529,16 @@ def _meta_paths() -> dict[str, Any]:
         "/metrics": {"get": {"responses": plain}},
         "/metrics/prometheus": {"get": {"responses": {"200": {"description": "Prometheus text format"}}}},
         "/openapi.json": {"get": {"security": [], "responses": plain}},
+        "/blobs": {"get": {
+            "summary": "Bytes of a WAL blob this broker wrote, from memory (other brokers' peer reads)",
+            "parameters": [
+                {"name": "key", "in": "query", "required": True, "schema": {"type": "string"}},
+                {"name": "offset", "in": "query", "required": True, "schema": {"type": "integer", "minimum": 0}},
+                {"name": "length", "in": "query", "required": True, "schema": {"type": "integer", "minimum": 1}},
+            ],
+            "responses": {"200": {"description": "up to length bytes (fewer where the blob ends)",
+                                  "content": {"application/octet-stream": {}}},
+                          "404": {"description": "not held in memory: read the object store"},
+                          **_errors("400", "401")},
+        }},
     }

@@ -4,8 +4,10 @@ closed at shutdown, and :func:`broker_of` to reach it from a request."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 import uuid
+from dataclasses import replace
 from typing import cast
 
 from starlette.requests import Request
@@ -28,6 +30,8 @@ class Broker:
     """The connection, producer, reader, caches and tail watches every route uses."""
 
     def __init__(self, config: LlogConfig, *, host: str, port: int) -> None:
+        if config.read_peers and config.peer_url is None:
+            config = replace(config, peer_url=peer_url_of(host, port))
         self.config = config
         #: Where the broker listens, as ``/health`` reports it.
         self.listen = {"host": host, "port": port}
@@ -82,3 +86,11 @@ class Broker:
 def broker_of(request: Request) -> Broker:
     """The broker serving ``request`` (set on the app's state in its lifespan)."""
     return cast(Broker, request.app.state.broker)
+
+
+def peer_url_of(host: str, port: int) -> str:
+    """The URL other brokers reach a broker listening on ``host:port`` at: a wildcard
+    address stands for this host's name."""
+    if host in ("", "0.0.0.0", "::"):
+        host = socket.gethostname()
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"

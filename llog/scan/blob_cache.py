@@ -25,6 +25,7 @@ from concurrent.futures import Future
 
 from llog.errors import StoreError
 from llog.metrics import Metrics
+from llog.scan.peers import PeerBlobs
 from llog.store.base import ObjectStore
 
 #: ``(object key, chunk number)``.
@@ -35,9 +36,12 @@ class BlobCache:
     """Thread-safe; ``max_bytes`` of chunks of objects under ``prefix``."""
 
     def __init__(
-        self, store: ObjectStore, prefix: str, *, max_bytes: int, chunk_bytes: int, metrics: Metrics
+        self, store: ObjectStore, prefix: str, *, max_bytes: int, chunk_bytes: int, metrics: Metrics,
+        peers: PeerBlobs | None = None,
     ) -> None:
         self.store = store
+        #: Asked for a chunk before the store (the broker that wrote the blob).
+        self.peers = peers
         self.prefix = prefix
         self.max_bytes = max_bytes
         self.chunk_bytes = chunk_bytes
@@ -69,8 +73,39 @@ class BlobCache:
             raise StoreError(f"range [{offset}, {offset + length}) is past the end of {key}")
         return out
 
+    def keep_object(self, key: str, data: bytes) -> None:
+        """Hold a whole object this process just wrote (write-through), so its other
+        readers, and peers (:meth:`peek`), are served from memory."""
+        if not self.covers(key, 0):
+            return
+        c = self.chunk_bytes
+        with self._lock:
+            for n in range(max(1, -(-len(data) // c))):
+                if (key, n) not in self._chunks:
+                    self._keep((key, n), data[n * c : (n + 1) * c])
+
+    def peek(self, key: str, offset: int, length: int) -> bytes | None:
+        """Up to ``length`` bytes of ``key`` at ``offset`` if this cache holds them all
+        (fewer where the object ends), without any I/O; else ``None``."""
+        c = self.chunk_bytes
+        first, last = offset // c, (offset + length - 1) // c
+        parts: list[bytes] = []
+        with self._lock:
+            for n in range(first, last + 1):
+                part = self._chunks.get((key, n))
+                if part is None:
+                    return None
+                parts.append(part)
+                if len(part) < c:  # the object ends in this chunk
+                    break
+        data = b"".join(parts)[offset - first * c :][:length]
+        return data or None
+
     def discard(self, key: str) -> None:
-        """Forget every chunk of ``key`` (found gone or damaged): the next read GETs it."""
+        """Forget every chunk of ``key`` (found gone or damaged): the next read GETs it
+        from storage."""
+        if self.peers is not None:
+            self.peers.distrust(key)
         with self._lock:
             for cid in [cid for cid in self._chunks if cid[0] == key]:
                 self._bytes -= len(self._chunks.pop(cid))
@@ -103,7 +138,7 @@ class BlobCache:
             return waiting.result()
         self._requests.labels("miss").inc()
         try:
-            data = self.store.get_upto(key, n * self.chunk_bytes, self.chunk_bytes)
+            data = self._fetch(key, n)
         except BaseException as exc:
             with self._lock:
                 del self._loading[cid]
@@ -114,6 +149,11 @@ class BlobCache:
             self._keep(cid, data)
         mine.set_result(data)
         return data
+
+    def _fetch(self, key: str, n: int) -> bytes:
+        start = n * self.chunk_bytes
+        got = None if self.peers is None else self.peers.fetch(key, start, self.chunk_bytes)
+        return got if got is not None else self.store.get_upto(key, start, self.chunk_bytes)
 
     def _keep(self, cid: ChunkId, data: bytes) -> None:
         if len(data) > self.max_bytes:

@@ -13,7 +13,7 @@ from starlette.routing import Route
 
 from llog.broker.routes.consume import consume
 from llog.broker.routes.groups import commit, offsets
-from llog.broker.routes.meta import health, metrics_json, metrics_prometheus, openapi, ready
+from llog.broker.routes.meta import blob_range, health, metrics_json, metrics_prometheus, openapi, ready
 from llog.broker.routes.produce import produce
 
 
@@ -38,6 +38,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("/metrics", "GET", metrics_json),
     Endpoint("/metrics/prometheus", "GET", metrics_prometheus),
     Endpoint("/openapi.json", "GET", openapi, public=True),
+    Endpoint("/blobs", "GET", blob_range),
 )
 #: Every path; others are counted in the request metrics as ``other``.
 ROUTES: frozenset[str] = frozenset(e.path for e in ENDPOINTS)
