@@ -22,6 +22,8 @@ transfer left out).
 ``--quick``: 200 and 2,000 requests/s under ``standard`` (lognormal, median 60 ms, p99
 200 ms per request) and 200 requests/s at ``fixed:1``, 10 s each. The issue's targets
 per ``standard`` row: ``e2e_p99_ms <= 1.5 * produce_p99_ms`` and ``e2e_p99_ms <= 500``.
+``--inflight-sweep 1,2,4,8`` adds, per profile, one in-process producer's throughput
+at each number of PUTs in flight (issue 22's "writes that keep up at S3 latency").
 The last line is one JSON object.
 """
 
@@ -199,10 +201,42 @@ def run_row(url_a: str, url_b: str, proxy: str, profile: str, rate: float, secon
     }
 
 
+def inflight_sweep(cfg: Any, proxy: str, profile: str, depths: list[int], seconds: float) -> list[dict[str, Any]]:
+    """Produce throughput of one process's ``BatchingProducer`` at each PUT depth
+    (``batch_max_inflight`` = ``batch_max_inflight_puts``): groups of 64 records of 1 KiB
+    over 16 partitions, sent as fast as the producer takes them for ``seconds`` (it
+    packs them into ``batch_max_bytes`` flushes, 1 MiB by default)."""
+    from llog.producer import BatchingProducer
+    from llog.records import Record
+
+    set_latency(proxy, profile, seed=2)
+    out = []
+    value = b"x" * 1024
+    with Connection(cfg) as conn:
+        topic = f"sweep-{time.monotonic_ns() % 10**6}"
+        Topics(conn).create(topic, 16)
+        for depth in depths:
+            with BatchingProducer(conn, max_inflight=depth, max_inflight_puts=depth) as prod:
+                futs, t0, n = [], time.monotonic(), 0
+                while time.monotonic() - t0 < seconds:
+                    futs.append(prod.send_group(topic, n % 16, [Record(value)] * 64))
+                    n += 1
+                    if len(futs) > 256:
+                        futs.pop(0).result()
+                for f in futs:
+                    f.result()
+                secs = time.monotonic() - t0
+            out.append({"profile": profile, "inflight": depth, "mib_s": round(n * 64 * 1024 / 2**20 / secs, 1)})
+            print(f"  sweep {out[-1]}", file=sys.stderr, flush=True)
+    return out
+
+
 def main() -> None:
     p = bench_args(__doc__.splitlines()[0])
     p.add_argument("--partitions", type=int, default=16)
     p.add_argument("--seconds", type=float, default=None, help="load per row (10 with --quick, else 30)")
+    p.add_argument("--inflight-sweep", default=None, metavar="N,N,...",
+                   help="also measure one producer's MiB/s at each PUT depth under each row's profile")
     p.add_argument("--rows", default=None,
                    help="profile@rate,... (default standard@200,standard@2000,fixed:1@200)")
     args = p.parse_args()
@@ -218,12 +252,19 @@ def main() -> None:
                 print(f"row {profile} @ {rate:g}/s ...", file=sys.stderr, flush=True)
                 results.append(run_row(url_a, url_b, proxy, profile, rate, seconds, args.partitions, conn))
                 print(f"  {results[-1]}", file=sys.stderr, flush=True)
+        sweep = []
+        if args.inflight_sweep:
+            depths = [int(d) for d in args.inflight_sweep.split(",")]
+            for profile in dict.fromkeys(r[0] for r in rows):
+                sweep += inflight_sweep(cfg, proxy, profile, depths, min(seconds, 8.0))
     cols = ["profile", "offered_rps", "achieved_rps", "produce_p50_ms", "produce_p99_ms", "e2e_p50_ms",
             "e2e_p99_ms", "unseen", "gets_per_flush", "usd_per_million_records"]
     print_table(cols, [[r[c] for c in cols] for r in results])
     standard = [r for r in results if r["profile"] == "standard"]
+    if sweep:
+        print_table(["profile", "inflight", "mib_s"], [[r["profile"], r["inflight"], r["mib_s"]] for r in sweep])
     emit_json({
-        "partitions": args.partitions, "seconds": seconds, "rows": results,
+        "partitions": args.partitions, "seconds": seconds, "rows": results, "inflight_sweep": sweep,
         "settings": {k: v for k, v in os.environ.items() if k.startswith("LLOG_")},
         "keeps_up": all(r["e2e_p99_ms"] <= 1.5 * r["produce_p99_ms"] and r["e2e_p99_ms"] <= 500 and not r["unseen"]
                         for r in standard),

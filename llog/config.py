@@ -70,7 +70,9 @@ class LlogConfig:
     read_cache_bytes: int = 64 * 1024 * 1024
     #: The cache's unit: a small read of a WAL blob fetches the aligned chunk around it.
     read_cache_chunk_bytes: int = 1024 * 1024
-    #: Ask the broker that wrote a WAL blob for it before S3 (llog/scan/peers.py).
+    #: Brokers serve the WAL blobs they wrote to other brokers' readers, and ask the
+    #: writer of a blob for it before S3 (llog/scan/peers.py; needs ``peer_url``,
+    #: which a broker sets itself).
     read_peers: bool = True
     #: How long a peer read may take before the reader goes to S3 instead.
     read_peer_timeout_s: float = 0.25

@@ -48,7 +48,9 @@ class Connection:
         self._topics: dict[str, TopicMeta] = {}
         self._topics_lock = threading.Lock()
         cfg = self.config
-        peers = None if not cfg.read_peers else PeerBlobs(
+        # Peer reads are between brokers: a process without a peer_url of its own (the
+        # SDK, Spark, the compactor) reads storage, at no etcd cost per writer session.
+        peers = None if not (cfg.read_peers and cfg.peer_url) else PeerBlobs(
             self.etcd, self.keys, self.metrics, own_url=cfg.peer_url, timeout_s=cfg.read_peer_timeout_s,
             token=cfg.broker_token,
         )
