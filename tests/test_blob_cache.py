@@ -100,6 +100,20 @@ def test_sixteen_concurrent_readers_wait_for_one_get(tmp_path: Path) -> None:
     assert metrics.read_cache_requests.labels("wait")._value.get() == readers - 1
 
 
+def test_a_chunk_discarded_while_its_get_is_in_flight_is_not_kept(tmp_path: Path) -> None:
+    store = _GatedStore(tmp_path)
+    store.put("root/wal-shared/s/b", b"x" * 1000)
+    metrics = Metrics()
+    cache = BlobCache(store, "root/wal-shared/", max_bytes=1 << 20, chunk_bytes=64 * 1024, metrics=metrics)
+    with ThreadPoolExecutor(1) as pool:
+        fut = pool.submit(cache.read, "root/wal-shared/s/b", 0, 10)
+        wait_until(lambda: store.gets == 1, 30, "the GET in flight")
+        cache.discard("root/wal-shared/s/b")  # found damaged meanwhile
+        store.go.set()
+        assert fut.result() == b"x" * 10
+    assert cache.chunks == 0
+
+
 def test_a_corrupt_blob_is_read_again_from_storage_not_the_cache(s3_proxy: ProxiedS3) -> None:
     with llog.Connection(s3_proxy.config) as conn:
         key = _shared_blob(conn, "damaged")

@@ -48,6 +48,8 @@ class BlobCache:
         self._lock = threading.Lock()
         self._chunks: OrderedDict[ChunkId, bytes] = OrderedDict()
         self._loading: dict[ChunkId, Future[bytes]] = {}
+        #: Chunks discarded while their GET was in flight: not kept when it answers.
+        self._dropped: set[ChunkId] = set()
         self._bytes = 0
         self._requests = metrics.read_cache_requests
         self._held = metrics.read_cache_bytes
@@ -109,6 +111,7 @@ class BlobCache:
         with self._lock:
             for cid in [cid for cid in self._chunks if cid[0] == key]:
                 self._bytes -= len(self._chunks.pop(cid))
+            self._dropped.update(cid for cid in self._loading if cid[0] == key)
             self._held.set(self._bytes)
 
     @property
@@ -142,11 +145,15 @@ class BlobCache:
         except BaseException as exc:
             with self._lock:
                 del self._loading[cid]
+                self._dropped.discard(cid)
             mine.set_exception(exc)
             raise
         with self._lock:
             del self._loading[cid]
-            self._keep(cid, data)
+            if cid in self._dropped:
+                self._dropped.discard(cid)
+            else:
+                self._keep(cid, data)
         mine.set_result(data)
         return data
 
