@@ -122,8 +122,12 @@ async def _generate(url: str, topic: str, partitions: int, rate: float, seconds:
 
 
 def _producer(url: str, topic: str, partitions: int, rate: float, seconds: float, warmup: float, out: Any) -> None:
-    """In its own process: the open-loop load; puts its result on ``out``."""
-    out.put(asyncio.run(_generate(url, topic, partitions, rate, seconds, warmup)))
+    """In its own process: the open-loop load; puts its result on ``out``, with the CPU
+    share the generator itself used (near 1.0: it, not the broker, limits the rate)."""
+    cpu0, t0 = time.process_time(), time.monotonic()
+    result = asyncio.run(_generate(url, topic, partitions, rate, seconds, warmup))
+    result["cpu_share"] = (time.process_time() - cpu0) / (time.monotonic() - t0)
+    out.put(result)
 
 
 def _consumer(url: str, topic: str, partitions: int, stop: Any, out: Any) -> None:
@@ -205,7 +209,7 @@ def run_row(url_a: str, url_b: str, proxy: str, profile: str, rate: float, secon
         "records": len(sent), "unseen": len(sent) - len(e2e), "errors": result["errors"],
         "puts": puts, "gets": gets, "gets_per_flush": round(gets / max(1, puts), 2),
         "usd_per_million_records": round((puts * PUT_USD + gets * GET_USD) / n * 1e6, 2),
-        "client_connections": result["connections"],
+        "client_connections": result["connections"], "generator_cpu_share": round(result["cpu_share"], 2),
         "generator_holds_rate": result["achieved"] >= 0.95 * rate,
         "e2e_within_1_5x_produce": e2e_p99 <= 1.5 * produce_p99, "e2e_p99_le_500": e2e_p99 <= 500,
     }
