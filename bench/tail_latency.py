@@ -96,10 +96,10 @@ async def _generate(url: str, topic: str, partitions: int, rate: float, seconds:
             status = await conn.post(b"/produce", body.encode())
         done = time.monotonic()
         idle.append(conn)
-        if i < warm_ticks:  # warm-up: connections opened, caches filled; not measured
-            return
         if status != 200:
             errors += 1
+            return
+        if i < warm_ticks:  # warm-up: connections opened, caches filled; not measured
             return
         sent[key] = due
         acks.append((done - due) * 1000)
@@ -181,7 +181,8 @@ def run_row(url_a: str, url_b: str, proxy: str, profile: str, rate: float, secon
         if result is None and not producer.is_alive() and prod_q.empty():
             stop.set()
             raise SystemExit(f"the load generator died (exit {producer.exitcode}); see its traceback above")
-        if result is not None and (len(seen) >= len(result["sent"]) or time.monotonic() > (deadline or 0)):
+        if result is not None and (len(seen) >= result["total"] - result["errors"]
+                                   or time.monotonic() > (deadline or 0)):
             break
         try:
             item = seen_q.get(timeout=0.2)
