@@ -52,6 +52,10 @@ from llog.topics import Topics
 #: S3 Standard request prices, us-east-1, USD per request.
 PUT_USD = 0.005 / 1000
 GET_USD = 0.0004 / 1000
+#: Requests (so connections) the load generator has open at once: past it, a due request
+#: waits for a free connection, its latency still counted from when it was due; without
+#: a cap a broker that falls behind makes the generator run out of file descriptors.
+MAX_CONNECTIONS = 1024
 
 
 class _Conn:
@@ -78,6 +82,7 @@ async def _generate(url: str, topic: str, partitions: int, rate: float, seconds:
     sent: dict[str, float] = {}
     errors = 0
     warm_ticks = int(rate * warmup)
+    slots = asyncio.Semaphore(MAX_CONNECTIONS)
 
     async def fresh() -> _Conn:
         return _Conn(*await asyncio.open_connection(host, int(port)), head)
@@ -86,16 +91,17 @@ async def _generate(url: str, topic: str, partitions: int, rate: float, seconds:
         nonlocal errors
         key = f"r{i}"
         body = json.dumps({"topic_partitions": [{"topic": topic, "partition": i % partitions, "records": [key]}]})
-        conn = idle.pop() if idle else await fresh()
-        try:
-            status = await conn.post(b"/produce", body.encode())
-        except (asyncio.IncompleteReadError, ConnectionError):
-            # The broker closed a connection idle past its keep-alive timeout before
-            # reading this request: send it again on a new one.
-            conn = await fresh()
-            status = await conn.post(b"/produce", body.encode())
-        done = time.monotonic()
-        idle.append(conn)
+        async with slots:
+            conn = idle.pop() if idle else await fresh()
+            try:
+                status = await conn.post(b"/produce", body.encode())
+            except (asyncio.IncompleteReadError, ConnectionError):
+                # The broker closed a connection idle past its keep-alive timeout before
+                # reading this request: send it again on a new one.
+                conn = await fresh()
+                status = await conn.post(b"/produce", body.encode())
+            done = time.monotonic()
+            idle.append(conn)
         if status != 200:
             errors += 1
             return
