@@ -6,7 +6,7 @@ brokers, A and B, as child processes that do not share a tail-cache directory (t
 stand for brokers on different hosts). Per row, on a fresh topic of ``--partitions``:
 
 - a load generator (its own process, asyncio, keep-alive connections opened as the
-  offered load needs them) sends single-record ``/produce`` requests to A at a fixed
+  offered load needs them, up to ``MAX_CONNECTIONS``) sends single-record ``/produce`` requests to A at a fixed
   rate, open loop: a request's latency counts from when it was due, so a generator or
   broker that falls behind shows up in the figures instead of slowing the offered load;
 - a consumer process long-polls every partition on B (one thread and connection per
