@@ -6,7 +6,7 @@ brokers, A and B, as child processes that do not share a tail-cache directory (t
 stand for brokers on different hosts). Per row, on a fresh topic of ``--partitions``:
 
 - a load generator (its own process, asyncio, keep-alive connections opened as the
-  offered load needs them) sends single-record ``/produce`` requests to A at a fixed
+  offered load needs them, up to ``MAX_CONNECTIONS``) sends single-record ``/produce`` requests to A at a fixed
   rate, open loop: a request's latency counts from when it was due, so a generator or
   broker that falls behind shows up in the figures instead of slowing the offered load;
 - a consumer process long-polls every partition on B (one thread and connection per
@@ -20,7 +20,9 @@ Standard's us-east-1 prices ($0.005 per 1,000 PUTs, $0.0004 per 1,000 GETs; stor
 transfer left out).
 
 ``--quick``: 200 and 2,000 requests/s under ``standard`` (lognormal, median 60 ms, p99
-200 ms per request) and 200 requests/s at ``fixed:1``, 10 s each. The issue's targets
+200 ms per request) and 200 requests/s at ``fixed:1``, 15 s measured each after a 5 s
+warm-up (``--warmup``) that opens connections and fills caches; the proxy's request
+counts, and so GETs per flush and cost, cover the warm-up too. The issue's targets
 per ``standard`` row: ``e2e_p99_ms <= 1.5 * produce_p99_ms`` and ``e2e_p99_ms <= 500``.
 ``--inflight-sweep 1,2,4,8`` adds, per profile, one in-process producer's throughput
 at each number of PUTs in flight (issue 22's "writes that keep up at S3 latency").
@@ -50,6 +52,10 @@ from llog.topics import Topics
 #: S3 Standard request prices, us-east-1, USD per request.
 PUT_USD = 0.005 / 1000
 GET_USD = 0.0004 / 1000
+#: Requests (so connections) the load generator has open at once: past it, a due request
+#: waits for a free connection, its latency still counted from when it was due; without
+#: a cap a broker that falls behind makes the generator run out of file descriptors.
+MAX_CONNECTIONS = 1024
 
 
 class _Conn:
@@ -67,13 +73,16 @@ class _Conn:
         return int(lines[0].split(" ", 2)[1])
 
 
-async def _generate(url: str, topic: str, partitions: int, rate: float, seconds: float) -> dict[str, Any]:
+async def _generate(url: str, topic: str, partitions: int, rate: float, seconds: float,
+                    warmup: float) -> dict[str, Any]:
     host, port = url.removeprefix("http://").split(":")
     head = f"Host: {host}:{port}\r\nContent-Type: application/json\r\n".encode()
     idle: list[_Conn] = []
     acks: list[float] = []
     sent: dict[str, float] = {}
     errors = 0
+    warm_ticks = int(rate * warmup)
+    slots = asyncio.Semaphore(MAX_CONNECTIONS)
 
     async def fresh() -> _Conn:
         return _Conn(*await asyncio.open_connection(host, int(port)), head)
@@ -82,23 +91,26 @@ async def _generate(url: str, topic: str, partitions: int, rate: float, seconds:
         nonlocal errors
         key = f"r{i}"
         body = json.dumps({"topic_partitions": [{"topic": topic, "partition": i % partitions, "records": [key]}]})
-        conn = idle.pop() if idle else await fresh()
-        try:
-            status = await conn.post(b"/produce", body.encode())
-        except (asyncio.IncompleteReadError, ConnectionError):
-            # The broker closed a connection idle past its keep-alive timeout before
-            # reading this request: send it again on a new one.
-            conn = await fresh()
-            status = await conn.post(b"/produce", body.encode())
-        done = time.monotonic()
-        idle.append(conn)
+        async with slots:
+            conn = idle.pop() if idle else await fresh()
+            try:
+                status = await conn.post(b"/produce", body.encode())
+            except (asyncio.IncompleteReadError, ConnectionError):
+                # The broker closed a connection idle past its keep-alive timeout before
+                # reading this request: send it again on a new one.
+                conn = await fresh()
+                status = await conn.post(b"/produce", body.encode())
+            done = time.monotonic()
+            idle.append(conn)
         if status != 200:
             errors += 1
+            return
+        if i < warm_ticks:  # warm-up: connections opened, caches filled; not measured
             return
         sent[key] = due
         acks.append((done - due) * 1000)
 
-    ticks = int(rate * seconds)
+    ticks = warm_ticks + int(rate * seconds)
     t0 = time.monotonic() + 0.1
     tasks = []
     for i in range(ticks):
@@ -108,15 +120,20 @@ async def _generate(url: str, topic: str, partitions: int, rate: float, seconds:
             await asyncio.sleep(delay)  # pacing the offered load
         tasks.append(asyncio.ensure_future(one(i, due)))
     await asyncio.gather(*tasks)
-    wall = time.monotonic() - t0
+    wall = time.monotonic() - t0 - warm_ticks / rate
     for c in idle:
         c.writer.close()
-    return {"acks": acks, "sent": sent, "errors": errors, "achieved": len(acks) / wall, "connections": len(idle)}
+    return {"acks": acks, "sent": sent, "errors": errors, "achieved": len(acks) / wall,
+            "connections": len(idle), "total": ticks}
 
 
-def _producer(url: str, topic: str, partitions: int, rate: float, seconds: float, out: Any) -> None:
-    """In its own process: the open-loop load; puts its result on ``out``."""
-    out.put(asyncio.run(_generate(url, topic, partitions, rate, seconds)))
+def _producer(url: str, topic: str, partitions: int, rate: float, seconds: float, warmup: float, out: Any) -> None:
+    """In its own process: the open-loop load; puts its result on ``out``, with the CPU
+    share the generator itself used (near 1.0: it, not the broker, limits the rate)."""
+    cpu0, t0 = time.process_time(), time.monotonic()
+    result = asyncio.run(_generate(url, topic, partitions, rate, seconds, warmup))
+    result["cpu_share"] = (time.process_time() - cpu0) / (time.monotonic() - t0)
+    out.put(result)
 
 
 def _consumer(url: str, topic: str, partitions: int, stop: Any, out: Any) -> None:
@@ -148,7 +165,7 @@ def _consumer(url: str, topic: str, partitions: int, stop: Any, out: Any) -> Non
 
 
 def run_row(url_a: str, url_b: str, proxy: str, profile: str, rate: float, seconds: float,
-            partitions: int, conn: Connection) -> dict[str, Any]:
+            warmup: float, partitions: int, conn: Connection) -> dict[str, Any]:
     topic = f"tail-{profile.replace(':', '')}-{int(rate)}-{time.monotonic_ns() % 10**6}"
     Topics(conn).create(topic, partitions)
     set_latency(proxy, profile, seed=1)
@@ -158,7 +175,7 @@ def run_row(url_a: str, url_b: str, proxy: str, profile: str, rate: float, secon
     consumer.start()
     assert seen_q.get(timeout=60) == ("", 0.0)
     before = proxy_state(proxy)["requests"]
-    producer = ctx.Process(target=_producer, args=(url_a, topic, partitions, rate, seconds, prod_q))
+    producer = ctx.Process(target=_producer, args=(url_a, topic, partitions, rate, seconds, warmup, prod_q))
     producer.start()
     seen: dict[str, float] = {}
     result: dict[str, Any] | None = None
@@ -170,7 +187,8 @@ def run_row(url_a: str, url_b: str, proxy: str, profile: str, rate: float, secon
         if result is None and not producer.is_alive() and prod_q.empty():
             stop.set()
             raise SystemExit(f"the load generator died (exit {producer.exitcode}); see its traceback above")
-        if result is not None and (len(seen) >= len(result["sent"]) or time.monotonic() > (deadline or 0)):
+        if result is not None and (len(seen) >= result["total"] - result["errors"]
+                                   or time.monotonic() > (deadline or 0)):
             break
         try:
             item = seen_q.get(timeout=0.2)
@@ -189,15 +207,18 @@ def run_row(url_a: str, url_b: str, proxy: str, profile: str, rate: float, secon
     e2e = [(seen[k] - due) * 1000 for k, due in sent.items() if k in seen]
     puts = after.get("PUT", 0) - before.get("PUT", 0)
     gets = after.get("GET", 0) - before.get("GET", 0)
-    n = max(1, len(sent))
+    n = max(1, result["total"])  # the proxy's counts cover the warm-up's records too
+    e2e_p99, produce_p99 = round(pct(e2e, 0.99), 1), round(pct(result["acks"], 0.99), 1)
     return {
         "profile": profile, "offered_rps": rate, "achieved_rps": round(result["achieved"], 1),
-        "produce_p50_ms": round(pct(result["acks"], 0.5), 1), "produce_p99_ms": round(pct(result["acks"], 0.99), 1),
-        "e2e_p50_ms": round(pct(e2e, 0.5), 1), "e2e_p99_ms": round(pct(e2e, 0.99), 1),
+        "produce_p50_ms": round(pct(result["acks"], 0.5), 1), "produce_p99_ms": produce_p99,
+        "e2e_p50_ms": round(pct(e2e, 0.5), 1), "e2e_p99_ms": e2e_p99,
         "records": len(sent), "unseen": len(sent) - len(e2e), "errors": result["errors"],
         "puts": puts, "gets": gets, "gets_per_flush": round(gets / max(1, puts), 2),
         "usd_per_million_records": round((puts * PUT_USD + gets * GET_USD) / n * 1e6, 2),
-        "client_connections": result["connections"],
+        "client_connections": result["connections"], "generator_cpu_share": round(result["cpu_share"], 2),
+        "generator_holds_rate": result["achieved"] >= 0.95 * rate,
+        "e2e_within_1_5x_produce": e2e_p99 <= 1.5 * produce_p99, "e2e_p99_le_500": e2e_p99 <= 500,
     }
 
 
@@ -234,13 +255,14 @@ def inflight_sweep(cfg: Any, proxy: str, profile: str, depths: list[int], second
 def main() -> None:
     p = bench_args(__doc__.splitlines()[0])
     p.add_argument("--partitions", type=int, default=16)
-    p.add_argument("--seconds", type=float, default=None, help="load per row (10 with --quick, else 30)")
+    p.add_argument("--seconds", type=float, default=None, help="measured load per row (15 with --quick, else 30)")
+    p.add_argument("--warmup", type=float, default=5.0, help="seconds of unmeasured load before each row's")
     p.add_argument("--inflight-sweep", default=None, metavar="N,N,...",
                    help="also measure one producer's MiB/s at each PUT depth under each row's profile")
     p.add_argument("--rows", default=None,
                    help="profile@rate,... (default standard@200,standard@2000,fixed:1@200)")
     args = p.parse_args()
-    seconds = args.seconds or (10.0 if args.quick else 30.0)
+    seconds = args.seconds or (15.0 if args.quick else 30.0)
     rows = [(r.rsplit("@", 1)[0], float(r.rsplit("@", 1)[1]))
             for r in (args.rows or "standard@200,standard@2000,fixed:1@200").split(",")]
     with LocalStack(s3_profile="none") as stack:
@@ -250,7 +272,8 @@ def main() -> None:
             results = []
             for profile, rate in rows:
                 print(f"row {profile} @ {rate:g}/s ...", file=sys.stderr, flush=True)
-                results.append(run_row(url_a, url_b, proxy, profile, rate, seconds, args.partitions, conn))
+                results.append(run_row(url_a, url_b, proxy, profile, rate, seconds, args.warmup,
+                                       args.partitions, conn))
                 print(f"  {results[-1]}", file=sys.stderr, flush=True)
         sweep = []
         if args.inflight_sweep:
@@ -266,8 +289,10 @@ def main() -> None:
     emit_json({
         "partitions": args.partitions, "seconds": seconds, "rows": results, "inflight_sweep": sweep,
         "settings": {k: v for k, v in os.environ.items() if k.startswith("LLOG_")},
-        "keeps_up": all(r["e2e_p99_ms"] <= 1.5 * r["produce_p99_ms"] and r["e2e_p99_ms"] <= 500 and not r["unseen"]
-                        for r in standard),
+        "e2e_within_1_5x_produce": all(r["e2e_within_1_5x_produce"] for r in standard),
+        "e2e_p99_le_500": all(r["e2e_p99_le_500"] for r in standard),
+        "generator_holds_rate": all(r["generator_holds_rate"] for r in results),
+        "keeps_up": all(r["e2e_within_1_5x_produce"] and r["e2e_p99_le_500"] and not r["unseen"] for r in standard),
     })
 
 
