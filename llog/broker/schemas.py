@@ -74,6 +74,15 @@ class CommitRequest:
 
 
 @dataclass(frozen=True)
+class BlobQuery:
+    """``GET /blobs``: a byte range of a blob this broker wrote."""
+
+    key: str
+    offset: int
+    length: int
+
+
+@dataclass(frozen=True)
 class OffsetsQuery:
     group: str
     topic: str | None = None
@@ -172,17 +181,43 @@ def parse_commit(body: bytes) -> CommitRequest:
 
 def parse_offsets_query(params: list[tuple[str, str]]) -> OffsetsQuery:
     """``GET /offsets`` query parameters: ``group`` (required) and ``topic``."""
+    got = _query(params, required=("group",), optional=("topic",))
+    group = _group(got)
+    return OffsetsQuery(group, None if "topic" not in got else _topic(got, ""))
+
+
+def parse_blob_query(params: list[tuple[str, str]]) -> BlobQuery:
+    """``GET /blobs`` query parameters: ``key``, ``offset`` (>= 0) and ``length`` (>= 1),
+    all required."""
+    got = _query(params, required=("key", "offset", "length"), optional=())
+    return BlobQuery(got["key"], _query_int(got, "offset", 0), _query_int(got, "length", 1))
+
+
+def _query(params: list[tuple[str, str]], *, required: tuple[str, ...], optional: tuple[str, ...]) -> dict[str, str]:
+    """Query parameters by name: each at most once, none unknown, the ``required`` ones
+    present."""
     got: dict[str, str] = {}
     for name, value in params:
-        if name not in ("group", "topic"):
+        if name not in required and name not in optional:
             raise InvalidRequest(name, "unknown query parameter")
         if name in got:
             raise InvalidRequest(name, "given more than once")
         got[name] = value
-    if "group" not in got:
-        raise InvalidRequest("group", "is required")
-    group = _group(got)
-    return OffsetsQuery(group, None if "topic" not in got else _topic(got, ""))
+    for name in required:
+        if name not in got:
+            raise InvalidRequest(name, "is required")
+    return got
+
+
+def _query_int(got: dict[str, str], name: str, minimum: int) -> int:
+    raw = got[name]
+    try:
+        v = int(raw)
+    except ValueError:
+        raise InvalidRequest(name, f"must be an integer, got {raw!r}") from None
+    if v < minimum:
+        raise InvalidRequest(name, f"must be >= {minimum}, got {v}")
+    return v
 
 
 def encode_bytes(b: bytes) -> str | dict[str, str]:

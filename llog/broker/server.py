@@ -11,6 +11,7 @@ from types import FrameType
 import uvicorn
 
 from llog.broker.app import create_app
+from llog.broker.state import listen_url
 from llog.config import LlogConfig
 from llog.errors import ConfigError
 
@@ -47,7 +48,7 @@ def serve(
     # Listening before startup: early clients queue in the backlog instead of failing.
     sock.listen(2048)
     bound_host, bound_port = sock.getsockname()[:2]
-    url = f"http://[{bound_host}]:{bound_port}" if ":" in bound_host else f"http://{bound_host}:{bound_port}"
+    url = listen_url(bound_host, bound_port)
     app = create_app(
         config,
         on_ready=None if on_ready is None else (lambda: on_ready(url)),

@@ -88,9 +88,12 @@ def broker_of(request: Request) -> Broker:
     return cast(Broker, request.app.state.broker)
 
 
+def listen_url(host: str, port: int) -> str:
+    """``http://host:port``, an IPv6 address in brackets."""
+    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+
+
 def peer_url_of(host: str, port: int) -> str:
     """The URL other brokers reach a broker listening on ``host:port`` at: a wildcard
     address stands for this host's name."""
-    if host in ("", "0.0.0.0", "::"):
-        host = socket.gethostname()
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return listen_url(socket.gethostname() if host in ("", "0.0.0.0", "::") else host, port)

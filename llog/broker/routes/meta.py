@@ -12,7 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
-from llog.broker.schemas import InvalidRequest, openapi_document
+from llog.broker.schemas import openapi_document, parse_blob_query
 from llog.broker.state import broker_of
 from llog.broker.statuses import retry_headers
 
@@ -45,26 +45,11 @@ async def metrics_prometheus(request: Request) -> Response:
 async def blob_range(request: Request) -> Response:
     """Bytes of a WAL blob this broker wrote, from its blob cache only (peer reads,
     llog/scan/peers.py): 404 when it no longer holds them, never a read of storage."""
-    q = request.query_params
-    if "key" not in q:
-        raise InvalidRequest("key", "is required")
-    offset, length = _query_int(q.get("offset"), "offset", 0), _query_int(q.get("length"), "length", 1)
-    data = broker_of(request).conn.blob_cache.peek(q["key"], offset, length)
+    q = parse_blob_query(request.query_params.multi_items())
+    data = broker_of(request).conn.blob_cache.peek(q.key, q.offset, q.length)
     if data is None:
         return Response(status_code=404)
     return Response(data, media_type="application/octet-stream")
-
-
-def _query_int(raw: str | None, name: str, minimum: int) -> int:
-    if raw is None:
-        raise InvalidRequest(name, "is required")
-    try:
-        v = int(raw)
-    except ValueError:
-        raise InvalidRequest(name, f"must be an integer, got {raw!r}") from None
-    if v < minimum:
-        raise InvalidRequest(name, f"must be >= {minimum}, got {v}")
-    return v
 
 
 async def openapi(_request: Request) -> Response:
