@@ -65,12 +65,8 @@ class BlobCache:
         GET of the chunks that hold them. Raises what the store raised
         (:class:`ObjectNotFound`, :class:`StoreError`); a range past the object's end is
         a :class:`StoreError`, as from :meth:`ObjectStore.get_range`."""
-        c = self.chunk_bytes
-        first, last = offset // c, (offset + length - 1) // c
-        parts = [self._chunk(key, n) for n in range(first, last + 1)]
-        data = parts[0] if len(parts) == 1 else b"".join(parts)
-        rel = offset - first * c
-        out = data[rel : rel + length]
+        numbers = self._chunk_numbers(offset, length)
+        out = self._cut([self._chunk(key, n) for n in numbers], numbers, offset, length)
         if len(out) != length:
             raise StoreError(f"range [{offset}, {offset + length}) is past the end of {key}")
         return out
@@ -89,19 +85,17 @@ class BlobCache:
     def peek(self, key: str, offset: int, length: int) -> bytes | None:
         """Up to ``length`` bytes of ``key`` at ``offset`` if this cache holds them all
         (fewer where the object ends), without any I/O; else ``None``."""
-        c = self.chunk_bytes
-        first, last = offset // c, (offset + length - 1) // c
+        numbers = self._chunk_numbers(offset, length)
         parts: list[bytes] = []
         with self._lock:
-            for n in range(first, last + 1):
+            for n in numbers:
                 part = self._chunks.get((key, n))
                 if part is None:
                     return None
                 parts.append(part)
-                if len(part) < c:  # the object ends in this chunk
+                if len(part) < self.chunk_bytes:  # the object ends in this chunk
                     break
-        data = b"".join(parts)[offset - first * c :][:length]
-        return data or None
+        return self._cut(parts, numbers, offset, length) or None
 
     def discard(self, key: str) -> None:
         """Forget every chunk of ``key`` (found gone or damaged): the next read GETs it
@@ -123,6 +117,18 @@ class BlobCache:
     def chunks(self) -> int:
         """Chunks held."""
         return len(self._chunks)
+
+    def _chunk_numbers(self, offset: int, length: int) -> range:
+        """The chunks that hold ``[offset, offset + length)``."""
+        c = self.chunk_bytes
+        return range(offset // c, (offset + length - 1) // c + 1)
+
+    def _cut(self, parts: list[bytes], numbers: range, offset: int, length: int) -> bytes:
+        """Bytes ``[offset, offset + length)`` of chunks ``numbers`` (``parts``, the
+        first of them up to where the object ends); fewer where it ends first."""
+        data = parts[0] if len(parts) == 1 else b"".join(parts)
+        rel = offset - numbers.start * self.chunk_bytes
+        return data[rel : rel + length]
 
     def _chunk(self, key: str, n: int) -> bytes:
         cid = (key, n)
