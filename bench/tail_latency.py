@@ -45,8 +45,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file
 
 from bench.broker import Client, broker, pct
 from bench.common import LocalStack, bench_args, emit_json, print_table
+from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.nemesis.control import proxy_state, set_latency
+from llog.producer import BatchingProducer
+from llog.records import Record
 from llog.topics import Topics
 
 #: S3 Standard request prices, us-east-1, USD per request.
@@ -222,14 +225,13 @@ def run_row(url_a: str, url_b: str, proxy: str, profile: str, rate: float, secon
     }
 
 
-def inflight_sweep(cfg: Any, proxy: str, profile: str, depths: list[int], seconds: float) -> list[dict[str, Any]]:
+def inflight_sweep(
+    cfg: LlogConfig, proxy: str, profile: str, depths: list[int], seconds: float
+) -> list[dict[str, Any]]:
     """Produce throughput of one process's ``BatchingProducer`` at each PUT depth
     (``batch_max_inflight`` = ``batch_max_inflight_puts``): groups of 64 records of 1 KiB
     over 16 partitions, sent as fast as the producer takes them for ``seconds`` (it
     packs them into ``batch_max_bytes`` flushes, 1 MiB by default)."""
-    from llog.producer import BatchingProducer
-    from llog.records import Record
-
     set_latency(proxy, profile, seed=2)
     out = []
     value = b"x" * 1024
