@@ -15,6 +15,7 @@ is asked for.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -43,17 +44,20 @@ def plot_result(result: dict[str, Any], path: Path, title: str) -> Path:
     ratios = _numbers(result, lambda k: "ratio" in k)
     latencies = _numbers(result, lambda k: k.endswith("_ms"))
     rows = [r for r in result.get("rows", []) if isinstance(r, dict)]
-    panels = [p for p in (("ratios", ratios), ("latencies", latencies), ("rows", rows)) if p[1]]
+    #: ``(height in inches, draw into an axis)`` per panel with something to show.
+    panels: list[tuple[float, Callable[[Any], None]]] = []
+    if ratios:
+        label = "ratio to the baseline measured in the same run (1.0: equal)"
+        panels.append((_height(len(ratios)), lambda ax: _bars(ax, ratios, label, reference=1.0)))
+    if latencies:
+        panels.append((_height(len(latencies)), lambda ax: _bars(ax, latencies, "milliseconds")))
+    if rows:
+        panels.append((0.9 * len(rows) + 1.2, lambda ax: _row_bars(ax, rows)))
     if not panels:
         raise SystemExit(f"--plot: nothing to draw in this bench's result (keys: {', '.join(sorted(result))})")
-    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 1.2 + sum(_height(p[1]) for p in panels)), squeeze=False)
-    for ax, (kind, data) in zip(axes[:, 0], panels, strict=True):
-        if kind == "ratios":
-            _bars(ax, data, "ratio to the baseline measured in the same run (1.0: equal)", reference=1.0)
-        elif kind == "latencies":
-            _bars(ax, data, "milliseconds")
-        else:
-            _row_bars(ax, data)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(10, 1.2 + sum(h for h, _ in panels)), squeeze=False)
+    for ax, (_, draw) in zip(axes[:, 0], panels, strict=True):
+        draw(ax)
     fig.suptitle(title)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
@@ -62,8 +66,8 @@ def plot_result(result: dict[str, Any], path: Path, title: str) -> Path:
     return path
 
 
-def _height(data: Any) -> float:
-    return 0.35 * len(data) + 1.0 if isinstance(data, dict) else 0.9 * len(data) + 1.2
+def _height(bars: int) -> float:
+    return 0.35 * bars + 1.0
 
 
 def _bars(ax: Any, data: dict[str, float], xlabel: str, reference: float | None = None) -> None:
