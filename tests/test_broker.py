@@ -122,7 +122,7 @@ def test_produce_keys_and_headers_round_trip(broker: BrokerProcess, conn: Connec
     (b'{"topic_partitions": [{"topic": "t", "partition": 0, "records": [{"value": "v", "headers": [["h"]]}]}]}',
      "topic_partitions[0].records[0].headers[0]"),
     (b'{"topic_partitions": [{"topic": "t", "partition": 0, "records": [{"value": "v", "headers": [[1, "x"]]}]}]}',
-     "topic_partitions[0].records[0].headers[0]"),
+     "topic_partitions[0].records[0].headers[0][0]"),
     (b'{"topic_partitions": [{"topic": "t", "partition": 0, "records": [{"value": "v", "headers": [["h", '
      b'{"base64": "@@"}]]}]}]}', "topic_partitions[0].records[0].headers[0][1].base64"),
 ])

@@ -34,7 +34,9 @@ class Broker:
             config = replace(config, peer_url=peer_url_of(host, port))
         self.config = config
         #: Where the broker listens, as ``/health`` reports it.
-        self.listen = {"host": host, "port": port}
+        self.host, self.port = host, port
+        #: Where the Kafka listener listens, once it does (``None``: no listener).
+        self.kafka_port: int | None = None
         #: This process's name in ``/health`` and its tail-cache directory; new per start.
         self.broker_id = uuid.uuid4().hex[:16]
         self.started_at_ms = int(time.time() * 1000)

@@ -18,8 +18,9 @@ per-partition result shape, one status for a request whose partitions failed.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TypeVar
 
+from llog.broker.api_types import PartitionResult
 from llog.errors import AmbiguousCommit, CasConflict, EtcdSpaceExhausted, LlogError
 
 #: Seconds a client should wait before resending a request answered 503.
@@ -37,9 +38,12 @@ def error_status(exc: LlogError) -> int:
     return 409
 
 
-def partition_error(topic: str, partition: int, exc: LlogError) -> dict[str, Any]:
-    """The result entry of a partition that failed."""
-    return {"topic": topic, "partition": partition, "ok": False, "error_type": type(exc).__name__, "error": str(exc)}
+R = TypeVar("R", bound=PartitionResult)
+
+
+def partition_error(cls: type[R], topic: str, partition: int, exc: LlogError) -> R:
+    """The result entry (of type ``cls``) of a partition that failed."""
+    return cls(topic=topic, partition=partition, ok=False, error_type=type(exc).__name__, error=str(exc))
 
 
 def request_status(errors: Sequence[LlogError], total: int) -> int:

@@ -5,16 +5,17 @@ group's committed offset."""
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import anyio.to_thread
+import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
+from llog.broker.api_types import ConsumeRequest, ConsumeResponse
 from llog.broker.fetch import NeedsIO, fetch
 from llog.broker.request_body import read_body
 from llog.broker.responses import results_response
-from llog.broker.schemas import ConsumeRequest, parse_consume
+from llog.broker.schemas import parse_consume
 from llog.broker.state import Broker, broker_of
 from llog.errors import LlogError
 from llog.groups.offsets import GroupOffsets
@@ -45,7 +46,7 @@ async def consume(request: Request) -> Response:
             break
         with b.conn.metrics.consume_waiting.track_inprogress():
             await b.tails.wait(tps, seen, left)
-    return results_response({"topic_partitions": parts}, errors, len(parts))
+    return results_response(ConsumeResponse(topic_partitions=parts), errors, len(parts))
 
 
 def resolve(broker: Broker, req: ConsumeRequest) -> tuple[ConsumeRequest, dict[int, LlogError]]:
@@ -66,9 +67,9 @@ def resolve(broker: Broker, req: ConsumeRequest) -> tuple[ConsumeRequest, dict[i
                 start = committed.offset
             else:
                 low, high = broker.reader.high_watermark(fp.topic, fp.partition)
-                start = low if req.auto_offset_reset == "earliest" else high
+                start = low if req.reset_to == "earliest" else high
         except LlogError as exc:
             failed[i] = exc
             continue
-        parts[i] = replace(fp, fetch_offset=start)
-    return replace(req, topic_partitions=tuple(parts)), failed
+        parts[i] = msgspec.structs.replace(fp, fetch_offset=start)
+    return msgspec.structs.replace(req, topic_partitions=parts), failed

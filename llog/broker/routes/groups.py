@@ -4,15 +4,22 @@ epoch) and ``GET /offsets`` (a group's members, committed offsets and lag)."""
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any
 
 import anyio.to_thread
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
+from llog.broker.api_types import (
+    CommitRequest,
+    CommitResponse,
+    CommitResult,
+    OffsetsQuery,
+    OffsetsResponse,
+    PartitionLag,
+)
 from llog.broker.request_body import read_body
-from llog.broker.responses import error_response, results_response
-from llog.broker.schemas import CommitRequest, OffsetsQuery, parse_commit, parse_offsets_query
+from llog.broker.responses import error_response, json_response, results_response
+from llog.broker.schemas import parse_commit, parse_offsets_query
 from llog.broker.state import Broker, broker_of
 from llog.broker.statuses import partition_error
 from llog.errors import LlogError, StaleEpoch, UnknownTopic
@@ -27,19 +34,19 @@ async def commit(request: Request) -> Response:
     b = broker_of(request)
     req = parse_commit(await read_body(request, b.config.broker_max_request_bytes))
     results, errors = await anyio.to_thread.run_sync(commit_offsets, b, req)
-    return results_response({"group": req.group, "results": results}, errors, len(results))
+    return results_response(CommitResponse(group=req.group, results=results), errors, len(results))
 
 
 async def offsets(request: Request) -> Response:
     """``GET /offsets?group=…[&topic=…]``: 404 for an unknown topic."""
     query = parse_offsets_query(request.query_params.multi_items())
     try:
-        return JSONResponse(await anyio.to_thread.run_sync(describe, broker_of(request), query))
+        return json_response(await anyio.to_thread.run_sync(describe, broker_of(request), query))
     except UnknownTopic as exc:
         return error_response(404, "UnknownTopic", str(exc))
 
 
-def commit_offsets(broker: Broker, req: CommitRequest) -> tuple[list[dict[str, Any]], list[LlogError]]:
+def commit_offsets(broker: Broker, req: CommitRequest) -> tuple[list[CommitResult], list[LlogError]]:
     """Commit each offset on its own; a refused one leaves that partition unchanged.
     Returns every partition's result and the errors among them."""
     offsets = GroupOffsets(broker.conn, req.group)
@@ -52,7 +59,7 @@ def commit_offsets(broker: Broker, req: CommitRequest) -> tuple[list[dict[str, A
         else:
             # The guard compares the epoch key's exact bytes: a bump after this read still fences.
             fence = replace(fence, epoch=current)
-    out: list[dict[str, Any]] = []
+    out: list[CommitResult] = []
     errors: list[LlogError] = []
     for c in req.offsets:
         try:
@@ -63,25 +70,23 @@ def commit_offsets(broker: Broker, req: CommitRequest) -> tuple[list[dict[str, A
             )
         except LlogError as exc:
             errors.append(exc)
-            out.append(partition_error(c.topic, c.partition, exc))
+            out.append(partition_error(CommitResult, c.topic, c.partition, exc))
             continue
-        out.append({"topic": c.topic, "partition": c.partition, "ok": True, "offset": done.offset,
-                    "epoch": done.epoch, "member": done.member, "updated_at_ms": done.updated_at_ms})
+        out.append(CommitResult(topic=c.topic, partition=c.partition, ok=True, offset=done.offset,
+                                epoch=done.epoch, member=done.member, updated_at_ms=done.updated_at_ms))
     return out, errors
 
 
-def describe(broker: Broker, query: OffsetsQuery) -> dict[str, Any]:
+def describe(broker: Broker, query: OffsetsQuery) -> OffsetsResponse:
     """The ``GET /offsets`` body: the group's members and epoch, and each partition's
     committed offset, lag and owner (of ``query.topic`` only, when given)."""
     topics = None if query.topic is None else [query.topic]
     d = describe_group(broker.conn, query.group, topics)
     rows = [p for p in d.partitions if query.topic is None or p.topic == query.topic]
-    return {
-        "group": d.group, "members": list(d.members), "epoch": d.epoch, "epoch_owner": d.epoch_owner,
-        "partitions": [{
-            "topic": p.topic, "partition": p.partition, "committed": p.committed,
-            "log_start_offset": p.log_start_offset, "next_offset": p.next_offset, "lag": p.lag,
-            "owner": p.owner,
-        } for p in rows],
-        "total_lag": sum(p.lag for p in rows),
-    }
+    return OffsetsResponse(
+        group=d.group, members=list(d.members), epoch=d.epoch, epoch_owner=d.epoch_owner,
+        partitions=[PartitionLag(topic=p.topic, partition=p.partition, committed=p.committed,
+                                 log_start_offset=p.log_start_offset, next_offset=p.next_offset, lag=p.lag,
+                                 owner=p.owner) for p in rows],
+        total_lag=sum(p.lag for p in rows),
+    )

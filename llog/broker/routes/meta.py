@@ -5,36 +5,37 @@ as other brokers' readers ask for them."""
 from __future__ import annotations
 
 import functools
-from typing import Any
 
 import anyio.to_thread
+import msgspec
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import Response
 
-from llog.broker.schemas import openapi_document, parse_blob_query
+from llog.broker.api_types import Check, Health, Readiness
+from llog.broker.openapi import openapi_document
+from llog.broker.responses import json_response
+from llog.broker.schemas import parse_blob_query
 from llog.broker.state import broker_of
-from llog.broker.statuses import retry_headers
 
 
 async def health(request: Request) -> Response:
     """Liveness: this process's id, listen address and start time."""
     b = broker_of(request)
-    return JSONResponse({"status": "ok", "broker_id": b.broker_id, **b.listen, "started_at_ms": b.started_at_ms})
+    return json_response(Health("ok", b.broker_id, b.host, b.port, b.started_at_ms))
 
 
 async def ready(request: Request) -> Response:
     """Readiness: 200 when etcd and the object store answer, else 503 with the checks."""
     b = broker_of(request)
     ok, checks = await anyio.to_thread.run_sync(b.readiness.check)
-    status = 200 if ok else 503
-    return JSONResponse({"status": "ready" if ok else "unavailable", "broker_id": b.broker_id, "checks": checks},
-                        status_code=status, headers=retry_headers(status))
+    return json_response(Readiness("ready" if ok else "unavailable", b.broker_id,
+                                   msgspec.convert(checks, dict[str, Check])), 200 if ok else 503)
 
 
 async def metrics_json(request: Request) -> Response:
     """The metrics as one JSON object."""
-    return JSONResponse(broker_of(request).conn.metrics.snapshot())
+    return json_response(broker_of(request).conn.metrics.snapshot())
 
 
 async def metrics_prometheus(request: Request) -> Response:
@@ -54,9 +55,9 @@ async def blob_range(request: Request) -> Response:
 
 async def openapi(_request: Request) -> Response:
     """The OpenAPI document of every route."""
-    return JSONResponse(_document())
+    return Response(_document(), media_type="application/json")
 
 
 @functools.cache
-def _document() -> dict[str, Any]:
-    return openapi_document()
+def _document() -> bytes:
+    return msgspec.json.encode(openapi_document())

@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import asyncio
 from concurrent.futures import Future
-from typing import Any
 
 import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
+from llog.broker.api_types import ProduceResponse, ProduceResult
 from llog.broker.request_body import read_body
 from llog.broker.responses import results_response
-from llog.broker.schemas import ProduceRequest, parse_produce
+from llog.broker.schemas import ProducePartition, parse_produce
 from llog.broker.state import Broker, broker_of
 from llog.broker.statuses import partition_error
 from llog.errors import BackPressure, LlogError, UnknownTopic
@@ -26,44 +26,44 @@ async def produce(request: Request) -> Response:
     b = broker_of(request)
     req = parse_produce(await read_body(request, b.config.broker_max_request_bytes))
     submitted = submit(b, req, fast=True)
-    if len(submitted) < len(req.topic_partitions):
+    if len(submitted) < len(req):
         submitted += await anyio.to_thread.run_sync(submit, b, req, len(submitted))
-    results: list[dict[str, Any]] = []
+    results: list[ProduceResult] = []
     errors: list[LlogError] = []
-    for tp, item in zip(req.topic_partitions, submitted, strict=True):
+    for tp, item in zip(req, submitted, strict=True):
         try:
             if isinstance(item, LlogError):
                 raise item
             res = await asyncio.wrap_future(item)
         except LlogError as exc:
             errors.append(exc)
-            results.append(partition_error(tp.topic, tp.partition, exc))
+            results.append(partition_error(ProduceResult, tp.topic, tp.partition, exc))
             continue
         b.conn.metrics.produce_records.inc(res.count)
         b.conn.metrics.produce_bytes.inc(sum(map(payload_size, tp.records)))
-        results.append({
-            "topic": tp.topic, "partition": tp.partition, "ok": True, "start_offset": res.start_offset,
-            "end_offset": res.end_offset, "count": res.count, "index_key": res.index_key,
-            "wal_uri": f"{b.config.object_store.rstrip('/')}/{res.data_key}",
-        })
-    return results_response({"results": results}, errors, len(results))
+        results.append(ProduceResult(
+            topic=tp.topic, partition=tp.partition, ok=True, start_offset=res.start_offset,
+            end_offset=res.end_offset, count=res.count, index_key=res.index_key,
+            wal_uri=f"{b.config.object_store.rstrip('/')}/{res.data_key}",
+        ))
+    return results_response(ProduceResponse(results=results), errors, len(results))
 
 
 def submit(
-    broker: Broker, req: ProduceRequest, start: int = 0, *, fast: bool = False
+    broker: Broker, req: tuple[ProducePartition, ...], start: int = 0, *, fast: bool = False
 ) -> list[Future[AppendResult] | LlogError]:
     """Hand the request's groups from ``start`` on to the producer. ``fast`` runs on
     the event loop: it stops (returning fewer items) at the first group that could
     block, on etcd (a partition not seen yet) or on a full buffer, and the caller
     finishes the rest on a worker thread."""
     out: list[Future[AppendResult] | LlogError] = []
-    for tp in req.topic_partitions[start:]:
+    for tp in req[start:]:
         key = (tp.topic, tp.partition)
         if fast and key not in broker.validated:
             break
         try:
             if not fast:
-                _ensure_topic(broker, tp.topic)
+                ensure_topic(broker, tp.topic)
             out.append(broker.producer.send_group(
                 tp.topic, tp.partition, tp.records, producer_id=tp.producer_id, sequence=tp.sequence,
                 timeout=0 if fast else None,
@@ -78,7 +78,9 @@ def submit(
     return out
 
 
-def _ensure_topic(broker: Broker, topic: str) -> None:
+def ensure_topic(broker: Broker, topic: str) -> None:
+    """Create ``topic`` with the default partition count if auto-creation is on and it
+    does not exist (the Kafka listener's produce shares this)."""
     if not broker.config.auto_create_topics:
         return
     try:
