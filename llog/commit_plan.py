@@ -71,8 +71,24 @@ def sequence_verdict(
     """``None``: append; the last state: a retry of the committed batch; else the error.
 
     An unknown producer may start at any sequence."""
-    if last is None or producer.sequence == last.sequence + 1:
+    if last is None:
+        return None
+    expected = next_sequence(producer.id, last)
+    if producer.sequence == expected:
         return None
     if producer.sequence == last.sequence and n == last.msg_count:
         return last
-    return SequenceError(topic, partition, producer.id, last.sequence + 1, producer.sequence)
+    return SequenceError(topic, partition, producer.id, expected, producer.sequence)
+
+
+#: Producer ids that count sequences in records, as Kafka does (spec §8.7): the Kafka
+#: listener's idempotent producers.
+RECORD_COUNTED_PREFIX = "kafka."
+_KAFKA_SEQUENCE_WRAP = 2**31  # Kafka's int32 sequences wrap to 0
+
+
+def next_sequence(producer_id: str, last: ProducerState) -> int:
+    """The sequence the producer's next batch on the partition must carry."""
+    if producer_id.startswith(RECORD_COUNTED_PREFIX):
+        return (last.sequence + last.msg_count) % _KAFKA_SEQUENCE_WRAP
+    return last.sequence + 1

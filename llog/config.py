@@ -97,6 +97,13 @@ class LlogConfig:
     broker_max_request_bytes: int = 16 * 1024 * 1024
     #: Seconds a broker produce waits for room in the batch buffer before a 503.
     broker_send_timeout_s: float = 5.0
+    #: Port of the broker's Kafka listener (docs/kafka.md); unset: no Kafka listener.
+    kafka_port: int | None = None
+    #: Address the Kafka listener binds (default: ``broker_host``).
+    kafka_host: str | None = None
+    #: Host name the brokers' Metadata answers give clients for this broker (default:
+    #: the listen address, or 127.0.0.1 for a wildcard one).
+    kafka_advertised_host: str | None = None
     tail_cache_dir: str | None = None
     #: Bytes of recently committed records a broker keeps for tail consumers (in
     #: memory, and in ``tail_cache_dir`` when set); 0 turns the cache off.
@@ -197,6 +204,8 @@ class LlogConfig:
                      "backpressure_check_s", "producer_state_ttl_s", "tail_cache_bytes", "read_cache_bytes"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if self.kafka_port is not None and not 0 <= self.kafka_port <= 65535:
+            raise ConfigError(f"kafka_port must be in [0, 65535], got {self.kafka_port!r}")
         if self.compact_target_bytes > 1024**3:
             raise ConfigError("compact_target_bytes must be <= 1 GiB (one compacted body)")
 
@@ -216,6 +225,8 @@ def _coerce(name: str, type_: Any, raw: str) -> Any:
             return int(raw)
         if t == "float":
             return float(raw)
+        if t == "int | None":
+            return int(raw) if raw else None
         if "None" in t:
             return raw or None
         return raw

@@ -15,6 +15,8 @@ GROUPS = "_groups"
 MAINTENANCE = "_maintenance"
 #: Reserved name under the root that holds the writers' and compactors' session keys.
 SESSIONS = "_sessions"
+#: Reserved name under the root that holds the live brokers' Kafka listener addresses.
+BROKERS = "_brokers"
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,18 @@ class KeyLayout:
 
     def session(self, session_id: str) -> str:
         return f"{self.sessions_prefix()}{session_id}"
+
+    # -- brokers (under the reserved name "_brokers") ----------------------------
+    def brokers_prefix(self) -> str:
+        return f"{self.root}/{BROKERS}/nodes/"
+
+    def broker(self, node_id: int) -> str:
+        """A live broker's Kafka node id and listener address, under its lease."""
+        return f"{self.brokers_prefix()}{node_id}"
+
+    def kafka_producer_ids(self) -> str:
+        """Written once per Kafka InitProducerId: its etcd revision is the new producer id."""
+        return f"{self.root}/{BROKERS}/producer-ids"
 
     def all_prefix(self) -> str:
         return f"{self.root}/"

@@ -7,8 +7,9 @@ that tells tests/test_docs.py how to run it:
 - ``<!-- docs-test: server -->``: the block starts a long-running HTTP server on port
   8080; it is started in the background, must answer ``GET /health``, and stays up for
   the document's later blocks.
-- ``<!-- docs-test: broker -->``: the block talks to a broker on ``localhost:8080``;
-  one is started for the document unless a ``server`` block already did.
+- ``<!-- docs-test: broker -->``: the block (sh or python) talks to a broker on
+  ``localhost:8080`` or its Kafka listener on ``localhost:9092``; one is started for
+  the document unless a ``server`` block already did.
 """
 
 from __future__ import annotations
@@ -77,7 +78,7 @@ def fenced_blocks(path: Path) -> list[Block]:
             raise ValueError(f"{path}:{start + 1}: unclosed code fence")
         i += 1
         kind, reason = _marker_above(path, lines, start)
-        if kind in ("server", "broker") and m["lang"] != "sh":
+        if kind == "server" and m["lang"] != "sh":
             raise ValueError(f"{path}:{start + 1}: a docs-test {kind} marker needs an sh block")
         out.append(Block(path, start + 1, m["lang"], "\n".join(body) + "\n", kind, reason))
     return out

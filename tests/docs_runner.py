@@ -31,6 +31,8 @@ SH_EPILOGUE = '\nexit "$failed"\n'
 
 #: The port the documents' examples use for a broker; each document gets a free one instead.
 DOC_PORT = re.compile(r"(?<=localhost:)8080\b|(?<=--port )8080\b")
+#: ... and for its Kafka listener.
+DOC_KAFKA_PORT = re.compile(r"(?<=localhost:)9092\b|(?<=--kafka-port )9092\b")
 
 
 def free_port() -> int:
@@ -98,6 +100,7 @@ class DocumentRun:
         self.env = env
         self.workdir = workdir
         self.port = free_port()
+        self.kafka_port = free_port()
         self.worker: subprocess.Popen[str] | None = None
         self.servers: list[_Server] = []
 
@@ -106,7 +109,7 @@ class DocumentRun:
         """Run ``block`` in the document's namespace; what it printed."""
         worker = self._worker()
         assert worker.stdin is not None and worker.stdout is not None
-        worker.stdin.write(json.dumps({"name": block.test_id, "code": block.code}) + "\n")
+        worker.stdin.write(json.dumps({"name": block.test_id, "code": self._localize(block.code)}) + "\n")
         worker.stdin.flush()
         line = _readline(worker.stdout, timeout)
         if line is None:
@@ -167,10 +170,11 @@ class DocumentRun:
     def ensure_broker(self, block: Block) -> None:
         """A broker on our port for a block that talks to one, unless one is up."""
         if not any(s.proc.poll() is None for s in self.servers):
-            self.start_server(Block(block.path, block.line, "sh", f"llog broker --port {self.port}\n"))
+            self.start_server(Block(block.path, block.line, "sh",
+                                    f"llog broker --port {self.port} --kafka-port {self.kafka_port}\n"))
 
     def _localize(self, code: str) -> str:
-        return DOC_PORT.sub(str(self.port), code)
+        return DOC_KAFKA_PORT.sub(str(self.kafka_port), DOC_PORT.sub(str(self.port), code))
 
     def close(self) -> list[str]:
         """Stop the worker and every server; what went wrong stopping them."""

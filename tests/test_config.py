@@ -71,6 +71,8 @@ def test_each_field_reads_its_own_variable() -> None:
             raw, want = "file:///tmp/x", "file:///tmp/x"
         elif f.name == "root_prefix":
             raw, want = "other", "other"
+        elif f.type == "int | None":
+            raw, want = "9092", 9092
         elif isinstance(current, bool):
             raw, want = ("false", False) if current else ("true", True)
         elif isinstance(current, int):

@@ -96,6 +96,8 @@ def test_block_runs(block: Block, document_runs: DocumentRuns) -> None:
         if block.marker == "server":
             run.start_server(block)
         elif block.lang == "python":
+            if block.marker == "broker":
+                run.ensure_broker(block)
             output = run.run_python(block, BLOCK_TIMEOUT_S)
             _check_expected_lines(block, output)
         else:

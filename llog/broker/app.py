@@ -11,7 +11,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import cast
+from typing import TYPE_CHECKING, cast
 
 import anyio.to_thread
 from starlette.applications import Starlette
@@ -22,6 +22,9 @@ from llog.broker.responses import error_response
 from llog.broker.routes import PUBLIC_ROUTES, ROUTES, starlette_routes
 from llog.broker.state import Broker
 from llog.config import LlogConfig
+
+if TYPE_CHECKING:
+    from llog.kafka.listener import KafkaListener
 
 __all__ = ["ROUTES", "BrokerApp", "create_app"]
 
@@ -85,12 +88,13 @@ class BrokerApp:
 def create_app(
     config: LlogConfig,
     *,
-    on_ready: Callable[[], None] | None = None,
+    on_ready: Callable[[Broker], None] | None = None,
     host: str | None = None,
     port: int | None = None,
 ) -> BrokerApp:
-    """The broker as an ASGI app; resources open in its lifespan. ``host`` and
-    ``port`` are where it listens, as ``/health`` reports them (default: the config's)."""
+    """The broker as an ASGI app; resources open in its lifespan (with the Kafka
+    listener when ``config.kafka_port`` is set). ``host`` and ``port`` are where it
+    listens, as ``/health`` reports them (default: the config's)."""
 
     def open_broker() -> Broker:
         return Broker(config, host=config.broker_host if host is None else host,
@@ -100,12 +104,21 @@ def create_app(
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         b = await anyio.to_thread.run_sync(open_broker)
         b.start(asyncio.get_running_loop())
-        app.state.broker = b
-        if on_ready is not None:
-            on_ready()
+        kafka: KafkaListener | None = None
         try:
+            if config.kafka_port is not None:
+                from llog.kafka.listener import KafkaListener  # llog.kafka builds on llog.broker
+
+                kafka = KafkaListener(b, config.kafka_host or b.host, config.kafka_port, config.kafka_advertised_host)
+                await kafka.start()
+                b.kafka_port = kafka.port
+            app.state.broker = b
+            if on_ready is not None:
+                on_ready(b)
             yield
         finally:
+            if kafka is not None:
+                await kafka.close()
             await anyio.to_thread.run_sync(b.close)
 
     app = Starlette(routes=starlette_routes(), exception_handlers=EXCEPTION_HANDLERS, lifespan=lifespan)

@@ -30,10 +30,10 @@ def serve(
     *,
     host: str | None = None,
     port: int | None = None,
-    on_ready: Callable[[str], None] | None = None,
+    on_ready: Callable[[str, int | None], None] | None = None,
 ) -> None:
-    """Serve until stopped; ``on_ready(url)`` runs once the broker accepts requests.
-    ``port=0`` picks a free port (the URL tells which)."""
+    """Serve until stopped; ``on_ready(url, kafka_port)`` runs once the broker accepts
+    requests. ``port=0`` picks a free port (the URL tells which)."""
     # proto=IPPROTO_TCP: asyncio sets TCP_NODELAY only on sockets that say so; without
     # it every response waits ~40 ms for Nagle against the client's delayed ACK.
     host = host or config.broker_host
@@ -51,7 +51,7 @@ def serve(
     url = listen_url(bound_host, bound_port)
     app = create_app(
         config,
-        on_ready=None if on_ready is None else (lambda: on_ready(url)),
+        on_ready=None if on_ready is None else (lambda b: on_ready(url, b.kafka_port)),
         host=bound_host,
         port=bound_port,
     )

@@ -23,6 +23,11 @@ def register(subparsers: Any) -> None:
                    help="largest request body accepted, 413 beyond (LLOG_BROKER_MAX_REQUEST_BYTES)")
     p.add_argument("--send-timeout", type=values.seconds,
                    help="seconds a produce waits for room in the batch buffer before 503 (LLOG_BROKER_SEND_TIMEOUT_S)")
+    p.add_argument("--kafka-port", type=values.listen_port,
+                   help="also serve the Kafka protocol on this port, 0 for any free one (LLOG_KAFKA_PORT)")
+    p.add_argument("--kafka-advertised-host", type=values.host,
+                   help="host name clients are told to reach this broker's Kafka listener at "
+                        "(LLOG_KAFKA_ADVERTISED_HOST; default: the listen address)")
     p.add_argument("--tail-cache-bytes", type=values.non_negative_int,
                    help="bytes of recently written records kept for tail consumers (LLOG_TAIL_CACHE_BYTES)")
     p.set_defaults(func=_run)
@@ -31,12 +36,15 @@ def register(subparsers: Any) -> None:
 def _run(args: argparse.Namespace) -> int:
     from llog.broker.server import serve
 
-    def ready(url: str) -> None:
+    def ready(url: str, kafka_port: int | None) -> None:
         print(f"llog broker listening on {url}", flush=True)
+        if kafka_port is not None:
+            print(f"llog Kafka listener on port {kafka_port}", flush=True)
 
     # The flags win over the LLOG_* settings; replace() validates them again.
     flags = {"broker_max_request_bytes": args.max_request_bytes, "broker_send_timeout_s": args.send_timeout,
-             "tail_cache_bytes": args.tail_cache_bytes}
+             "tail_cache_bytes": args.tail_cache_bytes, "kafka_port": args.kafka_port,
+             "kafka_advertised_host": args.kafka_advertised_host}
     config = replace(config_from_args(args), **{k: v for k, v in flags.items() if v is not None})
     serve(config, host=args.host, port=args.port, on_ready=ready)
     return 0

@@ -1,0 +1,38 @@
+"""What every Kafka request handler reaches: the broker and the live-broker registry."""
+
+from __future__ import annotations
+
+import uuid
+import zlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from llog.kafka.coordinator import Coordinator
+from llog.kafka.registry import BrokerNode, BrokerRegistry
+
+if TYPE_CHECKING:
+    from llog.broker.state import Broker
+
+
+@dataclass(frozen=True)
+class Context:
+    broker: Broker
+    registry: BrokerRegistry
+    coordinator: Coordinator
+
+    @property
+    def cluster_id(self) -> str:
+        """Stable per llog root: every broker of one deployment reports the same."""
+        return f"llog-{self.broker.conn.keys.root}"
+
+    def topic_id(self, topic: str) -> uuid.UUID:
+        """A stable id per topic name (llog topics have none of their own)."""
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"llog://{self.broker.conn.keys.root}/{topic}")
+
+
+def leader_of(nodes: list[BrokerNode], topic: str, partition: int) -> BrokerNode:
+    """The broker a partition's clients are sent to. Any broker can serve any
+    partition; spreading partitions over the live brokers spreads the clients, and
+    every broker computes the same answer from the same live list."""
+    return nodes[(zlib.crc32(topic.encode()) + partition) % len(nodes)]
+

@@ -1,0 +1,120 @@
+"""Kafka error codes, and the one mapping from llog's errors to them."""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+from llog.errors import (
+    AmbiguousCommit,
+    BackPressure,
+    CommitRejected,
+    CoordinationError,
+    CorruptBlob,
+    Fenced,
+    InvalidInput,
+    InvalidPartition,
+    InvalidTopicName,
+    LlogError,
+    OffsetOutOfRange,
+    RecordTooLarge,
+    SequenceError,
+    SessionExpired,
+    StaleEpoch,
+    StoreError,
+    TopicConflict,
+    UnknownPartition,
+    UnknownTopic,
+)
+from llog.kafka.record_batches import CorruptBatch, UnsupportedCompression, UnsupportedMessageFormat
+
+
+class ErrorCode(IntEnum):
+    """The codes llog answers with (Apache Kafka's numbering)."""
+
+    NONE = 0
+    OFFSET_OUT_OF_RANGE = 1
+    CORRUPT_MESSAGE = 2
+    UNKNOWN_TOPIC_OR_PARTITION = 3
+    LEADER_NOT_AVAILABLE = 5
+    NOT_LEADER_OR_FOLLOWER = 6
+    REQUEST_TIMED_OUT = 7
+    MESSAGE_TOO_LARGE = 10
+    COORDINATOR_NOT_AVAILABLE = 15
+    NOT_COORDINATOR = 16
+    INVALID_TOPIC_EXCEPTION = 17
+    RECORD_LIST_TOO_LARGE = 18
+    NOT_ENOUGH_REPLICAS = 19
+    INVALID_REQUIRED_ACKS = 21
+    ILLEGAL_GENERATION = 22
+    INCONSISTENT_GROUP_PROTOCOL = 23
+    INVALID_GROUP_ID = 24
+    UNKNOWN_MEMBER_ID = 25
+    INVALID_SESSION_TIMEOUT = 26
+    REBALANCE_IN_PROGRESS = 27
+    INVALID_COMMIT_OFFSET_SIZE = 28
+    TOPIC_AUTHORIZATION_FAILED = 29
+    GROUP_AUTHORIZATION_FAILED = 30
+    CLUSTER_AUTHORIZATION_FAILED = 31
+    INVALID_TIMESTAMP = 32
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
+    UNSUPPORTED_VERSION = 35
+    TOPIC_ALREADY_EXISTS = 36
+    INVALID_PARTITIONS = 37
+    INVALID_REPLICATION_FACTOR = 38
+    INVALID_REQUEST = 42
+    UNSUPPORTED_FOR_MESSAGE_FORMAT = 43
+    OUT_OF_ORDER_SEQUENCE_NUMBER = 45
+    DUPLICATE_SEQUENCE_NUMBER = 46
+    INVALID_PRODUCER_EPOCH = 47
+    SASL_AUTHENTICATION_FAILED = 58
+    UNKNOWN_PRODUCER_ID = 59
+    KAFKA_STORAGE_ERROR = 56
+    UNKNOWN_SERVER_ERROR = -1
+    GROUP_ID_NOT_FOUND = 69
+    FENCED_LEADER_EPOCH = 74
+    UNKNOWN_LEADER_EPOCH = 75
+    UNSUPPORTED_COMPRESSION_TYPE = 76
+    MEMBER_ID_REQUIRED = 79
+    THROTTLING_QUOTA_EXCEEDED = 89
+
+
+def error_code(exc: BaseException) -> ErrorCode:
+    """The code a client should see for ``exc``: a retriable one where the client's
+    retry is the right answer (an outage, back-pressure, an unknown commit outcome,
+    which an idempotent producer resolves by resending)."""
+    if isinstance(exc, (UnknownTopic, UnknownPartition, InvalidPartition)):
+        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
+    if isinstance(exc, OffsetOutOfRange):
+        return ErrorCode.OFFSET_OUT_OF_RANGE
+    if isinstance(exc, InvalidTopicName):
+        return ErrorCode.INVALID_TOPIC_EXCEPTION
+    if isinstance(exc, RecordTooLarge):
+        return ErrorCode.MESSAGE_TOO_LARGE
+    if isinstance(exc, TopicConflict):
+        return ErrorCode.TOPIC_ALREADY_EXISTS
+    if isinstance(exc, SequenceError):
+        return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
+    if isinstance(exc, StaleEpoch):
+        return ErrorCode.ILLEGAL_GENERATION
+    if isinstance(exc, CommitRejected):
+        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
+    if isinstance(exc, CorruptBlob):
+        return ErrorCode.KAFKA_STORAGE_ERROR
+    if isinstance(exc, Fenced):
+        return ErrorCode.NOT_LEADER_OR_FOLLOWER  # retriable: the client refreshes metadata and retries
+    if isinstance(exc, AmbiguousCommit):
+        return ErrorCode.REQUEST_TIMED_OUT
+    if isinstance(exc, (BackPressure, CoordinationError, StoreError, SessionExpired)):
+        return ErrorCode.REQUEST_TIMED_OUT  # retriable in every client; nothing was written
+    if isinstance(exc, UnsupportedCompression):
+        return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
+    if isinstance(exc, UnsupportedMessageFormat):
+        return ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
+    if isinstance(exc, CorruptBatch):
+        return ErrorCode.CORRUPT_MESSAGE
+    if isinstance(exc, InvalidInput):
+        return ErrorCode.INVALID_REQUEST
+    if isinstance(exc, LlogError) and exc.retriable:
+        return ErrorCode.REQUEST_TIMED_OUT
+    return ErrorCode.UNKNOWN_SERVER_ERROR

@@ -1,0 +1,79 @@
+"""ApiVersions and Metadata."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
+
+from llog.errors import LlogError, UnknownTopic
+from llog.kafka.context import Context, leader_of
+from llog.kafka.errors import error_code
+from llog.names import check_topic
+from llog.topics import Topics
+
+if TYPE_CHECKING:
+    from llog.kafka.apis import Api
+
+
+def versions_response(version: int, apis: Iterable[Api]) -> ApiVersionsResponse:
+    return ApiVersionsResponse[version](error_code=0, throttle_time_ms=0, api_keys=[
+        ApiVersionsResponse.ApiVersion(api_key=a.request.API_KEY, min_version=a.min_version,
+                                       max_version=a.max_version) for a in apis])
+
+
+async def api_versions(_ctx: Context, req: Any, apis: Iterable[Api]) -> ApiVersionsResponse:
+    return versions_response(req.API_VERSION, apis)
+
+
+async def metadata(ctx: Context, req: Any) -> MetadataResponse:
+    return await asyncio.to_thread(_metadata, ctx, req)
+
+
+def _metadata(ctx: Context, req: Any) -> MetadataResponse:
+    broker = ctx.broker
+    nodes = ctx.registry.live(max_age_s=0)  # fresh: clients ask rarely, and act on the answer
+    names = None if req.topics is None else [t.name for t in req.topics]
+    if names is None:
+        metas: list[tuple[str, int | LlogError]] = [(m.name, m.partitions) for m in Topics(broker.conn).list()]
+    else:
+        metas = [(name, _partitions(ctx, name, req.allow_auto_topic_creation)) for name in names]
+    R = MetadataResponse
+    topics = []
+    for name, got in metas:
+        if isinstance(got, LlogError):
+            topics.append(R.MetadataResponseTopic(error_code=error_code(got), name=name,
+                                                  topic_id=ctx.topic_id(name), partitions=[]))
+            continue
+        parts = []
+        for p in range(got):
+            leader = leader_of(nodes, name, p).node_id
+            parts.append(R.MetadataResponseTopic.MetadataResponsePartition(
+                error_code=0, partition_index=p, leader_id=leader, leader_epoch=0,
+                replica_nodes=[leader], isr_nodes=[leader], offline_replicas=[]))
+        topics.append(R.MetadataResponseTopic(error_code=0, name=name, topic_id=ctx.topic_id(name),
+                                              is_internal=False, partitions=parts))
+    return R[req.API_VERSION](
+        throttle_time_ms=0,
+        brokers=[R.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port, rack=None) for n in nodes],
+        cluster_id=ctx.cluster_id, controller_id=nodes[0].node_id, topics=topics,
+    )
+
+
+def _partitions(ctx: Context, name: str, allow_create: bool) -> int | LlogError:
+    broker = ctx.broker
+    try:
+        check_topic(name)
+        return broker.conn.topic(name, refresh=True).partitions
+    except UnknownTopic as exc:
+        if not (allow_create and broker.config.auto_create_topics):
+            return exc
+        try:
+            return Topics(broker.conn).create(name, broker.config.default_partitions).partitions
+        except LlogError as create_exc:
+            return create_exc
+    except LlogError as exc:
+        return exc
+

@@ -1,0 +1,111 @@
+"""Produce: each partition's record batches decoded and handed to the broker's
+batching producer (shared with the HTTP API) before the connection's next request is
+read; the answer waits for the commits. Every ``acks`` value but 0 means what llog's
+acknowledgement always means: durable in the object store and committed in etcd.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable
+from concurrent.futures import Future
+from typing import Any
+
+from kafka.protocol.producer import ProduceResponse
+
+from llog.broker.routes.produce import ensure_topic
+from llog.commit_plan import RECORD_COUNTED_PREFIX
+from llog.errors import BackPressure, LlogError
+from llog.kafka.context import Context
+from llog.kafka.errors import ErrorCode, error_code
+from llog.kafka.record_batches import decode_batches
+from llog.writer import AppendResult
+
+_Outcome = Future[AppendResult] | LlogError | ErrorCode
+
+
+async def produce(ctx: Context, req: Any) -> Awaitable[ProduceResponse | None]:
+    """Submit every partition in request order; return the wait for their answer."""
+    broker = ctx.broker
+    submitted: list[tuple[str, list[tuple[int, _Outcome]]]] = []
+    for topic in req.topic_data:
+        parts: list[tuple[int, _Outcome]] = []
+        for pd in topic.partition_data:
+            parts.append((pd.index, await _submit(ctx, topic.name, pd.index, pd.records)))
+        submitted.append((topic.name, parts))
+    if req.acks == 0:
+        return _none()
+    return _answer(req.API_VERSION, broker.conn.metrics, submitted)
+
+
+async def _none() -> None:
+    return None
+
+
+async def _submit(ctx: Context, topic: str, partition: int, data: bytes | None) -> _Outcome:
+    broker = ctx.broker
+    if not data:
+        return ErrorCode.CORRUPT_MESSAGE
+    try:
+        batches = decode_batches(data)
+    except LlogError as exc:
+        return exc
+    if batches.transactional:
+        return ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT  # llog has no transactions (docs/kafka.md)
+    # An idempotent producer's batches carry its id, epoch and first sequence; llog's
+    # producer state then counts records, as Kafka does (spec §8.7).
+    producer_id, sequence = None, None
+    if batches.producer_id >= 0:
+        producer_id = f"{RECORD_COUNTED_PREFIX}{batches.producer_id}.{batches.producer_epoch}"
+        sequence = batches.base_sequence
+    key = (topic, partition)
+    try:
+        if key in broker.validated:
+            try:  # on the event loop while nothing blocks, like the HTTP route
+                return broker.producer.send_group(topic, partition, batches.records, producer_id=producer_id,
+                                                  sequence=sequence, timeout=0)
+            except BackPressure:
+                pass
+        return await asyncio.to_thread(_send_blocking, ctx, topic, partition, batches.records, producer_id, sequence)
+    except LlogError as exc:
+        return exc
+
+
+def _send_blocking(
+    ctx: Context, topic: str, partition: int, records: Any, producer_id: str | None, sequence: int | None
+) -> Future[AppendResult]:
+    broker = ctx.broker
+    ensure_topic(broker, topic)
+    fut = broker.producer.send_group(topic, partition, records, producer_id=producer_id, sequence=sequence)
+    broker.validated.add((topic, partition))
+    return fut
+
+
+async def _answer(
+    version: int, metrics: Any, submitted: list[tuple[str, list[tuple[int, _Outcome]]]]
+) -> ProduceResponse:
+    R = ProduceResponse
+    topics = []
+    for name, parts in submitted:
+        answers = []
+        for index, outcome in parts:
+            code: int = ErrorCode.NONE
+            base = -1
+            log_start = -1
+            message = None
+            try:
+                if isinstance(outcome, ErrorCode):
+                    code = outcome
+                elif isinstance(outcome, LlogError):
+                    raise outcome
+                else:
+                    res = await asyncio.wrap_future(outcome)
+                    base = res.start_offset
+                    metrics.produce_records.inc(res.count)
+            except LlogError as exc:
+                code, message = error_code(exc), str(exc)
+            answers.append(R.TopicProduceResponse.PartitionProduceResponse(
+                index=index, error_code=code, base_offset=base, log_append_time_ms=-1,
+                log_start_offset=log_start, record_errors=[], error_message=message))
+        topics.append(R.TopicProduceResponse(name=name, partition_responses=answers))
+    return R[version](responses=topics, throttle_time_ms=0)

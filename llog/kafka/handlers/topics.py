@@ -1,0 +1,66 @@
+"""CreateTopics: llog topics with the partition count asked for (the replication
+factor is the object store's business: any value is accepted), ``retention.ms`` and
+``retention.bytes`` mapped onto llog's retention; ``cleanup.policy=compact`` refused,
+as llog does not compact by key."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+from kafka.protocol.admin import CreateTopicsResponse
+
+from llog.errors import LlogError, UnknownTopic
+from llog.kafka.context import Context
+from llog.kafka.errors import ErrorCode, error_code
+from llog.topics import Topics
+
+INVALID_CONFIG = 40
+
+
+async def create_topics(ctx: Context, req: Any) -> CreateTopicsResponse:
+    return await asyncio.to_thread(_create_topics, ctx, req)
+
+
+def _create_topics(ctx: Context, req: Any) -> CreateTopicsResponse:
+    R = CreateTopicsResponse
+    out = []
+    for t in req.topics:
+        code, message, partitions = _create(ctx, t, req.validate_only)
+        out.append(R.CreatableTopicResult(name=t.name, error_code=code, error_message=message,
+                                          num_partitions=partitions, replication_factor=1, configs=None))
+    return R[req.API_VERSION](throttle_time_ms=0, topics=out)
+
+
+def _create(ctx: Context, t: Any, validate_only: bool) -> tuple[int, str | None, int]:
+    conn = ctx.broker.conn
+    partitions = ctx.broker.config.default_partitions if t.num_partitions == -1 else t.num_partitions
+    retention: dict[str, int] = {}
+    for c in t.configs:
+        if c.name == "cleanup.policy" and c.value not in (None, "delete"):
+            return INVALID_CONFIG, f"cleanup.policy={c.value}: llog topics are not compacted by key", -1
+        if c.name in ("retention.ms", "retention.bytes") and c.value is not None:
+            try:
+                v = int(c.value)
+            except ValueError:
+                return INVALID_CONFIG, f"{c.name}={c.value!r} is not an integer", -1
+            if v > 0:  # -1: unlimited, llog's default
+                retention[c.name.replace(".", "_")] = v
+    if t.assignments:
+        return ErrorCode.INVALID_REQUEST, "replica assignments do not apply: every broker serves every partition", -1
+    try:
+        conn.topic(t.name, refresh=True)
+        return ErrorCode.TOPIC_ALREADY_EXISTS, f"topic {t.name!r} already exists", -1
+    except UnknownTopic:
+        pass
+    except LlogError as exc:
+        return error_code(exc), str(exc), -1
+    if partitions <= 0:
+        return ErrorCode.INVALID_PARTITIONS, f"num_partitions must be > 0, got {t.num_partitions}", -1
+    if validate_only:
+        return ErrorCode.NONE, None, partitions
+    try:
+        Topics(conn).create(t.name, partitions, **retention)
+    except LlogError as exc:
+        return error_code(exc), str(exc), -1
+    return ErrorCode.NONE, None, partitions

@@ -1,0 +1,157 @@
+"""The Kafka listener: an asyncio server in the broker's event loop. Each connection
+reads size-prefixed requests and answers them in the order they came (the protocol's
+rule), while later requests are already being handled: a produce is handed to the
+batching producer before the next request is read, so appends keep the order a client
+sent them in, and a long-polling fetch does not hold the connection's other requests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import struct
+from collections.abc import Awaitable
+from typing import TYPE_CHECKING
+
+from kafka.protocol.api_message import ApiMessage
+from kafka.protocol.metadata import ApiVersionsRequest
+
+from llog.kafka.apis import API_BY_KEY, SASL_AUTHENTICATE, SASL_HANDSHAKE, Context, unsupported_response
+from llog.kafka.coordinator import Coordinator
+from llog.kafka.registry import BrokerRegistry
+from llog.kafka.sasl import SaslState
+
+if TYPE_CHECKING:
+    from llog.broker.state import Broker
+
+log = logging.getLogger(__name__)
+
+#: Requests one connection may have in progress before the listener stops reading it.
+MAX_INFLIGHT_PER_CONNECTION = 64
+#: Largest request frame accepted; a client sending more is disconnected.
+MAX_FRAME_BYTES = 100 * 1024 * 1024
+
+
+class KafkaListener:
+    """Serves the Kafka protocol for ``broker`` on ``host:port`` (``port`` 0: any free)."""
+
+    def __init__(self, broker: Broker, host: str, port: int, advertised_host: str | None = None) -> None:
+        self.broker = broker
+        self.host, self.port = host, port
+        self._advertised_host = advertised_host
+        self._server: asyncio.Server | None = None
+        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self.registry: BrokerRegistry | None = None
+        self.context: Context | None = None
+
+    async def start(self) -> None:
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=1024 * 1024)
+        self.port = self._server.sockets[0].getsockname()[1]
+        advertised = self._advertised_host or (self.host if self.host not in ("", "0.0.0.0", "::") else "127.0.0.1")
+        self.registry = BrokerRegistry(self.broker.conn, advertised, self.port, self.broker.config.session_ttl_s)
+        node_id = await asyncio.to_thread(self.registry.start)
+        coordinator = Coordinator(self.broker.conn, owner=f"kafka-node-{node_id}")
+        coordinator.start()
+        self.context = Context(self.broker, self.registry, coordinator)
+        log.info("Kafka listener on %s:%d, node id %d", self.host, self.port, self.registry.node_id)
+
+    async def close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+        # Closing a connection ends its read loop, which then stops its sender.
+        for writer in list(self._connections.values()):
+            writer.close()
+        if self._connections:
+            await asyncio.wait(list(self._connections), timeout=10)
+        if self.context is not None:
+            await self.context.coordinator.close()
+        if self.registry is not None:
+            await asyncio.to_thread(self.registry.close)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._connections[task] = writer
+        answers: asyncio.Queue[tuple[int, ApiMessage | None, Awaitable[ApiMessage | None]] | None] = asyncio.Queue(
+            MAX_INFLIGHT_PER_CONNECTION)
+        sasl = SaslState(self.broker.config.broker_token)
+        sender = asyncio.create_task(self._send(writer, answers, sasl))
+        peer = writer.get_extra_info("peername")
+        try:
+            while True:
+                size_bytes = await reader.readexactly(4)
+                (size,) = struct.unpack(">i", size_bytes)
+                if not 0 < size <= MAX_FRAME_BYTES:
+                    log.warning("Kafka client %s sent a frame of %d bytes; closing", peer, size)
+                    return
+                frame = await reader.readexactly(size)
+                answer = await self._dispatch(frame, sasl)
+                if answer is None:
+                    log.warning("Kafka client %s sent a request before authenticating; closing", peer)
+                    return
+                await answers.put(answer)
+        except (asyncio.IncompleteReadError, ConnectionError):
+            pass
+        finally:
+            with contextlib.suppress(asyncio.QueueFull):
+                answers.put_nowait(None)
+            if not sender.done():
+                sender.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await sender
+            writer.close()
+            self._connections.pop(task, None)
+
+    async def _dispatch(
+        self, frame: bytes, sasl: SaslState
+    ) -> tuple[int, ApiMessage | None, Awaitable[ApiMessage | None]] | None:
+        """Decode one request and start handling it; what :meth:`_send` answers with
+        (``None``: refused before authentication, close the connection)."""
+        assert self.context is not None
+        api_key, version, correlation_id = struct.unpack_from(">hhi", frame, 0)
+        api = API_BY_KEY.get(api_key)
+        if not sasl.authenticated and api_key not in (ApiVersionsRequest.API_KEY, SASL_HANDSHAKE, SASL_AUTHENTICATE):
+            return None
+        if api is None or not api.min_version <= version <= api.max_version:
+            return correlation_id, None, _ready(unsupported_response(api_key, version))
+        request = api.request.decode(frame, version=version, header=True)
+        if api_key == SASL_HANDSHAKE:
+            return correlation_id, request, _ready(sasl.handshake(request))
+        if api_key == SASL_AUTHENTICATE:
+            return correlation_id, request, _ready(sasl.authenticate(request))
+        assert api.handler is not None
+        if api.ordered:  # acts now, before the next request is read; the answer comes later
+            answer: Awaitable[ApiMessage | None] = await api.handler(self.context, request)
+        else:
+            answer = asyncio.ensure_future(api.handler(self.context, request))
+        return correlation_id, request, answer
+
+    async def _send(
+        self,
+        writer: asyncio.StreamWriter,
+        answers: asyncio.Queue[tuple[int, ApiMessage | None, Awaitable[ApiMessage | None]] | None],
+        sasl: SaslState,
+    ) -> None:
+        while (item := await answers.get()) is not None:
+            correlation_id, request, pending = item
+            try:
+                response = await pending
+                if response is None:  # acks=0: no answer
+                    continue
+                response.with_header(correlation_id=correlation_id)
+                frame = response.encode(header=True, framed=True)  # at the version it was built for
+            except Exception:
+                log.exception("Kafka request %r failed; closing the connection", request)
+                writer.close()  # the protocol has no generic error answer for a request
+                return
+            writer.write(frame)
+            await writer.drain()
+            if sasl.failed:  # the client has its answer; an unauthenticated connection ends here
+                writer.close()
+                return
+
+
+async def _ready(value: ApiMessage | None) -> ApiMessage | None:
+    return value
+

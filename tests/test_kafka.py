@@ -1,0 +1,402 @@
+"""The Kafka listener against real Kafka clients (kafka-python, confluent-kafka),
+on the suite's real etcd and S3 servers: records produced through Kafka read back
+through Kafka and through llog's own SDK, and the reverse."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llog.config import LlogConfig
+from llog.connection import Connection
+from llog.groups.offsets import GroupOffsets
+from llog.producer import BatchingProducer
+from llog.reader import Reader
+from llog.records import Record
+from llog.topics import Topics
+from tests.broker_harness import (
+    BrokerProcess,
+    broker_process,
+    conn_with_topic_t,  # noqa: F401 (the fixture conn, with topic t)
+)
+
+kafka = pytest.importorskip("kafka")
+
+
+@dataclass(frozen=True)
+class KafkaBroker:
+    http: BrokerProcess
+    bootstrap: str
+
+
+@contextmanager
+def kafka_broker(cfg: LlogConfig, *args: str, **env: str) -> Iterator[KafkaBroker]:
+    with broker_process(cfg, "--kafka-port", "0", *args, **env) as b:
+        assert b.proc.stdout is not None
+        line = b.proc.stdout.readline()
+        assert "Kafka listener on port " in line, line
+        yield KafkaBroker(b, f"127.0.0.1:{int(line.rsplit(' ', 1)[1])}")
+
+
+@pytest.fixture(name="kb")
+def kb_fixture(config: LlogConfig, conn: Connection) -> Iterator[KafkaBroker]:
+    with kafka_broker(config) as b:
+        yield b
+
+
+def _records(n: int) -> list[tuple[int, bytes | None, bytes, list[tuple[str, bytes]]]]:
+    """(partition, key, value, headers) of ``n`` records over topic t's 4 partitions."""
+    return [(i % 4, None if i % 5 == 0 else f"k{i}".encode(), f"value-{i}".encode(),
+             [("h", str(i).encode())] if i % 3 == 0 else []) for i in range(n)]
+
+
+def test_kafka_python_produce_and_fetch_round_trip(kb: KafkaBroker, conn: Connection) -> None:
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+
+    sent = _records(400)
+    producer = KafkaProducer(bootstrap_servers=kb.bootstrap, acks="all", linger_ms=5)
+    futures = [producer.send("t", value=v, key=k, headers=h, partition=p) for p, k, v, h in sent]
+    producer.flush()
+    offsets = [f.get(timeout=30) for f in futures]
+    producer.close()
+    by_partition: dict[int, list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]]] = {p: [] for p in range(4)}
+    for p, k, v, h in sent:
+        by_partition[p].append((k, v, h))
+    assert sorted(m.offset for m in offsets if m.partition == 0) == list(range(100))
+
+    consumer = KafkaConsumer(bootstrap_servers=kb.bootstrap, enable_auto_commit=False, consumer_timeout_ms=5000)
+    tps = [TopicPartition("t", p) for p in range(4)]
+    consumer.assign(tps)
+    consumer.seek_to_beginning(*tps)
+    got: dict[int, list[tuple[bytes | None, bytes, list[tuple[str, bytes]]]]] = {p: [] for p in range(4)}
+    for msg in consumer:
+        assert msg.offset == len(got[msg.partition])
+        got[msg.partition].append((msg.key, msg.value, list(msg.headers)))
+        if sum(map(len, got.values())) == len(sent):
+            break
+    consumer.close()
+    assert got == by_partition
+
+    # The same records through llog's own reader: keys, headers and timestamps kept.
+    reader = Reader(conn)
+    recs = list(reader.scan("t", 3, 0))
+    assert [(r.key, r.value, list(r.headers)) for r in recs] == by_partition[3]
+    assert all(r.timestamp > 0 for r in recs)
+
+
+def test_confluent_kafka_reads_what_the_sdk_wrote(kb: KafkaBroker, conn: Connection) -> None:
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    with BatchingProducer(conn) as p:
+        for i in range(50):
+            p.send_group("t", 1, [Record(f"sdk-{i}".encode(), key=b"k", headers=(("src", b"sdk"),))]).result()
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": kb.bootstrap, "group.id": "g-read",
+                                         "enable.auto.commit": False})
+    consumer.assign([confluent_kafka.TopicPartition("t", 1, confluent_kafka.OFFSET_BEGINNING)])
+    got = []
+    while len(got) < 50:
+        msg = consumer.poll(10)
+        assert msg is not None, f"no record after {len(got)}"
+        assert msg.error() is None, msg.error()
+        got.append((msg.offset(), msg.key(), msg.value(), msg.headers()))
+    consumer.close()
+    assert got == [(i, b"k", f"sdk-{i}".encode(), [("src", b"sdk")]) for i in range(50)]
+
+
+def test_confluent_kafka_produces_with_every_codec(kb: KafkaBroker, conn: Connection) -> None:
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    reader = Reader(conn)
+    Topics(conn).create("codecs", 5)
+    for partition, codec in enumerate(("none", "gzip", "snappy", "lz4", "zstd")):
+        producer = confluent_kafka.Producer({"bootstrap.servers": kb.bootstrap, "compression.type": codec,
+                                             "linger.ms": 5})
+        errors: list[object] = []
+        for i in range(200):
+            producer.produce("codecs", value=f"{codec}-{i}".encode() * 10, key=str(i).encode(), partition=partition,
+                             on_delivery=functools.partial(_note_error, errors))
+        assert producer.flush(30) == 0
+        assert errors == []
+        values = [r.value for r in reader.scan("codecs", partition, 0)]
+        assert values == [f"{codec}-{i}".encode() * 10 for i in range(200)]
+
+
+def _note_error(errors: list[object], err: object, _msg: object) -> None:
+    if err is not None:
+        errors.append(err)
+
+
+def test_consumer_group_rebalances_when_a_member_is_killed(kb: KafkaBroker, conn: Connection, tmp_path: Path) -> None:
+    """3 members over 12 partitions; one is killed with SIGKILL midway. Every record is
+    read, and a record read twice is one the killed member read after its last commit
+    of that partition (at-least-once, never a replay of committed records)."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    Topics(conn).create("events", 12)
+    total = 3000
+    producer = confluent_kafka.Producer({"bootstrap.servers": kb.bootstrap, "linger.ms": 5})
+    for i in range(total):
+        producer.produce("events", value=str(i).encode(), partition=i % 12)
+    assert producer.flush(60) == 0
+    outs = [tmp_path / f"member-{i}.txt" for i in range(3)]
+    procs = [subprocess.Popen([sys.executable, str(WORKERS / "kafka_group_consumer.py"), kb.bootstrap, "g3", "events",
+                               str(out)], stdout=subprocess.PIPE, text=True) for out in outs]
+    try:
+        for p in procs:
+            assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+        _wait_for(lambda: len(_reads(outs)) >= total // 4, "a quarter of the records read")
+        procs[0].kill()
+        procs[0].wait()
+        offsets = GroupOffsets(conn, "g3")
+        _wait_for(lambda: all((c := offsets.get("events", p)) is not None and c.offset == total // 12
+                              for p in range(12)), "every partition committed to its end")
+    finally:
+        for p in procs[1:]:
+            p.send_signal(signal.SIGTERM)
+        for p in procs:
+            p.wait(timeout=60)
+    reads = [r for out in outs for r in _lines(out, "R")]
+    assert set(reads) == {(p, o) for p in range(12) for o in range(total // 12)}
+    killed_commits: dict[int, int] = {}
+    for p, o in _lines(outs[0], "C"):
+        killed_commits[p] = max(killed_commits.get(p, 0), o)
+    twice = {r for r in set(reads) if reads.count(r) > 1}
+    assert all(o >= killed_commits.get(p, 0) for p, o in twice), sorted(twice)[:10]
+
+
+WORKERS = Path(__file__).resolve().parent / "workers"
+
+
+def _lines(path: Path, kind: str) -> list[tuple[int, int]]:
+    if not path.exists():
+        return []
+    out = []
+    for line in path.read_text().splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == kind:
+            out.append((int(parts[1]), int(parts[2])))
+    return out
+
+
+def _reads(outs: list[Path]) -> set[tuple[int, int]]:
+    return {r for out in outs for r in _lines(out, "R")}
+
+
+def _wait_for(cond: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not cond():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
+
+
+def test_sasl_plain_with_the_broker_token(config: LlogConfig, conn: Connection) -> None:
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.errors import KafkaError
+
+    with kafka_broker(config, LLOG_BROKER_TOKEN="s3cret") as kbt:
+        producer = KafkaProducer(bootstrap_servers=kbt.bootstrap, security_protocol="SASL_PLAINTEXT",
+                                 sasl_mechanism="PLAIN", sasl_plain_username="app", sasl_plain_password="s3cret")
+        assert producer.send("t", b"authenticated", partition=0).get(timeout=30).offset == 0
+        producer.close()
+        with pytest.raises(KafkaError):
+            KafkaProducer(bootstrap_servers=kbt.bootstrap, security_protocol="SASL_PLAINTEXT",
+                          sasl_mechanism="PLAIN", sasl_plain_username="app", sasl_plain_password="wrong",
+                          max_block_ms=5000).send("t", b"no", partition=0).get(timeout=10)
+        with pytest.raises(KafkaError):  # no SASL at all: refused
+            KafkaProducer(bootstrap_servers=kbt.bootstrap, max_block_ms=5000,
+                          request_timeout_ms=5000).send("t", b"no", partition=0).get(timeout=10)
+        consumer = KafkaConsumer(bootstrap_servers=kbt.bootstrap, security_protocol="SASL_PLAINTEXT",
+                                 sasl_mechanism="PLAIN", sasl_plain_username="app", sasl_plain_password="s3cret",
+                                 consumer_timeout_ms=5000)
+        consumer.assign([TopicPartition("t", 0)])
+        consumer.seek(TopicPartition("t", 0), 0)
+        assert [m.value for m in consumer] == [b"authenticated"]
+        consumer.close()
+
+
+def test_aiokafka_produces_and_consumes_in_a_group(kb: KafkaBroker, conn: Connection) -> None:
+    aiokafka = pytest.importorskip("aiokafka")
+
+    async def run() -> list[bytes]:
+        producer = aiokafka.AIOKafkaProducer(bootstrap_servers=kb.bootstrap, enable_idempotence=True)
+        await producer.start()
+        try:
+            for i in range(100):
+                await producer.send_and_wait("t", f"a{i}".encode(), key=b"k", partition=2)
+        finally:
+            await producer.stop()
+        consumer = aiokafka.AIOKafkaConsumer("t", bootstrap_servers=kb.bootstrap, group_id="aio",
+                                             auto_offset_reset="earliest", enable_auto_commit=False)
+        await consumer.start()
+        got: list[bytes] = []
+        try:
+            while len(got) < 100:
+                batch = await consumer.getmany(timeout_ms=10_000)
+                assert batch, f"nothing after {len(got)} records"
+                for msgs in batch.values():
+                    got.extend(m.value for m in msgs)
+            await consumer.commit()
+        finally:
+            await consumer.stop()
+        return got
+
+    assert asyncio.run(run()) == [f"a{i}".encode() for i in range(100)]
+    committed = GroupOffsets(conn, "aio").get("t", 2)
+    assert committed is not None and committed.offset == 100
+
+
+def test_list_offsets_and_create_topics(kb: KafkaBroker, conn: Connection) -> None:
+    from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.admin import NewTopic
+    from kafka.errors import TopicAlreadyExistsError
+
+    admin = KafkaAdminClient(bootstrap_servers=kb.bootstrap)
+    admin.create_topics([NewTopic("made", num_partitions=3, replication_factor=3,
+                                  topic_configs={"retention.ms": "3600000"})])
+    assert conn.topic("made", refresh=True).partitions == 3
+    assert conn.topic("made").retention_ms == 3_600_000
+    with pytest.raises(TopicAlreadyExistsError):
+        admin.create_topics([NewTopic("made", num_partitions=3, replication_factor=1)])
+    admin.close()
+
+    producer = KafkaProducer(bootstrap_servers=kb.bootstrap)
+    stamps = [1_700_000_000_000 + 1000 * i for i in range(10)]
+    for ts in stamps:
+        producer.send("made", b"x", partition=1, timestamp_ms=ts)
+    producer.flush()
+    producer.close()
+    consumer = KafkaConsumer(bootstrap_servers=kb.bootstrap)
+    tp = TopicPartition("made", 1)
+    assert consumer.beginning_offsets([tp]) == {tp: 0}
+    assert consumer.end_offsets([tp]) == {tp: 10}
+    found = consumer.offsets_for_times({tp: stamps[4] - 1})[tp]
+    assert found is not None and (found.offset, found.timestamp) == (4, stamps[4])
+    assert consumer.offsets_for_times({tp: stamps[-1] + 1})[tp] is None
+    consumer.close()
+
+
+def test_an_unsupported_api_is_answered_not_dropped(kb: KafkaBroker) -> None:
+    from kafka.protocol.admin import DescribeAclsRequest, DescribeAclsResponse
+
+    req = DescribeAclsRequest[1](resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
+                                 principal_filter=None, host_filter=None, operation=1, permission_type=1)
+    resp = _exchange(kb.bootstrap, req, DescribeAclsResponse)
+    assert resp.error_code == 35  # UNSUPPORTED_VERSION
+
+
+def _exchange(bootstrap: str, req: Any, response_cls: Any) -> Any:
+    """One request on a fresh connection, its response decoded (correlation id checked)."""
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        req.with_header(correlation_id=7, client_id="test")
+        s.sendall(req.encode(header=True, framed=True))
+        size = struct.unpack(">i", _recv_exactly(s, 4))[0]
+        resp = response_cls.decode(_recv_exactly(s, size), version=req.API_VERSION, header=True)
+    assert resp.header.correlation_id == 7
+    return resp
+
+
+def _recv_exactly(s: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = s.recv(n - len(data))
+        assert chunk, "connection closed"
+        data += chunk
+    return data
+
+
+def test_two_brokers_both_in_metadata_and_either_serves_any_partition(config: LlogConfig, conn: Connection) -> None:
+    from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    with kafka_broker(config) as a, kafka_broker(config) as b:
+        meta = _exchange(a.bootstrap, MetadataRequest[8](topics=None, allow_auto_topic_creation=False,
+                                                         include_cluster_authorized_operations=False,
+                                                         include_topic_authorized_operations=False),
+                         MetadataResponse)
+        ports = {int(x.bootstrap.rsplit(":", 1)[1]) for x in (a, b)}
+        assert {n.port for n in meta.brokers} == ports
+        (topic,) = [t for t in meta.topics if t.name == "t"]
+        assert len({p.leader_id for p in topic.partitions}) == 2  # the partitions spread over both
+        producer = KafkaProducer(bootstrap_servers=b.bootstrap)
+        for p in range(4):
+            producer.send("t", f"p{p}".encode(), partition=p)
+        producer.flush()
+        producer.close()
+        consumer = KafkaConsumer(bootstrap_servers=a.bootstrap, consumer_timeout_ms=5000)
+        tps = [TopicPartition("t", p) for p in range(4)]
+        consumer.assign(tps)
+        consumer.seek_to_beginning(*tps)
+        assert sorted(m.value for m in consumer) == [b"p0", b"p1", b"p2", b"p3"]
+        consumer.close()
+
+
+def test_the_docs_list_every_served_api_at_its_versions() -> None:
+    from llog.kafka.apis import API_BY_KEY
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "kafka.md").read_text()
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[1].isdigit():
+            rows[int(cells[1])] = (cells[0], cells[2])
+    served = {key: (api.request.name.removesuffix("Request"),
+                    f"{api.min_version}\N{EN DASH}{api.max_version}" if api.min_version != api.max_version
+                    else str(api.min_version)) for key, api in API_BY_KEY.items()}
+    assert rows == served
+
+
+def test_kafka_producer_ids_count_sequences_in_records() -> None:
+    from llog.codec.etcd_values import ProducerState
+    from llog.commit_plan import sequence_verdict
+    from llog.errors import SequenceError
+    from llog.validation import ProducerSequence
+
+    last = ProducerState(sequence=10, start_offset=100, end_offset=104, append_id="a", data_key="d", updated_at_ms=0)
+    kafka_id, llog_id = "kafka.7.0", "app-1"
+    assert sequence_verdict("t", 0, ProducerSequence(kafka_id, 15), last, 3) is None  # 10 + 5 records
+    assert sequence_verdict("t", 0, ProducerSequence(kafka_id, 10), last, 5) == last  # the retry
+    assert isinstance(sequence_verdict("t", 0, ProducerSequence(kafka_id, 11), last, 3), SequenceError)
+    assert sequence_verdict("t", 0, ProducerSequence(llog_id, 11), last, 3) is None  # batches for llog ids
+    wrapped = ProducerState(sequence=2**31 - 2, start_offset=0, end_offset=4, append_id="a", data_key="d",
+                            updated_at_ms=0)
+    assert sequence_verdict("t", 0, ProducerSequence(kafka_id, 3), wrapped, 1) is None  # Kafka's int32 wrap
+
+
+def test_idempotent_producer_across_a_broker_kill_writes_each_record_once(
+    config: LlogConfig, conn: Connection
+) -> None:
+    """Two brokers; the idempotent producer's broker A is killed with SIGKILL while
+    batches are in flight. librdkafka retries them through B once A's registration
+    lease runs out; every record is in the log exactly once, in order."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    Topics(conn).create("once", 2)
+    with kafka_broker(config, LLOG_SESSION_TTL_S="3") as a, kafka_broker(config, LLOG_SESSION_TTL_S="3"):
+        producer = confluent_kafka.Producer({"bootstrap.servers": a.bootstrap, "enable.idempotence": True,
+                                             "linger.ms": 20, "message.timeout.ms": 120_000})
+        errors: list[object] = []
+        total = 4000
+        for i in range(total):
+            producer.produce("once", value=str(i).encode(), partition=i % 2,
+                             on_delivery=functools.partial(_note_error, errors))
+            if i == 1000:
+                assert producer.flush(30) == 0  # acknowledged by A; the client knows both brokers now
+            if i == 2000:
+                producer.poll(0.05)  # batches in flight to A as it dies
+                a.http.kill()
+            producer.poll(0)
+        assert producer.flush(120) == 0
+        assert errors == []
+    reader = Reader(conn)
+    for p in range(2):
+        assert [int(r.value) for r in reader.scan("once", p, 0)] == list(range(p, total, 2))
