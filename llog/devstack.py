@@ -357,9 +357,10 @@ class BrokerProcess:
     """``llog broker`` as a child process on a stack (``env``: :meth:`LocalStack.env`);
     :attr:`url` once it listens. ``port=0`` takes any free port."""
 
-    def __init__(self, env: dict[str, str], port: int = 0) -> None:
+    def __init__(self, env: dict[str, str], port: int = 0, kafka_port: int | None = None) -> None:
+        kafka = [] if kafka_port is None else ["--kafka-port", str(kafka_port)]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "llog", "broker", "--port", str(port)],
+            [sys.executable, "-m", "llog", "broker", "--port", str(port), *kafka],
             env={**os.environ, **env}, stdout=subprocess.PIPE, text=True, start_new_session=True,
         )
         assert self.proc.stdout is not None
@@ -368,6 +369,14 @@ class BrokerProcess:
             self.stop()
             raise DevStackError(f"broker did not start (exit {self.proc.returncode}): {line!r}")
         self.url = line.rsplit(" ", 1)[1].strip()
+        #: ``host:port`` of the broker's Kafka listener, when it has one.
+        self.kafka_bootstrap: str | None = None
+        if kafka_port is not None:
+            line = self.proc.stdout.readline()
+            if "Kafka listener on port " not in line:
+                self.stop()
+                raise DevStackError(f"broker's Kafka listener did not start: {line!r}")
+            self.kafka_bootstrap = f"127.0.0.1:{int(line.rsplit(' ', 1)[1])}"
 
     def stop(self) -> None:
         """SIGTERM (a graceful drain), then SIGKILL after 30 s."""

@@ -123,6 +123,14 @@ class Metrics:
         self.tail_wakeups = Counter(
             "llog_tail_wakeups", "partition change signals by source", ["source"], registry=r
         )
+        self.kafka_requests = Counter(
+            "llog_kafka_requests", "Kafka listener requests by API (UNSUPPORTED: not served)", ["api"], registry=r
+        )
+        self.kafka_latency = Histogram(
+            "llog_kafka_request_seconds", "Kafka listener request latency, read to answer sent", ["api"],
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
+        self.kafka_connections = Gauge("llog_kafka_connections", "open Kafka client connections", registry=r)
 
     def value(self, name: str, **labels: str) -> float:
         """Current value of a sample (e.g. ``value("llog_etcd_ops_total", op="txn")``)."""

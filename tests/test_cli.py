@@ -107,14 +107,14 @@ def test_groups_list_describe_reset(config: LlogConfig, conn: Connection) -> Non
 def test_dev_up_serves_a_stack_with_a_broker_and_stops_cleanly(tmp_path: Path) -> None:
     env_file = tmp_path / "dev.env"
     proc = subprocess.Popen(
-        [sys.executable, "-m", "llog", "dev", "up", "--broker-port", "0", "--dir", str(tmp_path / "stack"),
-         "--env-file", str(env_file)],
+        [sys.executable, "-m", "llog", "dev", "up", "--broker-port", "0", "--kafka-port", "0",
+         "--dir", str(tmp_path / "stack"), "--env-file", str(env_file)],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
     )
     try:
         assert proc.stdout is not None
         lines = []
-        while not lines or not lines[-1].startswith("# broker: "):
+        while not lines or not lines[-1].startswith("# Kafka bootstrap servers: "):
             line = proc.stdout.readline()
             assert line, f"dev up ended early: {proc.stderr.read() if proc.stderr else ''}"
             lines.append(line.strip())
@@ -122,7 +122,10 @@ def test_dev_up_serves_a_stack_with_a_broker_and_stops_cleanly(tmp_path: Path) -
         assert exports == dict(
             x[len("export "):].split("=", 1) for x in env_file.read_text().splitlines() if x.startswith("export ")
         )
-        url = lines[-1].split()[2]
+        url = lines[-2].split()[2]
+        kafka_host, kafka_port = lines[-1].split()[4].rsplit(":", 1)
+        with socket.create_connection((kafka_host, int(kafka_port)), timeout=30):
+            pass  # the Kafka listener is up (tests/test_kafka.py drives it)
         cfg = LlogConfig.from_env(exports)
         with connect(cfg) as conn:
             Topics(conn).create("devt", 1)

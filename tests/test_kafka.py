@@ -292,6 +292,22 @@ def test_an_unsupported_api_is_answered_not_dropped(kb: KafkaBroker) -> None:
                                  principal_filter=None, host_filter=None, operation=1, permission_type=1)
     resp = _exchange(kb.bootstrap, req, DescribeAclsResponse)
     assert resp.error_code == 35  # UNSUPPORTED_VERSION
+    status, snap = kb.http.request("GET", "/metrics")
+    assert status == 200
+    assert {s["labels"]["api"] for s in snap["llog_kafka_requests_total"]} >= {"UNSUPPORTED"}
+
+
+def test_a_garbled_request_closes_only_its_connection(kb: KafkaBroker) -> None:
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+    host, port = kb.bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        body = struct.pack(">hhi", 3, 12, 1) + b"\xff" * 7  # Metadata v12 whose body is nonsense
+        s.sendall(struct.pack(">i", len(body)) + body)
+        assert s.recv(1) == b""  # closed, no answer
+    got = _exchange(kb.bootstrap, ApiVersionsRequest[3](client_software_name="t", client_software_version="1"),
+                    ApiVersionsResponse)
+    assert got.error_code == 0
 
 
 def _exchange(bootstrap: str, req: Any, response_cls: Any) -> Any:

@@ -29,6 +29,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--env-file", type=Path, help="also write the LLOG_* variables to this file")
     p.add_argument("--broker-port", type=values.listen_port, default=8080,
                    help="HTTP broker port (default 8080, 0: any free)")
+    p.add_argument("--kafka-port", type=values.listen_port, default=9092,
+                   help="the broker's Kafka listener port (default 9092, 0: any free; docs/kafka.md)")
+    p.add_argument("--no-kafka", action="store_true", help="no Kafka listener on the broker")
     p.add_argument("--no-broker", action="store_true", help="do not start an HTTP broker")
     p.set_defaults(func=_up)
 
@@ -47,7 +50,8 @@ def _up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with LocalStack(args.dir, s3=args.s3, s3_latency=args.s3_latency) as stack:
         env = stack.env()
-        broker = None if args.no_broker else BrokerProcess(env, args.broker_port)
+        broker = None if args.no_broker else BrokerProcess(
+            env, args.broker_port, None if args.no_kafka else args.kafka_port)
         try:
             lines = [f"export {k}={v}" for k, v in sorted(env.items())]
             if stack.s3_proxy is not None and stack.s3 is not None:
@@ -55,6 +59,8 @@ def _up(args: argparse.Namespace) -> int:
                              f"{stack.s3_proxy.latency}; control: {stack.s3_proxy.endpoint_url}/_nemesis/state")
             if broker is not None:
                 lines.append(f"# broker: {broker.url}  (POST /produce, /consume; GET /openapi.json)")
+            if broker is not None and broker.kafka_bootstrap is not None:
+                lines.append(f"# Kafka bootstrap servers: {broker.kafka_bootstrap}  (docs/kafka.md)")
             if args.env_file:
                 args.env_file.write_text("\n".join(lines) + "\n")
             print("\n".join(lines), flush=True)

@@ -11,7 +11,9 @@ import asyncio
 import contextlib
 import logging
 import struct
+import time
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 from kafka.protocol.api_message import ApiMessage
@@ -73,24 +75,28 @@ class KafkaListener:
         task = asyncio.current_task()
         assert task is not None
         self._connections[task] = writer
-        answers: asyncio.Queue[tuple[int, ApiMessage | None, Awaitable[ApiMessage | None]] | None] = asyncio.Queue(
-            MAX_INFLIGHT_PER_CONNECTION)
+        metrics = self.broker.conn.metrics
+        metrics.kafka_connections.inc()
+        answers: asyncio.Queue[_Pending | None] = asyncio.Queue(MAX_INFLIGHT_PER_CONNECTION)
         sasl = SaslState(self.broker.config.broker_token)
         sender = asyncio.create_task(self._send(writer, answers, sasl))
         peer = writer.get_extra_info("peername")
         try:
             while True:
-                size_bytes = await reader.readexactly(4)
-                (size,) = struct.unpack(">i", size_bytes)
+                (size,) = struct.unpack(">i", await reader.readexactly(4))
                 if not 0 < size <= MAX_FRAME_BYTES:
                     log.warning("Kafka client %s sent a frame of %d bytes; closing", peer, size)
                     return
                 frame = await reader.readexactly(size)
-                answer = await self._dispatch(frame, sasl)
-                if answer is None:
+                try:
+                    pending = await self._dispatch(frame, sasl)
+                except Exception as exc:  # a request that does not decode has no answer: Kafka closes too
+                    log.warning("Kafka client %s sent a request that failed (%s); closing", peer, exc)
+                    return
+                if pending is None:
                     log.warning("Kafka client %s sent a request before authenticating; closing", peer)
                     return
-                await answers.put(answer)
+                await answers.put(pending)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
@@ -102,54 +108,63 @@ class KafkaListener:
                 await sender
             writer.close()
             self._connections.pop(task, None)
+            metrics.kafka_connections.dec()
 
-    async def _dispatch(
-        self, frame: bytes, sasl: SaslState
-    ) -> tuple[int, ApiMessage | None, Awaitable[ApiMessage | None]] | None:
-        """Decode one request and start handling it; what :meth:`_send` answers with
-        (``None``: refused before authentication, close the connection)."""
+    async def _dispatch(self, frame: bytes, sasl: SaslState) -> _Pending | None:
+        """Decode one request and start handling it (``None``: refused before
+        authentication, close the connection)."""
         assert self.context is not None
+        started = time.perf_counter()
         api_key, version, correlation_id = struct.unpack_from(">hhi", frame, 0)
         api = API_BY_KEY.get(api_key)
         if not sasl.authenticated and api_key not in (ApiVersionsRequest.API_KEY, SASL_HANDSHAKE, SASL_AUTHENTICATE):
             return None
         if api is None or not api.min_version <= version <= api.max_version:
-            return correlation_id, None, _ready(unsupported_response(api_key, version))
+            return _Pending(correlation_id, "UNSUPPORTED", started, _ready(unsupported_response(api_key, version)))
         request = api.request.decode(frame, version=version, header=True)
+        name = api.request.name.removesuffix("Request")
         if api_key == SASL_HANDSHAKE:
-            return correlation_id, request, _ready(sasl.handshake(request))
+            return _Pending(correlation_id, name, started, _ready(sasl.handshake(request)))
         if api_key == SASL_AUTHENTICATE:
-            return correlation_id, request, _ready(sasl.authenticate(request))
+            return _Pending(correlation_id, name, started, _ready(sasl.authenticate(request)))
         assert api.handler is not None
         if api.ordered:  # acts now, before the next request is read; the answer comes later
             answer: Awaitable[ApiMessage | None] = await api.handler(self.context, request)
         else:
             answer = asyncio.ensure_future(api.handler(self.context, request))
-        return correlation_id, request, answer
+        return _Pending(correlation_id, name, started, answer)
 
-    async def _send(
-        self,
-        writer: asyncio.StreamWriter,
-        answers: asyncio.Queue[tuple[int, ApiMessage | None, Awaitable[ApiMessage | None]] | None],
-        sasl: SaslState,
-    ) -> None:
+    async def _send(self, writer: asyncio.StreamWriter, answers: asyncio.Queue[_Pending | None],
+                    sasl: SaslState) -> None:
+        metrics = self.broker.conn.metrics
         while (item := await answers.get()) is not None:
-            correlation_id, request, pending = item
             try:
-                response = await pending
-                if response is None:  # acks=0: no answer
-                    continue
-                response.with_header(correlation_id=correlation_id)
-                frame = response.encode(header=True, framed=True)  # at the version it was built for
+                response = await item.answer
+                if response is not None:  # None: acks=0, no answer
+                    response.with_header(correlation_id=item.correlation_id)
+                    frame = response.encode(header=True, framed=True)  # at the version it was built for
             except Exception:
-                log.exception("Kafka request %r failed; closing the connection", request)
+                log.exception("Kafka %s request failed; closing the connection", item.api)
                 writer.close()  # the protocol has no generic error answer for a request
                 return
-            writer.write(frame)
-            await writer.drain()
+            if response is not None:
+                writer.write(frame)
+                await writer.drain()
+            metrics.kafka_requests.labels(item.api).inc()
+            metrics.kafka_latency.labels(item.api).observe(time.perf_counter() - item.started)
             if sasl.failed:  # the client has its answer; an unauthenticated connection ends here
                 writer.close()
                 return
+
+
+@dataclass(frozen=True)
+class _Pending:
+    """A request being handled, in the order of its connection's answers."""
+
+    correlation_id: int
+    api: str  # for the metrics
+    started: float  # perf_counter when it was read
+    answer: Awaitable[ApiMessage | None]
 
 
 async def _ready(value: ApiMessage | None) -> ApiMessage | None:
