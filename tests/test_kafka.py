@@ -95,6 +95,13 @@ def test_kafka_python_produce_and_fetch_round_trip(kb: KafkaBroker, conn: Connec
     recs = list(reader.scan("t", 3, 0))
     assert [(r.key, r.value, list(r.headers)) for r in recs] == by_partition[3]
     assert all(r.timestamp > 0 for r in recs)
+    # ... and through the HTTP broker.
+    status, body = kb.http.post("/consume", {"topic_partitions": [{"topic": "t", "partition": 3, "fetch_offset": 0}],
+                                             "max_wait_ms": 0})
+    assert status == 200
+    got_http = [(None if r["key"] is None else r["key"].encode(), r["value"].encode(),
+                 [(k, v.encode()) for k, v in r["headers"]]) for r in body["topic_partitions"][0]["records"]]
+    assert got_http == by_partition[3]
 
 
 def test_confluent_kafka_reads_what_the_sdk_wrote(kb: KafkaBroker, conn: Connection) -> None:
@@ -115,21 +122,45 @@ def test_confluent_kafka_reads_what_the_sdk_wrote(kb: KafkaBroker, conn: Connect
     assert got == [(i, b"k", f"sdk-{i}".encode(), [("src", b"sdk")]) for i in range(50)]
 
 
-def test_confluent_kafka_produces_with_every_codec(kb: KafkaBroker, conn: Connection) -> None:
+def test_confluent_kafka_produces_100k_records_with_every_codec(kb: KafkaBroker, conn: Connection) -> None:
+    """100,000 records with keys and headers, 20,000 per codec (one partition each),
+    read back through Kafka exactly once and in order; the SDK reads the same."""
     confluent_kafka = pytest.importorskip("confluent_kafka")
-    reader = Reader(conn)
-    Topics(conn).create("codecs", 5)
-    for partition, codec in enumerate(("none", "gzip", "snappy", "lz4", "zstd")):
+    codecs = ("none", "gzip", "snappy", "lz4", "zstd")
+    per_codec = 20_000
+    Topics(conn).create("codecs", len(codecs))
+    for partition, codec in enumerate(codecs):
         producer = confluent_kafka.Producer({"bootstrap.servers": kb.bootstrap, "compression.type": codec,
-                                             "linger.ms": 5})
+                                             "linger.ms": 5, "enable.idempotence": True})
         errors: list[object] = []
-        for i in range(200):
-            producer.produce("codecs", value=f"{codec}-{i}".encode() * 10, key=str(i).encode(), partition=partition,
-                             on_delivery=functools.partial(_note_error, errors))
-        assert producer.flush(30) == 0
+        for i in range(per_codec):
+            while True:
+                try:
+                    producer.produce("codecs", value=f"{codec}-{i}".encode() * 3, key=str(i).encode(),
+                                     headers=[("codec", codec.encode()), ("i", str(i).encode())],
+                                     partition=partition, on_delivery=functools.partial(_note_error, errors))
+                    break
+                except BufferError:
+                    producer.poll(0.05)
+        assert producer.flush(120) == 0
         assert errors == []
-        values = [r.value for r in reader.scan("codecs", partition, 0)]
-        assert values == [f"{codec}-{i}".encode() * 10 for i in range(200)]
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": kb.bootstrap, "group.id": "codecs-check",
+                                         "enable.auto.commit": False})
+    consumer.assign([confluent_kafka.TopicPartition("codecs", p, confluent_kafka.OFFSET_BEGINNING)
+                     for p in range(len(codecs))])
+    got: dict[int, list[tuple[int, bytes, bytes, list[tuple[str, bytes]]]]] = {p: [] for p in range(len(codecs))}
+    deadline = time.monotonic() + 120
+    while sum(map(len, got.values())) < per_codec * len(codecs):
+        assert time.monotonic() < deadline, {p: len(v) for p, v in got.items()}
+        for msg in consumer.consume(10_000, timeout=1):
+            assert msg.error() is None, msg.error()
+            got[msg.partition()].append((msg.offset(), msg.key(), msg.value(), msg.headers()))
+    consumer.close()
+    for partition, codec in enumerate(codecs):
+        assert got[partition] == [(i, str(i).encode(), f"{codec}-{i}".encode() * 3,
+                                   [("codec", codec.encode()), ("i", str(i).encode())]) for i in range(per_codec)]
+    last = list(Reader(conn).scan("codecs", 4, per_codec - 1))
+    assert [(r.key, r.value) for r in last] == [(str(per_codec - 1).encode(), f"zstd-{per_codec - 1}".encode() * 3)]
 
 
 def _note_error(errors: list[object], err: object, _msg: object) -> None:
@@ -295,6 +326,21 @@ def test_an_unsupported_api_is_answered_not_dropped(kb: KafkaBroker) -> None:
     status, snap = kb.http.request("GET", "/metrics")
     assert status == 200
     assert {s["labels"]["api"] for s in snap["llog_kafka_requests_total"]} >= {"UNSUPPORTED"}
+
+
+def test_oversized_and_cut_off_frames_close_only_their_connection(kb: KafkaBroker, conn: Connection) -> None:
+    from kafka.protocol.metadata import ApiVersionsRequest, ApiVersionsResponse
+
+    host, port = kb.bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(struct.pack(">i", 2**31 - 1))  # a frame no broker would buffer
+        assert s.recv(1) == b""
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        s.sendall(struct.pack(">i", 1000) + b"\x00\x00\x00\x09")  # a produce cut off mid-request
+    got = _exchange(kb.bootstrap, ApiVersionsRequest[3](client_software_name="t", client_software_version="1"),
+                    ApiVersionsResponse)
+    assert got.error_code == 0
+    assert Reader(conn).high_watermark("t", 0) == (0, 0)  # nothing written
 
 
 def test_a_garbled_request_closes_only_its_connection(kb: KafkaBroker) -> None:

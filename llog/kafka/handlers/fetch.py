@@ -38,6 +38,8 @@ async def fetch(ctx: Context, req: Any) -> FetchResponse:
         if total >= req.min_bytes or failed or left <= 0 or broker.tails.stopping:
             break
         await broker.tails.wait(tps, seen, left)
+    broker.conn.metrics.consume_records.inc(sum(len(g.records) for g in got if isinstance(g, PartitionRead)))
+    broker.conn.metrics.consume_bytes.inc(total)
     return _response(req, wanted, got)
 
 
