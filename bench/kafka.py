@@ -10,6 +10,12 @@ process with its Kafka listener, then measures, alternating runs:
   ratios.
 - fetch: a confluent-kafka consumer reading those records from the start (assign, no
   group), against ``Reader.scan_many`` over the same partitions. ``fetch_ratio``.
+- the same records through the same broker's HTTP API (8 clients, 100 records a
+  request), for ``kafka_over_http_produce``.
+- latency at a fixed offered load (``--rate`` records/s for ``--seconds``, one
+  producer with ``--linger-ms``): produce-ack p50/p99 from the delivery reports, and
+  end to end, produce call to a consumer in another process (assigned at the end)
+  receiving the record.
 - the broker's CPU per record converting a produced batch (``decode_batches``: CRC,
   decompress, one llog record each) against only checking its CRC — what storing
   client batches as they came would still cost (docs/kafka.md, "Storage"), in-process.
@@ -19,6 +25,7 @@ The last line is one JSON object.
 
 from __future__ import annotations
 
+import multiprocessing
 import os
 import signal
 import subprocess
@@ -28,12 +35,14 @@ import timeit
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: python bench/...
 
 import confluent_kafka
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
+from bench.broker import Client, pct, run_clients
 from bench.common import LocalStack, bench_args, emit_json, median, print_table
 from llog.config import LlogConfig
 from llog.connection import Connection
@@ -46,19 +55,19 @@ PARTITIONS = 8
 
 
 @contextmanager
-def kafka_broker(cfg: LlogConfig) -> Iterator[str]:
-    """A broker child process with a Kafka listener; its bootstrap address."""
+def kafka_broker(cfg: LlogConfig) -> Iterator[tuple[str, str]]:
+    """A broker child process with a Kafka listener: its bootstrap address and HTTP URL."""
     env = {**os.environ, "LLOG_ETCD_ENDPOINTS": ",".join(cfg.etcd_endpoints), "LLOG_OBJECT_STORE": cfg.object_store,
            "LLOG_ROOT_PREFIX": cfg.root_prefix, "LLOG_S3_ENDPOINT_URL": cfg.s3_endpoint_url or ""}
     proc = subprocess.Popen([sys.executable, "-m", "llog", "broker", "--port", "0", "--kafka-port", "0"], env=env,
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
-        proc.stdout.readline()
+        url = proc.stdout.readline().rsplit(" ", 1)[1].strip()
         line = proc.stdout.readline()
         if "Kafka listener on port " not in line:
             raise RuntimeError(f"broker did not start its Kafka listener: {line!r}")
-        yield f"127.0.0.1:{int(line.rsplit(' ', 1)[1])}"
+        yield f"127.0.0.1:{int(line.rsplit(' ', 1)[1])}", url
     finally:
         proc.send_signal(signal.SIGTERM)
         try:
@@ -127,6 +136,74 @@ def sdk_fetch(conn: Connection, topic: str, n: int) -> float:
     return time.perf_counter() - t0
 
 
+def http_produce(url: str, topic: str, n: int, size: int, clients: int = 8, per_request: int = 100) -> float:
+    """Seconds for ``clients`` keep-alive connections to POST ``n`` records to /produce."""
+    value = "x" * size
+    requests = n // per_request
+    conns = [Client(url) for _ in range(clients)]
+
+    def send(c: int, i: int) -> None:
+        status, resp = conns[c].post("/produce", {"topic_partitions": [
+            {"topic": topic, "partition": (c + i) % PARTITIONS, "records": [value] * per_request}]})
+        if status != 200:
+            raise RuntimeError(f"produce failed: {status} {resp}")
+
+    try:
+        return run_clients(clients, requests // clients, send)
+    finally:
+        for c in conns:
+            c.close()
+
+
+def _e2e_consumer(bootstrap: str, topic: str, ready: Any, stop: Any, out: Any) -> None:
+    """In its own process: read ``topic`` from its end; put each record's end-to-end
+    latency (ms, from the monotonic send time in its value) on ``out``."""
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": "bench-e2e",
+                                         "enable.auto.commit": False, "fetch.wait.max.ms": 500,
+                                         "fetch.min.bytes": 1})
+    consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_END) for p in range(PARTITIONS)])
+    consumer.consume(1, timeout=2)  # connect and position before the producer starts
+    ready.set()
+    lat: list[float] = []
+    while not stop.is_set():
+        for msg in consumer.consume(1000, timeout=0.2):
+            value = msg.value()
+            if msg.error() is None and value is not None:
+                lat.append((time.monotonic() - float(value.split(b":")[1])) * 1000)
+    consumer.close()
+    out.put(lat)
+
+
+def latency(bootstrap: str, topic: str, rate: float, seconds: float, linger_ms: int) -> tuple[list[float], list[float]]:
+    """(produce-ack ms, end-to-end ms) at ``rate`` records/s."""
+    ctx = multiprocessing.get_context("spawn")
+    ready, stop, out = ctx.Event(), ctx.Event(), ctx.Queue()
+    proc = ctx.Process(target=_e2e_consumer, args=(bootstrap, topic, ready, stop, out))
+    proc.start()
+    ready.wait(60)
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": linger_ms, "acks": "all",
+                                         "enable.idempotence": True})
+    acks: list[float] = []
+
+    def on_delivery(err: object, msg: Any) -> None:
+        if err is None:
+            acks.append((time.monotonic() - float(msg.value().split(b":")[1])) * 1000)
+
+    t0 = time.monotonic()
+    for i in range(int(rate * seconds)):
+        delay = t0 + i / rate - time.monotonic()
+        if delay > 0:
+            producer.poll(delay)  # pacing the offered load (and serving delivery reports)
+        producer.produce(topic, value=f"{i}:{time.monotonic()}".encode(), partition=i % PARTITIONS,
+                         on_delivery=on_delivery)
+    producer.flush(120)
+    time.sleep(1.0)  # let the consumer see the last records (it stops on the event)
+    stop.set()
+    e2e: list[float] = out.get(timeout=60)
+    proc.join()
+    return acks, e2e
+
+
 def convert_cost(size: int, records: int = 1000) -> tuple[float, float]:
     """µs per record: decoding a batch into llog records, and only checking its CRC."""
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
@@ -143,28 +220,37 @@ def main() -> None:
     p = bench_args("Kafka listener produce and fetch against the SDK")
     p.add_argument("--records", type=int, default=None, help="records per run (default 50000, 20000 with --quick)")
     p.add_argument("--size", type=int, default=100)
+    p.add_argument("--rate", type=float, default=500.0, help="records/s of the latency phase")
+    p.add_argument("--seconds", type=float, default=None, help="length of the latency phase (10, 5 with --quick)")
+    p.add_argument("--linger-ms", type=int, default=5, help="the latency phase producer's linger.ms")
     args = p.parse_args()
     runs = args.runs or (3 if args.quick else 5)
     n = args.records or (20_000 if args.quick else 50_000)
     rows = []
     produce_ratios, fetch_ratios = [], []
-    kafka_p, sdk_p, kafka_f, sdk_f = [], [], [], []
+    kafka_p, sdk_p, http_p, kafka_f, sdk_f = [], [], [], [], []
+    http_ratios = []
     with LocalStack() as stack:
         cfg = stack.config("s3")
-        with Connection(cfg) as conn, kafka_broker(cfg) as bootstrap:
+        with Connection(cfg) as conn, kafka_broker(cfg) as (bootstrap, url):
             for run in range(runs):
-                tk, ts = f"k{run}", f"s{run}"
-                Topics(conn).create(tk, PARTITIONS)
-                Topics(conn).create(ts, PARTITIONS)
-                if run % 2:  # alternate, so drift hits both
-                    s = sdk_produce(conn, ts, n, args.size)
-                    k = kafka_produce(bootstrap, tk, n, args.size)
-                else:
-                    k = kafka_produce(bootstrap, tk, n, args.size)
-                    s = sdk_produce(conn, ts, n, args.size)
+                tk, ts, th = f"k{run}", f"s{run}", f"h{run}"
+                for t in (tk, ts, th):
+                    Topics(conn).create(t, PARTITIONS)
+                order = [("k", tk), ("s", ts), ("h", th)]
+                if run % 2:  # alternate, so drift hits each
+                    order.reverse()
+                took = {}
+                for kind, topic in order:
+                    took[kind] = {"k": lambda t=topic: kafka_produce(bootstrap, t, n, args.size),
+                                  "s": lambda t=topic: sdk_produce(conn, t, n, args.size),
+                                  "h": lambda t=topic: http_produce(url, t, n, args.size)}[kind]()
+                k, s, h = took["k"], took["s"], took["h"]
                 kafka_p.append(n / k)
                 sdk_p.append(n / s)
+                http_p.append(n / h)
                 produce_ratios.append(s / k)
+                http_ratios.append(h / k)
                 kf = kafka_fetch(bootstrap, tk, n)
                 sf = sdk_fetch(conn, ts, n)
                 kafka_f.append(n / kf)
@@ -172,18 +258,32 @@ def main() -> None:
                 fetch_ratios.append(sf / kf)
                 print(f"run {run}: produce {n / k:,.0f} vs {n / s:,.0f} rec/s, fetch {n / kf:,.0f} vs "
                       f"{n / sf:,.0f} rec/s", file=sys.stderr)
+            Topics(conn).create("lat", PARTITIONS)
+            acks, e2e = latency(bootstrap, "lat", args.rate, args.seconds or (5.0 if args.quick else 10.0),
+                                args.linger_ms)
     decode_us, crc_us = convert_cost(args.size)
-    rows.append(["produce rec/s", f"{median(kafka_p):,.0f}", f"{median(sdk_p):,.0f}", f"{median(produce_ratios):.2f}"])
-    rows.append(["fetch rec/s", f"{median(kafka_f):,.0f}", f"{median(sdk_f):,.0f}", f"{median(fetch_ratios):.2f}"])
-    print_table(["", "Kafka listener", "SDK", "ratio"], rows)
+    mib = args.size / 2**20
+    rows.append(["produce rec/s", f"{median(kafka_p):,.0f}", f"{median(sdk_p):,.0f}", f"{median(http_p):,.0f}",
+                 f"{median(produce_ratios):.2f}"])
+    rows.append(["fetch rec/s", f"{median(kafka_f):,.0f}", f"{median(sdk_f):,.0f}", "", f"{median(fetch_ratios):.2f}"])
+    print_table(["", "Kafka listener", "SDK", "HTTP API", "Kafka / SDK"], rows)
+    print(f"latency at {args.rate:.0f} rec/s, linger.ms {args.linger_ms}: produce-ack p50 {pct(acks, 0.5):.1f} / "
+          f"p99 {pct(acks, 0.99):.1f} ms; end to end p50 {pct(e2e, 0.5):.1f} / p99 {pct(e2e, 0.99):.1f} ms "
+          f"({len(e2e)} of {len(acks)} seen)", file=sys.stderr)
     print(f"batch to llog records: {decode_us:.2f} us/record; CRC check alone: {crc_us:.3f} us/record",
           file=sys.stderr)
     emit_json({
-        "records": n, "size": args.size, "runs": runs,
-        "kafka_produce_rec_s": round(median(kafka_p)), "sdk_produce_rec_s": round(median(sdk_p)),
-        "produce_ratio": round(median(produce_ratios), 3),
-        "kafka_fetch_rec_s": round(median(kafka_f)), "sdk_fetch_rec_s": round(median(sdk_f)),
-        "fetch_ratio": round(median(fetch_ratios), 3),
+        "records": n, "size": args.size, "runs": runs, "s3_profile": os.environ.get("LLOG_BENCH_S3_PROFILE"),
+        "kafka_produce_rec_s": round(median(kafka_p)), "kafka_produce_mib_s": round(median(kafka_p) * mib, 2),
+        "sdk_produce_rec_s": round(median(sdk_p)), "http_produce_rec_s": round(median(http_p)),
+        "kafka_over_sdk_produce": round(median(produce_ratios), 3),
+        "kafka_over_http_produce": round(median(http_ratios), 3),
+        "kafka_consume_rec_s": round(median(kafka_f)), "kafka_consume_mib_s": round(median(kafka_f) * mib, 2),
+        "sdk_consume_rec_s": round(median(sdk_f)), "kafka_over_sdk_consume": round(median(fetch_ratios), 3),
+        "linger_ms": args.linger_ms, "rate": args.rate,
+        "produce_p50_ms": round(pct(acks, 0.5), 2), "produce_p99_ms": round(pct(acks, 0.99), 2),
+        "e2e_p50_ms": round(pct(e2e, 0.5), 2), "e2e_p99_ms": round(pct(e2e, 0.99), 2),
+        "e2e_seen": len(e2e), "e2e_sent": len(acks),
         "decode_us_per_record": round(decode_us, 3), "crc_only_us_per_record": round(crc_us, 4),
     })
 

@@ -462,3 +462,28 @@ def test_idempotent_producer_across_a_broker_kill_writes_each_record_once(
     reader = Reader(conn)
     for p in range(2):
         assert [int(r.value) for r in reader.scan("once", p, 0)] == list(range(p, total, 2))
+
+
+def test_spark_reads_what_confluent_kafka_produced(kb: KafkaBroker, conn: Connection, config: LlogConfig,
+                                                   spark: Any) -> None:
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from tests.test_spark_batch import spark_options
+
+    Topics(conn).create("to-spark", 2)
+    producer = confluent_kafka.Producer({"bootstrap.servers": kb.bootstrap, "linger.ms": 5})
+    sent = [(i % 2, None if i % 3 == 0 else f"k{i}".encode(), f"v{i}".encode(), 1_700_000_000_000 + i,
+             [("n", str(i).encode())]) for i in range(40)]
+    for p, k, v, ts, h in sent:
+        producer.produce("to-spark", value=v, key=k, partition=p, timestamp=ts, headers=h)
+    assert producer.flush(30) == 0
+    rows = (spark.read.format("llog").options(**spark_options(config)).option("topic", "to-spark")
+            .option("startingOffsets", "earliest").load()
+            .select("partition", "offset", "key", "value", "timestamp", "headers").collect())
+    got = sorted((r.partition, r.offset, r.key, r.value, int(r.timestamp.timestamp() * 1000),
+                  [(h.key, bytes(h.value)) for h in r.headers]) for r in rows)
+    offsets = {0: 0, 1: 0}
+    want = []
+    for p, k, v, ts, h in sent:
+        want.append((p, offsets[p], k, v, ts, h))
+        offsets[p] += 1
+    assert [(p, o, None if k is None else bytes(k), bytes(v), ts, h) for p, o, k, v, ts, h in got] == sorted(want)
