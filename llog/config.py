@@ -104,6 +104,10 @@ class LlogConfig:
     #: Host name the brokers' Metadata answers give clients for this broker (default:
     #: the listen address, or 127.0.0.1 for a wildcard one).
     kafka_advertised_host: str | None = None
+    #: PEM certificate chain and key: the Kafka listener then speaks TLS only
+    #: (``SSL``, or ``SASL_SSL`` with ``broker_token``).
+    kafka_tls_cert_file: str | None = None
+    kafka_tls_key_file: str | None = None
     tail_cache_dir: str | None = None
     #: Bytes of recently committed records a broker keeps for tail consumers (in
     #: memory, and in ``tail_cache_dir`` when set); 0 turns the cache off.
@@ -204,6 +208,8 @@ class LlogConfig:
                      "backpressure_check_s", "producer_state_ttl_s", "tail_cache_bytes", "read_cache_bytes"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
+        if (self.kafka_tls_cert_file is None) != (self.kafka_tls_key_file is None):
+            raise ConfigError("kafka_tls_cert_file and kafka_tls_key_file go together")
         if self.kafka_port is not None and not 0 <= self.kafka_port <= 65535:
             raise ConfigError(f"kafka_port must be in [0, 65535], got {self.kafka_port!r}")
         if self.compact_target_bytes > 1024**3:

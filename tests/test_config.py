@@ -81,7 +81,10 @@ def test_each_field_reads_its_own_variable() -> None:
             raw, want = str(current + 0.5), current + 0.5
         else:
             raw, want = "value", "value"
-        cfg = LlogConfig.from_env({f"LLOG_{f.name.upper()}": raw})
+        env = {f"LLOG_{f.name.upper()}": raw}
+        if f.name.startswith("kafka_tls_"):  # the certificate and its key go together
+            env = {"LLOG_KAFKA_TLS_CERT_FILE": "other", "LLOG_KAFKA_TLS_KEY_FILE": "other", **env}
+        cfg = LlogConfig.from_env(env)
         assert getattr(cfg, f.name) == want, f.name
 
 

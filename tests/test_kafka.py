@@ -487,3 +487,24 @@ def test_spark_reads_what_confluent_kafka_produced(kb: KafkaBroker, conn: Connec
         want.append((p, offsets[p], k, v, ts, h))
         offsets[p] += 1
     assert [(p, o, None if k is None else bytes(k), bytes(v), ts, h) for p, o, k, v, ts, h in got] == sorted(want)
+
+
+def test_tls_with_sasl(config: LlogConfig, conn: Connection, tmp_path: Path) -> None:
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    with kafka_broker(config, LLOG_KAFKA_TLS_CERT_FILE=str(cert), LLOG_KAFKA_TLS_KEY_FILE=str(key),
+                      LLOG_BROKER_TOKEN="tok") as kbt:
+        producer = KafkaProducer(bootstrap_servers=kbt.bootstrap, security_protocol="SASL_SSL", ssl_cafile=str(cert),
+                                 sasl_mechanism="PLAIN", sasl_plain_username="u", sasl_plain_password="tok")
+        assert producer.send("t", b"over tls", partition=1).get(timeout=30).offset == 0
+        producer.close()
+        with pytest.raises(KafkaError):  # plaintext to a TLS listener
+            KafkaProducer(bootstrap_servers=kbt.bootstrap, security_protocol="SASL_PLAINTEXT", sasl_mechanism="PLAIN",
+                          sasl_plain_username="u", sasl_plain_password="tok", max_block_ms=5000,
+                          request_timeout_ms=5000).send("t", b"no", partition=1).get(timeout=10)
+    assert [r.value for r in Reader(conn).scan("t", 1, 0)] == [b"over tls"]

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import ssl
 import struct
 import time
 from collections.abc import Awaitable
@@ -19,6 +20,8 @@ from typing import TYPE_CHECKING
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest
 
+from llog.config import LlogConfig
+from llog.errors import ConfigError
 from llog.kafka.apis import API_BY_KEY, SASL_AUTHENTICATE, SASL_HANDSHAKE, Context, unsupported_response
 from llog.kafka.coordinator import Coordinator
 from llog.kafka.registry import BrokerRegistry
@@ -48,7 +51,8 @@ class KafkaListener:
         self.context: Context | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=1024 * 1024)
+        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=1024 * 1024,
+                                                  ssl=tls_context(self.broker.config))
         self.port = self._server.sockets[0].getsockname()[1]
         advertised = self._advertised_host or (self.host if self.host not in ("", "0.0.0.0", "::") else "127.0.0.1")
         self.registry = BrokerRegistry(self.broker.conn, advertised, self.port, self.broker.config.session_ttl_s)
@@ -155,6 +159,20 @@ class KafkaListener:
             if sasl.failed:  # the client has its answer; an unauthenticated connection ends here
                 writer.close()
                 return
+
+
+def tls_context(config: LlogConfig) -> ssl.SSLContext | None:
+    """The listener's TLS context, when a certificate is configured."""
+    if config.kafka_tls_cert_file is None or config.kafka_tls_key_file is None:
+        return None
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(config.kafka_tls_cert_file, config.kafka_tls_key_file)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"Kafka TLS certificate {config.kafka_tls_cert_file!r} / key "
+                          f"{config.kafka_tls_key_file!r}: {exc}") from exc
+    return ctx
 
 
 @dataclass(frozen=True)
