@@ -9,7 +9,8 @@ process with its Kafka listener, then measures, alternating runs:
   (the SDK, no network). ``produce_ratio`` = Kafka / SDK records/s, median of per-run
   ratios.
 - fetch: a confluent-kafka consumer reading those records from the start (assign, no
-  group), against ``Reader.scan_many`` over the same partitions. ``fetch_ratio``.
+  group; timed from its first record, after connecting), against ``Reader.scan_many``
+  over the same partitions. ``kafka_over_sdk_consume``.
 - the same records through the same broker's HTTP API (8 clients, 100 records a
   request), for ``kafka_over_http_produce``.
 - latency at a fixed offered load (``--rate`` records/s for ``--seconds``, one
@@ -37,7 +38,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: python bench/...
+# Run as a file (python bench/kafka.py), sys.path[0] is this directory, where this file
+# would shadow the kafka package: the repository root takes its place.
+sys.path.remove(str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import confluent_kafka
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
@@ -117,9 +121,12 @@ def kafka_fetch(bootstrap: str, topic: str, n: int) -> float:
     consumer.assign([confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
                      for p in range(PARTITIONS)])
     got = 0
+    first = consumer.consume(1, timeout=30)  # connecting, Metadata and ListOffsets: not the read rate
+    if not first or first[0].error() is not None:
+        raise RuntimeError(f"no first record: {first}")
     t0 = time.perf_counter()
-    while got < n:
-        for msg in consumer.consume(10_000, timeout=5):
+    while got < n - 1:
+        for msg in consumer.consume(10_000, timeout=0.05):  # returns early only with 10,000 records
             if msg.error() is None:
                 got += 1
     elapsed = time.perf_counter() - t0
@@ -166,10 +173,12 @@ def _e2e_consumer(bootstrap: str, topic: str, ready: Any, stop: Any, out: Any) -
     ready.set()
     lat: list[float] = []
     while not stop.is_set():
-        for msg in consumer.consume(1000, timeout=0.2):
-            value = msg.value()
-            if msg.error() is None and value is not None:
-                lat.append((time.monotonic() - float(value.split(b":")[1])) * 1000)
+        msg = consumer.poll(0.1)  # not consume(n): that waits for n records or its timeout
+        if msg is None or msg.error() is not None:
+            continue
+        value = msg.value()
+        if value is not None and not value.startswith(b"warm"):
+            lat.append((time.monotonic() - float(value.split(b":")[1])) * 1000)
     consumer.close()
     out.put(lat)
 
@@ -186,8 +195,13 @@ def latency(bootstrap: str, topic: str, rate: float, seconds: float, linger_ms: 
     acks: list[float] = []
 
     def on_delivery(err: object, msg: Any) -> None:
-        if err is None:
+        if err is None and not msg.value().startswith(b"warm"):
             acks.append((time.monotonic() - float(msg.value().split(b":")[1])) * 1000)
+
+    # Connecting, Metadata and InitProducerId first: the figures are of the steady state.
+    for p in range(PARTITIONS):
+        producer.produce(topic, value=b"warm-up:0", partition=p)
+    producer.flush(60)
 
     t0 = time.monotonic()
     for i in range(int(rate * seconds)):
