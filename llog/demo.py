@@ -243,10 +243,10 @@ def run(*, s3: bool = False, records: int = 20_000, partitions: int = 4, spark: 
               if ok else "FAILED: the records read back differ from those written")
     print(
         "\nnext:\n"
-        "  llog dev up                              # the same stack, left running; prints the LLOG_* exports\n"
+        "  llog dev up                              # the same stack, left running (Kafka clients: localhost:9092)\n"
         "  llog topics create orders -p 4 && echo hello | llog produce orders\n"
         "  llog consume orders --from earliest --follow   # every partition, then tail them\n"
         "  llog loadtest run loadtest/scenarios/smoke.toml\n"
-        "  docs: README.md, docs/broker.md, docs/spark.md, docs/operations.md, protocol/README.md"
+        "  docs: README.md, docs/broker.md, docs/kafka.md, docs/spark.md, docs/operations.md, protocol/README.md"
     )
     return 0 if ok else 1
