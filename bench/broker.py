@@ -90,17 +90,26 @@ class Client:
 
 @contextmanager
 def broker(cfg: LlogConfig, tail_dir: Path | None) -> Iterator[str]:
+    """A broker child process on ``cfg``'s stack; its URL."""
+    with broker_process(cfg, tail_dir) as (url, _proc):
+        yield url
+
+
+@contextmanager
+def broker_process(cfg: LlogConfig, tail_dir: Path | None, *args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """``llog broker --port 0 ARGS`` on ``cfg``'s stack: its URL and the process (whose
+    stdout has the lines after the first); stopped with SIGTERM."""
     env = {**os.environ, **({"LLOG_TAIL_CACHE_DIR": str(tail_dir)} if tail_dir else {}),
            "LLOG_ETCD_ENDPOINTS": ",".join(cfg.etcd_endpoints), "LLOG_OBJECT_STORE": cfg.object_store,
            "LLOG_ROOT_PREFIX": cfg.root_prefix, "LLOG_S3_ENDPOINT_URL": cfg.s3_endpoint_url or ""}
-    proc = subprocess.Popen([sys.executable, "-m", "llog", "broker", "--port", "0"], env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "llog", "broker", "--port", "0", *args], env=env,
                             stdout=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()
         if "listening on " not in line:
             raise RuntimeError(f"broker did not start: {line!r}")
-        yield line.rsplit(" ", 1)[1].strip()
+        yield line.rsplit(" ", 1)[1].strip(), proc
     finally:
         proc.send_signal(signal.SIGTERM)
         try:

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import signal
-import subprocess
 import sys
 import time
 import timeit
@@ -46,7 +44,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import confluent_kafka
 from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
-from bench.broker import Client, pct, run_clients
+from bench.broker import Client, broker_process, pct, run_clients
 from bench.common import LocalStack, bench_args, emit_json, median, print_table
 from llog.config import LlogConfig
 from llog.connection import Connection
@@ -61,24 +59,12 @@ PARTITIONS = 8
 @contextmanager
 def kafka_broker(cfg: LlogConfig) -> Iterator[tuple[str, str]]:
     """A broker child process with a Kafka listener: its bootstrap address and HTTP URL."""
-    env = {**os.environ, "LLOG_ETCD_ENDPOINTS": ",".join(cfg.etcd_endpoints), "LLOG_OBJECT_STORE": cfg.object_store,
-           "LLOG_ROOT_PREFIX": cfg.root_prefix, "LLOG_S3_ENDPOINT_URL": cfg.s3_endpoint_url or ""}
-    proc = subprocess.Popen([sys.executable, "-m", "llog", "broker", "--port", "0", "--kafka-port", "0"], env=env,
-                            stdout=subprocess.PIPE, text=True)
-    try:
+    with broker_process(cfg, None, "--kafka-port", "0") as (url, proc):
         assert proc.stdout is not None
-        url = proc.stdout.readline().rsplit(" ", 1)[1].strip()
         line = proc.stdout.readline()
         if "Kafka listener on port " not in line:
             raise RuntimeError(f"broker did not start its Kafka listener: {line!r}")
         yield f"127.0.0.1:{int(line.rsplit(' ', 1)[1])}", url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
 def kafka_produce(bootstrap: str, topic: str, n: int, size: int) -> float:

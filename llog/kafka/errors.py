@@ -79,42 +79,34 @@ class ErrorCode(IntEnum):
     THROTTLING_QUOTA_EXCEEDED = 89
 
 
+#: llog's errors and the Kafka code each answers with, most specific first. Retriable
+#: codes where the client's retry is the right answer: an outage, back-pressure, an
+#: unknown commit outcome (an idempotent producer resolves it by resending), a fence
+#: (the client refreshes metadata and retries).
+_CODES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], ErrorCode], ...] = (
+    ((UnknownTopic, UnknownPartition, InvalidPartition), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
+    (OffsetOutOfRange, ErrorCode.OFFSET_OUT_OF_RANGE),
+    (InvalidTopicName, ErrorCode.INVALID_TOPIC_EXCEPTION),
+    (RecordTooLarge, ErrorCode.MESSAGE_TOO_LARGE),
+    (TopicConflict, ErrorCode.TOPIC_ALREADY_EXISTS),
+    (SequenceError, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER),
+    (StaleEpoch, ErrorCode.ILLEGAL_GENERATION),
+    (CommitRejected, ErrorCode.INVALID_COMMIT_OFFSET_SIZE),
+    (CorruptBlob, ErrorCode.KAFKA_STORAGE_ERROR),
+    (Fenced, ErrorCode.NOT_LEADER_OR_FOLLOWER),
+    ((AmbiguousCommit, BackPressure, CoordinationError, StoreError, SessionExpired), ErrorCode.REQUEST_TIMED_OUT),
+    (UnsupportedCompression, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
+    (UnsupportedMessageFormat, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT),
+    (CorruptBatch, ErrorCode.CORRUPT_MESSAGE),
+    (InvalidInput, ErrorCode.INVALID_REQUEST),
+)
+
+
 def error_code(exc: BaseException) -> ErrorCode:
-    """The code a client should see for ``exc``: a retriable one where the client's
-    retry is the right answer (an outage, back-pressure, an unknown commit outcome,
-    which an idempotent producer resolves by resending)."""
-    if isinstance(exc, (UnknownTopic, UnknownPartition, InvalidPartition)):
-        return ErrorCode.UNKNOWN_TOPIC_OR_PARTITION
-    if isinstance(exc, OffsetOutOfRange):
-        return ErrorCode.OFFSET_OUT_OF_RANGE
-    if isinstance(exc, InvalidTopicName):
-        return ErrorCode.INVALID_TOPIC_EXCEPTION
-    if isinstance(exc, RecordTooLarge):
-        return ErrorCode.MESSAGE_TOO_LARGE
-    if isinstance(exc, TopicConflict):
-        return ErrorCode.TOPIC_ALREADY_EXISTS
-    if isinstance(exc, SequenceError):
-        return ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER
-    if isinstance(exc, StaleEpoch):
-        return ErrorCode.ILLEGAL_GENERATION
-    if isinstance(exc, CommitRejected):
-        return ErrorCode.INVALID_COMMIT_OFFSET_SIZE
-    if isinstance(exc, CorruptBlob):
-        return ErrorCode.KAFKA_STORAGE_ERROR
-    if isinstance(exc, Fenced):
-        return ErrorCode.NOT_LEADER_OR_FOLLOWER  # retriable: the client refreshes metadata and retries
-    if isinstance(exc, AmbiguousCommit):
-        return ErrorCode.REQUEST_TIMED_OUT
-    if isinstance(exc, (BackPressure, CoordinationError, StoreError, SessionExpired)):
-        return ErrorCode.REQUEST_TIMED_OUT  # retriable in every client; nothing was written
-    if isinstance(exc, UnsupportedCompression):
-        return ErrorCode.UNSUPPORTED_COMPRESSION_TYPE
-    if isinstance(exc, UnsupportedMessageFormat):
-        return ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT
-    if isinstance(exc, CorruptBatch):
-        return ErrorCode.CORRUPT_MESSAGE
-    if isinstance(exc, InvalidInput):
-        return ErrorCode.INVALID_REQUEST
+    """The code a client should see for ``exc``."""
+    for kinds, code in _CODES:
+        if isinstance(exc, kinds):
+            return code
     if isinstance(exc, LlogError) and exc.retriable:
         return ErrorCode.REQUEST_TIMED_OUT
     return ErrorCode.UNKNOWN_SERVER_ERROR
