@@ -58,6 +58,16 @@ TABLE: dict[str, Row] = {
     "port negative": Row(("broker", "--port=-1"), USAGE, "port '-1' must be in 1..65535"),
     "port not a number": Row(("broker", "--port", "http"), USAGE, "'http' is not a port number"),
     "compactor port": Row(("compactor", "--port", "70000"), USAGE, "port '70000' must be in 1..65535"),
+    "kafka port": Row(("broker", "--kafka-port", "70000"), USAGE, "port '70000' must be in 1..65535"),
+    "kafka certificate missing": Row(
+        ("broker", "--port", "0", "--kafka-port", "0"), RUNTIME, "Kafka TLS certificate '/nonexistent/cert.pem'",
+        env={"LLOG_KAFKA_TLS_CERT_FILE": "/nonexistent/cert.pem", "LLOG_KAFKA_TLS_KEY_FILE": "/nonexistent/key.pem"},
+    ),
+    "kafka certificate without key": Row(
+        ("broker", "--port", "0", "--kafka-port", "0"), RUNTIME,
+        "kafka_tls_cert_file and kafka_tls_key_file go together",
+        env={"LLOG_KAFKA_TLS_CERT_FILE": "/nonexistent/cert.pem"},
+    ),
     "dev broker port": Row(("dev", "up", "--broker-port", "65536"), USAGE, "port '65536' must be in 1..65535"),
     "host with a space": Row(("broker", "--host", "no such host"), USAGE, "'no such host' is not a host name"),
     "host bad ipv4": Row(("broker", "--host", "999.1.1.1"), USAGE, "'999.1.1.1' is not a host name"),

@@ -508,3 +508,17 @@ def test_tls_with_sasl(config: LlogConfig, conn: Connection, tmp_path: Path) -> 
                           sasl_plain_username="u", sasl_plain_password="tok", max_block_ms=5000,
                           request_timeout_ms=5000).send("t", b"no", partition=1).get(timeout=10)
     assert [r.value for r in Reader(conn).scan("t", 1, 0)] == [b"over tls"]
+
+
+def test_a_busy_kafka_port_is_a_one_line_error(config: LlogConfig) -> None:
+    from tests.conftest import config_env
+
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        port = busy.getsockname()[1]
+        proc = subprocess.run([sys.executable, "-m", "llog", "broker", "--port", "0", "--kafka-port", str(port)],
+                              env=config_env(config), capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [
+        f"llog: error: Kafka listener cannot listen on 127.0.0.1:{port}: Address already in use"], proc.stderr

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import socket
+import ssl
 import threading
 import time
 from collections.abc import AsyncIterator, Callable
@@ -91,9 +93,11 @@ def create_app(
     on_ready: Callable[[Broker], None] | None = None,
     host: str | None = None,
     port: int | None = None,
+    kafka_sock: socket.socket | None = None,
+    kafka_tls: ssl.SSLContext | None = None,
 ) -> BrokerApp:
     """The broker as an ASGI app; resources open in its lifespan (with the Kafka
-    listener when ``config.kafka_port`` is set). ``host`` and ``port`` are where it
+    listener on ``kafka_sock`` when given, with TLS when ``kafka_tls`` is). ``host`` and ``port`` are where it
     listens, as ``/health`` reports them (default: the config's)."""
 
     def open_broker() -> Broker:
@@ -106,10 +110,10 @@ def create_app(
         b.start(asyncio.get_running_loop())
         kafka: KafkaListener | None = None
         try:
-            if config.kafka_port is not None:
+            if kafka_sock is not None:
                 from llog.kafka.listener import KafkaListener  # llog.kafka builds on llog.broker
 
-                kafka = KafkaListener(b, config.kafka_host or b.host, config.kafka_port, config.kafka_advertised_host)
+                kafka = KafkaListener(b, kafka_sock, kafka_tls, config.kafka_advertised_host)
                 await kafka.start()
                 b.kafka_port = kafka.port
             app.state.broker = b

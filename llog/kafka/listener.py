@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 import ssl
 import struct
 import time
@@ -39,11 +40,17 @@ MAX_FRAME_BYTES = 100 * 1024 * 1024
 
 
 class KafkaListener:
-    """Serves the Kafka protocol for ``broker`` on ``host:port`` (``port`` 0: any free)."""
+    """Serves the Kafka protocol for ``broker`` on ``sock`` (bound and listening), over
+    TLS when ``tls`` is given (:func:`tls_context`)."""
 
-    def __init__(self, broker: Broker, host: str, port: int, advertised_host: str | None = None) -> None:
+    def __init__(
+        self, broker: Broker, sock: socket.socket, tls: ssl.SSLContext | None = None,
+        advertised_host: str | None = None,
+    ) -> None:
         self.broker = broker
-        self.host, self.port = host, port
+        self._sock = sock
+        self._tls = tls
+        self.host, self.port = sock.getsockname()[:2]
         self._advertised_host = advertised_host
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
@@ -51,15 +58,15 @@ class KafkaListener:
         self.context: Context | None = None
 
     async def start(self) -> None:
-        self._server = await asyncio.start_server(self._serve, self.host, self.port, limit=1024 * 1024,
-                                                  ssl=tls_context(self.broker.config))
-        self.port = self._server.sockets[0].getsockname()[1]
+        # Registered (a node id) before serving: every request finds the context set up.
         advertised = self._advertised_host or (self.host if self.host not in ("", "0.0.0.0", "::") else "127.0.0.1")
         self.registry = BrokerRegistry(self.broker.conn, advertised, self.port, self.broker.config.session_ttl_s)
         node_id = await asyncio.to_thread(self.registry.start)
         coordinator = Coordinator(self.broker.conn, owner=f"kafka-node-{node_id}")
         coordinator.start()
         self.context = Context(self.broker, self.registry, coordinator)
+        self._server = await asyncio.start_server(self._serve, sock=self._sock, limit=1024 * 1024,
+                                                  ssl=self._tls)
         log.info("Kafka listener on %s:%d, node id %d", self.host, self.port, self.registry.node_id)
 
     async def close(self) -> None:
