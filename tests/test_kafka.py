@@ -11,6 +11,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -522,3 +523,40 @@ def test_a_busy_kafka_port_is_a_one_line_error(config: LlogConfig) -> None:
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == [
         f"llog: error: Kafka listener cannot listen on 127.0.0.1:{port}: Address already in use"], proc.stderr
+
+
+def test_kafka_python_group_of_two_shares_the_partitions(kb: KafkaBroker, conn: Connection) -> None:
+    from kafka import KafkaConsumer, KafkaProducer
+
+    producer = KafkaProducer(bootstrap_servers=kb.bootstrap)
+    for i in range(400):
+        producer.send("t", str(i).encode(), partition=i % 4)
+    producer.flush()
+    producer.close()
+    seen: dict[str, list[tuple[int, int]]] = {"a": [], "b": []}
+    done = threading.Event()
+
+    def member(name: str) -> None:
+        consumer = KafkaConsumer("t", bootstrap_servers=kb.bootstrap, group_id="kp", auto_offset_reset="earliest",
+                                 enable_auto_commit=False, session_timeout_ms=6000, heartbeat_interval_ms=500)
+        try:
+            while not done.is_set():
+                for records in consumer.poll(timeout_ms=200).values():
+                    seen[name].extend((r.partition, r.offset) for r in records)
+                    consumer.commit()
+                if len(set(seen["a"]) | set(seen["b"])) == 400:
+                    done.set()
+        finally:
+            consumer.close()
+
+    threads = [threading.Thread(target=member, args=(n,)) for n in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert done.is_set()
+    assert seen["a"] and seen["b"]  # both joined the first rebalance (its delay gathers them)
+    assert not set(seen["a"]) & set(seen["b"])
+    assert set(seen["a"]) | set(seen["b"]) == {(p, o) for p in range(4) for o in range(100)}
+    offsets = GroupOffsets(conn, "kp")
+    assert [getattr(offsets.get("t", p), "offset", None) for p in range(4)] == [100] * 4
