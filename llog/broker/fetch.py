@@ -1,16 +1,18 @@
-"""One consume request's fetch: each partition's records from the in-memory tail
-cache, the shared file cache or the log, within the request's byte budget."""
+"""A fetch of several partitions, the HTTP consume's and the Kafka Fetch's: each
+partition's records from the in-memory tail cache, the shared file cache or the log,
+within a byte budget, long-polling on the partitions' tails until enough arrived."""
 
 from __future__ import annotations
 
-from collections.abc import Generator
+import time
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import cast
 
-from llog.broker.api_types import ConsumeRequest, ConsumeResult, FetchPartition, RecordOut
-from llog.broker.schemas import encode_bytes
+import anyio.to_thread
+
 from llog.broker.state import Broker
-from llog.broker.statuses import partition_error
 from llog.errors import LlogError, OffsetOutOfRange
 from llog.records import ConsumedRecord, payload_size
 
@@ -19,53 +21,76 @@ class NeedsIO(Exception):
     """A fetch on the event loop reached a partition it cannot serve from memory."""
 
 
-def fetch(
-    broker: Broker, req: ConsumeRequest, *, io: bool, failed: dict[int, LlogError] | None = None
-) -> tuple[list[ConsumeResult], list[LlogError], int]:
-    """Every partition's result, the errors among them, and the bytes fetched
-    (``failed``: partitions the start-offset resolution could not place). Without
-    ``io`` (on the event loop) raise :class:`NeedsIO` as soon as a partition needs etcd or S3."""
-    budget = req.max_bytes
-    out: list[ConsumeResult] = []
-    errors: list[LlogError] = []
-    total = 0
-    for i, fp in enumerate(req.topic_partitions):
-        try:
-            if fp.fetch_offset is None:
-                raise (failed or {})[i]
-            part, used = _fetch_one(broker, fp, fp.fetch_offset, budget, io)
-        except LlogError as exc:
-            errors.append(exc)
-            out.append(partition_error(ConsumeResult, fp.topic, fp.partition, exc))
-            continue
-        budget = max(0, budget - used)
-        total += used
-        out.append(part)
-    broker.conn.metrics.consume_records.inc(sum(len(p.records) for p in out if isinstance(p.records, list)))
-    broker.conn.metrics.consume_bytes.inc(total)
-    return out, errors, total
-
-
-def _fetch_one(
-    broker: Broker, fp: FetchPartition, offset: int, budget: int, io: bool
-) -> tuple[ConsumeResult, int]:
-    part = read_partition(broker, fp.topic, fp.partition, offset, min(fp.partition_max_bytes, budget), io)
-    records = part.records
-    return ConsumeResult(
-        topic=fp.topic, partition=fp.partition, ok=True, high_watermark=part.high_watermark,
-        log_start_offset=part.log_start_offset, next_offset=records[-1].offset + 1 if records else offset,
-        records=[_record_out(r) for r in records],
-    ), part.bytes
-
-
 @dataclass(frozen=True)
 class PartitionRead:
-    """What one fetch of a partition found (the HTTP and the Kafka fetch share it)."""
+    """What one fetch of a partition found."""
 
     log_start_offset: int
     high_watermark: int
     records: list[ConsumedRecord]
     bytes: int  # payload bytes of ``records``
+
+
+#: A partition to fetch: topic, partition, the offset to start at (or the error that
+#: left it without one), and the most payload bytes to return for it.
+Wanted = tuple[str, int, "int | LlogError", int]
+
+
+async def long_poll(
+    broker: Broker, wanted: Sequence[Wanted], *, max_bytes: int, min_bytes: int, max_wait_ms: int,
+    past_end_is_error: bool = False,
+) -> list[PartitionRead | LlogError]:
+    """Each partition's records (or error), in ``wanted``'s order, once ``min_bytes``
+    arrived, a partition failed, ``max_wait_ms`` passed or the broker is stopping. Reads
+    on the event loop while memory serves, else on a worker thread, and waits on the
+    partitions' tails in between. ``past_end_is_error``: a start offset past the high
+    watermark is :class:`OffsetOutOfRange` (Kafka's rule) instead of a wait for records."""
+    assert broker.tails is not None
+    tps = [(topic, partition) for topic, partition, _start, _limit in wanted]
+    read = partial(read_partitions, broker, wanted, max_bytes, past_end_is_error=past_end_is_error)
+    deadline = time.monotonic() + max_wait_ms / 1000.0
+    while True:
+        # Versions first: a change landing during the read then ends the wait at once.
+        seen = broker.tails.versions(tps)
+        try:
+            got, total = read(io=False)
+        except NeedsIO:
+            got, total = await anyio.to_thread.run_sync(partial(read, io=True))
+        left = deadline - time.monotonic()
+        failed = any(isinstance(g, LlogError) for g in got)
+        if total >= min_bytes or failed or left <= 0 or broker.tails.stopping:
+            break
+        with broker.conn.metrics.consume_waiting.track_inprogress():
+            await broker.tails.wait(tps, seen, left)
+    broker.conn.metrics.consume_records.inc(sum(len(g.records) for g in got if isinstance(g, PartitionRead)))
+    broker.conn.metrics.consume_bytes.inc(total)
+    return got
+
+
+def read_partitions(
+    broker: Broker, wanted: Sequence[Wanted], max_bytes: int, *, io: bool, past_end_is_error: bool = False
+) -> tuple[list[PartitionRead | LlogError], int]:
+    """One pass over ``wanted`` within ``max_bytes`` in all: each partition's read or
+    error, and the bytes read. Without ``io`` (on the event loop) raise
+    :class:`NeedsIO` as soon as a partition needs etcd or S3."""
+    out: list[PartitionRead | LlogError] = []
+    budget = max_bytes
+    total = 0
+    for topic, partition, start, limit in wanted:
+        if isinstance(start, LlogError):
+            out.append(start)
+            continue
+        try:
+            part = read_partition(broker, topic, partition, start, min(limit, budget), io)
+            if past_end_is_error and start > part.high_watermark:
+                raise OffsetOutOfRange(topic, partition, start, part.log_start_offset)
+        except LlogError as exc:
+            out.append(exc)
+            continue
+        budget = max(0, budget - part.bytes)
+        total += part.bytes
+        out.append(part)
+    return out, total
 
 
 def read_partition(broker: Broker, topic: str, partition: int, offset: int, limit: int, io: bool) -> PartitionRead:
@@ -114,8 +139,3 @@ def _read(broker: Broker, topic: str, partition: int, offset: int, hwm: int, lim
     finally:
         scan.close()
     return out
-
-
-def _record_out(r: ConsumedRecord) -> RecordOut:
-    return RecordOut(r.offset, r.timestamp, None if r.key is None else encode_bytes(r.key), encode_bytes(r.value),
-                     [(k, encode_bytes(v)) for k, v in r.headers])

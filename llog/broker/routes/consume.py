@@ -4,49 +4,57 @@ group's committed offset."""
 
 from __future__ import annotations
 
-import time
-
 import anyio.to_thread
 import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
-from llog.broker.api_types import ConsumeRequest, ConsumeResponse
-from llog.broker.fetch import NeedsIO, fetch
+from llog.broker.api_types import ConsumeRequest, ConsumeResponse, ConsumeResult, RecordOut
+from llog.broker.fetch import Wanted, long_poll
 from llog.broker.request_body import read_body
 from llog.broker.responses import results_response
-from llog.broker.schemas import parse_consume
+from llog.broker.schemas import encode_bytes, parse_consume
 from llog.broker.state import Broker, broker_of
+from llog.broker.statuses import partition_error
 from llog.errors import LlogError
 from llog.groups.offsets import GroupOffsets
+from llog.records import ConsumedRecord
 
 
 async def consume(request: Request) -> Response:
-    """Fetch on the event loop while memory serves, else on a worker thread; wait for
-    the tails to move while the answer is short of ``min_bytes``."""
+    """Long-poll the partitions (:func:`llog.broker.fetch.long_poll`) until ``min_bytes``."""
     b = broker_of(request)
     req = parse_consume(await read_body(request, b.config.broker_max_request_bytes))
-    assert b.tails is not None
     unresolved: dict[int, LlogError] = {}
     if any(fp.fetch_offset is None for fp in req.topic_partitions):
-        # Once per request: the long-poll below re-fetches from the same start.
+        # Once per request: the long-poll below re-reads from the same start.
         req, unresolved = await anyio.to_thread.run_sync(resolve, b, req)
-    tps = [(fp.topic, fp.partition) for fp in req.topic_partitions]
-    deadline = time.monotonic() + req.max_wait_ms / 1000.0
-    while True:
-        # Versions first: a change landing during the fetch then ends the wait at once.
-        seen = b.tails.versions(tps)
-        try:
-            parts, errors, total = fetch(b, req, io=False, failed=unresolved)
-        except NeedsIO:
-            parts, errors, total = await anyio.to_thread.run_sync(
-                lambda: fetch(b, req, io=True, failed=unresolved))
-        left = deadline - time.monotonic()
-        if total >= req.min_bytes or errors or left <= 0 or b.tails.stopping:
-            break
-        with b.conn.metrics.consume_waiting.track_inprogress():
-            await b.tails.wait(tps, seen, left)
+    wanted: list[Wanted] = [
+        (fp.topic, fp.partition, unresolved[i] if fp.fetch_offset is None else fp.fetch_offset, fp.partition_max_bytes)
+        for i, fp in enumerate(req.topic_partitions)
+    ]
+    got = await long_poll(b, wanted, max_bytes=req.max_bytes, min_bytes=req.min_bytes, max_wait_ms=req.max_wait_ms)
+    parts: list[ConsumeResult] = []
+    errors: list[LlogError] = []
+    for fp, part in zip(req.topic_partitions, got, strict=True):
+        if isinstance(part, LlogError):
+            errors.append(part)
+            parts.append(partition_error(ConsumeResult, fp.topic, fp.partition, part))
+            continue
+        records = part.records
+        assert fp.fetch_offset is not None
+        parts.append(ConsumeResult(
+            topic=fp.topic, partition=fp.partition, ok=True, high_watermark=part.high_watermark,
+            log_start_offset=part.log_start_offset,
+            next_offset=records[-1].offset + 1 if records else fp.fetch_offset,
+            records=[_record_out(r) for r in records],
+        ))
     return results_response(ConsumeResponse(topic_partitions=parts), errors, len(parts))
+
+
+def _record_out(r: ConsumedRecord) -> RecordOut:
+    return RecordOut(r.offset, r.timestamp, None if r.key is None else encode_bytes(r.key), encode_bytes(r.value),
+                     [(k, encode_bytes(v)) for k, v in r.headers])
 
 
 def resolve(broker: Broker, req: ConsumeRequest) -> tuple[ConsumeRequest, dict[int, LlogError]]:
