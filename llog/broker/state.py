@@ -17,12 +17,15 @@ from llog.broker.readiness import Readiness
 from llog.broker.tailcache import TailCache
 from llog.broker.wakeup import PartitionTails
 from llog.codec import batch
+from llog.codec.etcd_values import TopicMeta
 from llog.config import LlogConfig
 from llog.connection import Connection
+from llog.errors import UnknownTopic
 from llog.names import TopicPartition
 from llog.producer import BatchingProducer
 from llog.reader import Reader
 from llog.records import Record
+from llog.topics import Topics
 from llog.writer import AppendResult
 
 
@@ -62,6 +65,17 @@ class Broker:
             self.conn, loop, owns=self.producer.owns,
             on_remote_commit=lambda p: self.reader.warm(p.data_key, p.byte_offset, p.byte_length),
         )
+
+    def topic(self, name: str, *, create: bool = True, refresh: bool = False) -> TopicMeta:
+        """``name``'s definition. A topic that does not exist is created first, with
+        ``default_partitions``, when ``create`` and ``auto_create_topics`` are on (the
+        HTTP and the Kafka produce, and Kafka's Metadata); else :class:`UnknownTopic`."""
+        try:
+            return self.conn.topic(name, refresh=refresh)
+        except UnknownTopic:
+            if not (create and self.config.auto_create_topics):
+                raise
+            return Topics(self.conn).create(name, self.config.default_partitions)
 
     def close(self) -> None:
         """Drain the producer, then release everything else."""

@@ -11,43 +11,30 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
-from kafka.protocol.admin import CreateTopicsRequest, CreateTopicsResponse
+from kafka.protocol.admin import CreateTopicsRequest
 from kafka.protocol.api_header import ResponseClassRegistry
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import (
     FetchRequest,
-    FetchResponse,
     HeartbeatRequest,
-    HeartbeatResponse,
     JoinGroupRequest,
-    JoinGroupResponse,
     LeaveGroupRequest,
-    LeaveGroupResponse,
     ListOffsetsRequest,
-    ListOffsetsResponse,
     OffsetCommitRequest,
-    OffsetCommitResponse,
     OffsetFetchRequest,
-    OffsetFetchResponse,
     SyncGroupRequest,
-    SyncGroupResponse,
 )
 from kafka.protocol.metadata import (
     ApiVersionsRequest,
-    ApiVersionsResponse,
     FindCoordinatorRequest,
-    FindCoordinatorResponse,
     MetadataRequest,
-    MetadataResponse,
 )
-from kafka.protocol.producer import InitProducerIdRequest, InitProducerIdResponse, ProduceRequest, ProduceResponse
+from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
-    SaslAuthenticateResponse,
     SaslHandshakeRequest,
-    SaslHandshakeResponse,
 )
 
 from llog.kafka.context import Context
@@ -63,15 +50,17 @@ SASL_AUTHENTICATE = SaslAuthenticateRequest.API_KEY
 @dataclass(frozen=True)
 class Api:
     request: type[ApiMessage]
-    response: type[ApiMessage]
     min_version: int
     max_version: int
     #: ``handler(context, request)``: the response (``None``: none is sent, acks=0);
     #: ``None``: the listener answers it (SASL: the connection's own state).
-    handler: Callable[[Context, Any], Awaitable[Any]] | None
-    #: The handler's own await runs before the next request of the connection is read,
-    #: and returns an awaitable of the response (produce: appends keep arrival order).
-    ordered: bool = False
+    handler: Callable[[Context, Any], Any] | None
+    #: How the listener runs the handler: ``async`` (a coroutine, on the event loop),
+    #: ``blocking`` (a plain function that reaches etcd or S3, on a worker thread), or
+    #: ``ordered`` (a coroutine whose own await runs before the connection's next
+    #: request is read and returns an awaitable of the response: produce, so appends
+    #: keep arrival order).
+    runs: Literal["async", "blocking", "ordered"] = "async"
 
 
 def _api_versions(ctx: Context, req: Any) -> Awaitable[ApiMessage]:
@@ -79,22 +68,22 @@ def _api_versions(ctx: Context, req: Any) -> Awaitable[ApiMessage]:
 
 
 API_BY_KEY: dict[int, Api] = {api.request.API_KEY: api for api in (
-    Api(ProduceRequest, ProduceResponse, 3, 12, produce.produce, ordered=True),
-    Api(FetchRequest, FetchResponse, 4, 12, fetch.fetch),
-    Api(ListOffsetsRequest, ListOffsetsResponse, 1, 9, offsets.list_offsets),
-    Api(MetadataRequest, MetadataResponse, 1, 12, metadata.metadata),
-    Api(ApiVersionsRequest, ApiVersionsResponse, 0, 3, _api_versions),
-    Api(CreateTopicsRequest, CreateTopicsResponse, 2, 6, topics.create_topics),
-    Api(InitProducerIdRequest, InitProducerIdResponse, 0, 4, producers.init_producer_id),
-    Api(FindCoordinatorRequest, FindCoordinatorResponse, 0, 4, groups.find_coordinator),
-    Api(JoinGroupRequest, JoinGroupResponse, 0, 9, groups.join_group),
-    Api(SyncGroupRequest, SyncGroupResponse, 0, 5, groups.sync_group),
-    Api(HeartbeatRequest, HeartbeatResponse, 0, 4, groups.heartbeat),
-    Api(LeaveGroupRequest, LeaveGroupResponse, 0, 5, groups.leave_group),
-    Api(OffsetCommitRequest, OffsetCommitResponse, 2, 8, groups.offset_commit),
-    Api(OffsetFetchRequest, OffsetFetchResponse, 1, 7, groups.offset_fetch),
-    Api(SaslHandshakeRequest, SaslHandshakeResponse, 1, 1, None),  # v0: raw tokens, not served
-    Api(SaslAuthenticateRequest, SaslAuthenticateResponse, 0, 2, None),
+    Api(ProduceRequest, 3, 12, produce.produce, runs="ordered"),
+    Api(FetchRequest, 4, 12, fetch.fetch),
+    Api(ListOffsetsRequest, 1, 9, offsets.list_offsets, runs="blocking"),
+    Api(MetadataRequest, 1, 12, metadata.metadata, runs="blocking"),
+    Api(ApiVersionsRequest, 0, 3, _api_versions),
+    Api(CreateTopicsRequest, 2, 6, topics.create_topics, runs="blocking"),
+    Api(InitProducerIdRequest, 0, 4, producers.init_producer_id, runs="blocking"),
+    Api(FindCoordinatorRequest, 0, 4, groups.find_coordinator),
+    Api(JoinGroupRequest, 0, 9, groups.join_group),
+    Api(SyncGroupRequest, 0, 5, groups.sync_group),
+    Api(HeartbeatRequest, 0, 4, groups.heartbeat),
+    Api(LeaveGroupRequest, 0, 5, groups.leave_group),
+    Api(OffsetCommitRequest, 2, 8, groups.offset_commit),
+    Api(OffsetFetchRequest, 1, 7, groups.offset_fetch, runs="blocking"),
+    Api(SaslHandshakeRequest, 1, 1, None),  # v0: raw tokens, not served
+    Api(SaslAuthenticateRequest, 0, 2, None),
 )}
 
 

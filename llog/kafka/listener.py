@@ -139,8 +139,11 @@ class KafkaListener:
         if api_key == SASL_AUTHENTICATE:
             return _Pending(correlation_id, name, started, _ready(sasl.authenticate(request)))
         assert api.handler is not None
-        if api.ordered:  # acts now, before the next request is read; the answer comes later
-            answer: Awaitable[ApiMessage | None] = await api.handler(self.context, request)
+        answer: Awaitable[ApiMessage | None]
+        if api.runs == "ordered":  # acts now, before the next request is read; the answer comes later
+            answer = await api.handler(self.context, request)
+        elif api.runs == "blocking":
+            answer = asyncio.ensure_future(asyncio.to_thread(api.handler, self.context, request))
         else:
             answer = asyncio.ensure_future(api.handler(self.context, request))
         return _Pending(correlation_id, name, started, answer)

@@ -15,9 +15,8 @@ from llog.broker.responses import results_response
 from llog.broker.schemas import ProducePartition, parse_produce
 from llog.broker.state import Broker, broker_of
 from llog.broker.statuses import partition_error
-from llog.errors import BackPressure, LlogError, UnknownTopic
+from llog.errors import BackPressure, LlogError
 from llog.records import payload_size
-from llog.topics import Topics
 from llog.writer import AppendResult
 
 
@@ -63,7 +62,7 @@ def submit(
             break
         try:
             if not fast:
-                ensure_topic(broker, tp.topic)
+                broker.topic(tp.topic)  # created here when auto-creation is on
             out.append(broker.producer.send_group(
                 tp.topic, tp.partition, tp.records, producer_id=tp.producer_id, sequence=tp.sequence,
                 timeout=0 if fast else None,
@@ -76,14 +75,3 @@ def submit(
         except LlogError as exc:
             out.append(exc)
     return out
-
-
-def ensure_topic(broker: Broker, topic: str) -> None:
-    """Create ``topic`` with the default partition count if auto-creation is on and it
-    does not exist (the Kafka listener's produce shares this)."""
-    if not broker.config.auto_create_topics:
-        return
-    try:
-        broker.conn.topic(topic)
-    except UnknownTopic:
-        Topics(broker.conn).create(topic, broker.config.default_partitions)

@@ -169,11 +169,7 @@ def _commit(ctx: Context, group: str, wanted: list[tuple[str, int, int]], epoch:
     return codes
 
 
-async def offset_fetch(ctx: Context, req: Any) -> OffsetFetchResponse:
-    return await asyncio.to_thread(_offset_fetch, ctx, req)
-
-
-def _offset_fetch(ctx: Context, req: Any) -> OffsetFetchResponse:
+def offset_fetch(ctx: Context, req: Any) -> OffsetFetchResponse:
     R = OffsetFetchResponse
     version = req.API_VERSION
     rows: list[tuple[str, int, int, int]] = []  # topic, partition, offset, error code

@@ -2,16 +2,14 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 
-from llog.errors import LlogError, UnknownTopic
+from llog.errors import LlogError
 from llog.kafka.context import Context, leader_of
 from llog.kafka.errors import error_code
-from llog.names import check_topic
 from llog.topics import Topics
 
 if TYPE_CHECKING:
@@ -28,11 +26,7 @@ async def api_versions(_ctx: Context, req: Any, apis: Iterable[Api]) -> ApiVersi
     return versions_response(req.API_VERSION, apis)
 
 
-async def metadata(ctx: Context, req: Any) -> MetadataResponse:
-    return await asyncio.to_thread(_metadata, ctx, req)
-
-
-def _metadata(ctx: Context, req: Any) -> MetadataResponse:
+def metadata(ctx: Context, req: Any) -> MetadataResponse:
     broker = ctx.broker
     nodes = ctx.registry.live(max_age_s=0)  # fresh: clients ask rarely, and act on the answer
     names = None if req.topics is None else [t.name for t in req.topics]
@@ -63,17 +57,7 @@ def _metadata(ctx: Context, req: Any) -> MetadataResponse:
 
 
 def _partitions(ctx: Context, name: str, allow_create: bool) -> int | LlogError:
-    broker = ctx.broker
     try:
-        check_topic(name)
-        return broker.conn.topic(name, refresh=True).partitions
-    except UnknownTopic as exc:
-        if not (allow_create and broker.config.auto_create_topics):
-            return exc
-        try:
-            return Topics(broker.conn).create(name, broker.config.default_partitions).partitions
-        except LlogError as create_exc:
-            return create_exc
+        return ctx.broker.topic(name, create=allow_create, refresh=True).partitions
     except LlogError as exc:
         return exc
-

@@ -4,7 +4,6 @@ record whose timestamp is at or after a given one, with that record's timestamp
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from kafka.protocol.consumer import ListOffsetsResponse
@@ -19,11 +18,7 @@ EARLIEST = -2
 MAX_TIMESTAMP = -3
 
 
-async def list_offsets(ctx: Context, req: Any) -> ListOffsetsResponse:
-    return await asyncio.to_thread(_list_offsets, ctx, req)
-
-
-def _list_offsets(ctx: Context, req: Any) -> ListOffsetsResponse:
+def list_offsets(ctx: Context, req: Any) -> ListOffsetsResponse:
     R = ListOffsetsResponse
     topics = []
     for t in req.topics:

@@ -13,7 +13,6 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceResponse
 
-from llog.broker.routes.produce import ensure_topic
 from llog.commit_plan import RECORD_COUNTED_PREFIX
 from llog.errors import BackPressure, LlogError
 from llog.kafka.context import Context
@@ -75,7 +74,7 @@ def _send_blocking(
     ctx: Context, topic: str, partition: int, records: Any, producer_id: str | None, sequence: int | None
 ) -> Future[AppendResult]:
     broker = ctx.broker
-    ensure_topic(broker, topic)
+    broker.topic(topic)  # created here when auto-creation is on
     fut = broker.producer.send_group(topic, partition, records, producer_id=producer_id, sequence=sequence)
     broker.validated.add((topic, partition))
     return fut

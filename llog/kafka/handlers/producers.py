@@ -5,7 +5,6 @@ refused: llog has no transactions."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from kafka.protocol.producer import InitProducerIdResponse
@@ -17,11 +16,7 @@ from llog.kafka.errors import ErrorCode, error_code
 MAX_EPOCH = 32767
 
 
-async def init_producer_id(ctx: Context, req: Any) -> InitProducerIdResponse:
-    return await asyncio.to_thread(_init_producer_id, ctx, req)
-
-
-def _init_producer_id(ctx: Context, req: Any) -> InitProducerIdResponse:
+def init_producer_id(ctx: Context, req: Any) -> InitProducerIdResponse:
     R = InitProducerIdResponse[req.API_VERSION]
     if req.transactional_id is not None:
         return R(throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_VERSION, producer_id=-1, producer_epoch=-1)

@@ -5,7 +5,6 @@ as llog does not compact by key."""
 
 from __future__ import annotations
 
-import asyncio
 from typing import Any
 
 from kafka.protocol.admin import CreateTopicsResponse
@@ -15,14 +14,8 @@ from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
 from llog.topics import Topics
 
-INVALID_CONFIG = 40
 
-
-async def create_topics(ctx: Context, req: Any) -> CreateTopicsResponse:
-    return await asyncio.to_thread(_create_topics, ctx, req)
-
-
-def _create_topics(ctx: Context, req: Any) -> CreateTopicsResponse:
+def create_topics(ctx: Context, req: Any) -> CreateTopicsResponse:
     R = CreateTopicsResponse
     out = []
     for t in req.topics:
@@ -38,12 +31,12 @@ def _create(ctx: Context, t: Any, validate_only: bool) -> tuple[int, str | None,
     retention: dict[str, int] = {}
     for c in t.configs:
         if c.name == "cleanup.policy" and c.value not in (None, "delete"):
-            return INVALID_CONFIG, f"cleanup.policy={c.value}: llog topics are not compacted by key", -1
+            return ErrorCode.INVALID_CONFIG, f"cleanup.policy={c.value}: llog topics are not compacted by key", -1
         if c.name in ("retention.ms", "retention.bytes") and c.value is not None:
             try:
                 v = int(c.value)
             except ValueError:
-                return INVALID_CONFIG, f"{c.name}={c.value!r} is not an integer", -1
+                return ErrorCode.INVALID_CONFIG, f"{c.name}={c.value!r} is not an integer", -1
             if v > 0:  # -1: unlimited, llog's default
                 retention[c.name.replace(".", "_")] = v
     if t.assignments:
