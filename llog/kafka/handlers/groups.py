@@ -171,26 +171,23 @@ def _commit(ctx: Context, group: str, wanted: list[tuple[str, int, int]], epoch:
 
 def offset_fetch(ctx: Context, req: Any) -> OffsetFetchResponse:
     R = OffsetFetchResponse
-    version = req.API_VERSION
-    rows: list[tuple[str, int, int, int]] = []  # topic, partition, offset, error code
+    rows: list[tuple[str, int, int]] = []  # topic, partition, committed offset (-1: none)
     top: int = ErrorCode.NONE
     try:
-        offsets = GroupOffsets(ctx.broker.conn, req.group_id)
+        # One range read of the group's offsets, not a read per partition asked for.
+        committed = {(c.topic, c.partition): c.offset for c in GroupOffsets(ctx.broker.conn, req.group_id).all()}
         if req.topics is None:
-            rows = [(c.topic, c.partition, c.offset, 0) for c in offsets.all()]
+            rows = [(topic, partition, offset) for (topic, partition), offset in committed.items()]
         else:
-            for t in req.topics:
-                for p in t.partition_indexes:
-                    c = offsets.get(t.name, p)
-                    rows.append((t.name, p, -1 if c is None else c.offset, 0))
+            rows = [(t.name, p, committed.get((t.name, p), -1)) for t in req.topics for p in t.partition_indexes]
     except InvalidInput:
         top = ErrorCode.INVALID_GROUP_ID
     except LlogError as exc:
         top = error_code(exc)
     by_topic: dict[str, list[Any]] = {}
-    for topic, partition, offset, code in rows:
+    for topic, partition, offset in rows:
         by_topic.setdefault(topic, []).append(R.OffsetFetchResponseTopic.OffsetFetchResponsePartition(
             partition_index=partition, committed_offset=offset, committed_leader_epoch=-1, metadata="",
-            error_code=code))
-    return R[version](throttle_time_ms=0, error_code=top, topics=[
+            error_code=ErrorCode.NONE))
+    return R[req.API_VERSION](throttle_time_ms=0, error_code=top, topics=[
         R.OffsetFetchResponseTopic(name=t, partitions=ps) for t, ps in by_topic.items()])

@@ -90,7 +90,6 @@ async def _answer(
         for index, outcome in parts:
             code: int = ErrorCode.NONE
             base = -1
-            log_start = -1
             message = None
             try:
                 if isinstance(outcome, ErrorCode):
@@ -105,6 +104,6 @@ async def _answer(
                 code, message = error_code(exc), str(exc)
             answers.append(R.TopicProduceResponse.PartitionProduceResponse(
                 index=index, error_code=code, base_offset=base, log_append_time_ms=-1,
-                log_start_offset=log_start, record_errors=[], error_message=message))
+                log_start_offset=-1, record_errors=[], error_message=message))
         topics.append(R.TopicProduceResponse(name=name, partition_responses=answers))
     return R[version](responses=topics, throttle_time_ms=0)
