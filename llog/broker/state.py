@@ -99,9 +99,13 @@ class Broker:
             self.tails.local_commit((result.topic, result.partition), result.end_offset + 1)
 
 
+#: Where :class:`llog.broker.app.BrokerApp` puts the broker in a request's ASGI scope.
+BROKER_SCOPE_KEY = "llog.broker"
+
+
 def broker_of(request: Request) -> Broker:
-    """The broker serving ``request`` (set on the app's state in its lifespan)."""
-    return cast(Broker, request.app.state.broker)
+    """The broker serving ``request`` (the app puts it in every request's scope)."""
+    return cast(Broker, request.scope[BROKER_SCOPE_KEY])
 
 
 def listen_url(host: str, port: int) -> str:

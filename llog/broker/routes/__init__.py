@@ -9,7 +9,6 @@ from dataclasses import dataclass
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
 
 from llog.broker.routes.consume import consume
 from llog.broker.routes.groups import commit, offsets
@@ -42,10 +41,3 @@ ENDPOINTS: tuple[Endpoint, ...] = (
 )
 #: Every path; others are counted in the request metrics as ``other``.
 ROUTES: frozenset[str] = frozenset(e.path for e in ENDPOINTS)
-#: Paths that need no bearer token.
-PUBLIC_ROUTES: frozenset[str] = frozenset(e.path for e in ENDPOINTS if e.public)
-
-
-def starlette_routes() -> list[Route]:
-    """The table as Starlette routes."""
-    return [Route(e.path, e.handler, methods=[e.method]) for e in ENDPOINTS]
