@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
 from llog.codec import batch
+from llog.codec.bodies import Body
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.control import read_control
@@ -98,6 +99,16 @@ class Reader:
         ``[lo, hi)`` of the scan are rows ``[lo - first_offset, hi - first_offset)`` of
         ``batch``. For columnar consumers (Spark) that skip per-record objects."""
         for _, b, first, lo, hi in self._batches(topic, partition, start, end):
+            assert isinstance(b, batch.Batch)
+            yield first, b, lo, hi
+
+    def scan_bodies(
+        self, topic: str, partition: int, start: int = 0, end: int | None = None
+    ) -> Generator[tuple[int, Body, int, int], None, None]:
+        """:meth:`scan_batches`, with bodies of Kafka record batches left undecoded
+        (:class:`~llog.codec.kafka_body.KafkaBody`), for the Kafka Fetch that serves
+        them as they were produced."""
+        for _, b, first, lo, hi in self._batches(topic, partition, start, end, lazy_kafka=True):
             yield first, b, lo, hi
 
     def high_watermark(self, topic: str, partition: int) -> tuple[int, int]:
@@ -137,20 +148,22 @@ class Reader:
         self.close()
 
     # -- the pipeline ----------------------------------------------------------
-    def _batches(self, topic: str, partition: int, start: int, end: int | None) -> Iterator[ScanBatch]:
+    def _batches(
+        self, topic: str, partition: int, start: int, end: int | None, *, lazy_kafka: bool = False
+    ) -> Iterator[ScanBatch]:
         # A generator: a bad request raises when the scan is first advanced.
         self._resolver.check(topic, partition, start)
         [resolution] = self._resolver.resolve([(topic, partition, start, end)])
         sc = self._resolver.plan(topic, partition, start, end, resolution)
         if sc is not None:
-            yield from self._stream([sc])
+            yield from self._stream([sc], lazy_kafka=lazy_kafka)
 
     def _scan_many(self, reqs: list[ScanRequest], max_records: int | None) -> Iterator[ScanBatch]:
         yield from self._stream(self._resolver.plan_many(reqs, max_records))
 
-    def _stream(self, scans: list[PartitionScan]) -> Iterator[ScanBatch]:
+    def _stream(self, scans: list[PartitionScan], *, lazy_kafka: bool = False) -> Iterator[ScanBatch]:
         pipeline = FetchPipeline(scans, self._get, self._pool, self.conn, self._ahead, self.config.read_inflight_bytes)
-        return scan_batches(pipeline, self._resolver)
+        return scan_batches(pipeline, self._resolver, lazy_kafka=lazy_kafka)
 
     def _get(self, f: Fetch) -> bytes:
         """The bytes of one range GET (run on the pool): small reads of WAL blobs through

@@ -4,6 +4,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from llog.codec.kafka_body import KafkaBatches
 
 Headers = tuple[tuple[str, bytes], ...]
 
@@ -39,11 +43,12 @@ class AppendGroup:
     With ``producer_id`` and ``sequence`` the append is idempotent: a retry of the same
     (producer_id, sequence) on the partition returns the original offsets instead of
     appending again. Sequences of one producer on one partition go up by one per batch.
+    ``records`` may be Kafka record batches, stored as they are (``kafka-batch-v2``).
     """
 
     topic: str
     partition: int
-    records: Sequence[Record | bytes]
+    records: Sequence[Record | bytes] | KafkaBatches
     producer_id: str | None = None
     sequence: int | None = None
 

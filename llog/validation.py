@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import cast
 
 from llog.codec import batch
+from llog.codec.kafka_body import KafkaBatches
 from llog.connection import Connection
 from llog.errors import InvalidInput, InvalidRecord, RecordTooLarge
 from llog.names import TOPIC_NAME_PATTERN, TOPIC_NAME_RE, check_partition, check_topic
@@ -41,6 +42,12 @@ class PreparedGroup:
     #: Append time, for the records that carry no timestamp of their own.
     stamp: int
     producer: ProducerSequence | None = None
+    #: Kafka record batches stored as they came (``records`` is then empty).
+    kafka: KafkaBatches | None = None
+
+    @property
+    def count(self) -> int:
+        return self.kafka.count if self.kafka is not None else len(self.records)
 
 
 def prepare_groups(
@@ -61,6 +68,11 @@ def _prepare(conn: Connection, g: GroupInput, now: int, records_checked: bool) -
         raise InvalidInput(f"expected AppendGroup, got {type(g).__name__}")
     topic = check_topic(g.topic)
     partition = check_partition(topic, g.partition)
+    if isinstance(g.records, KafkaBatches):
+        producer = check_producer(topic, partition, g.producer_id, g.sequence)
+        conn.check_partition(topic, partition)
+        max_ts = g.records.max_timestamp if g.records.max_timestamp >= 0 else now
+        return PreparedGroup(topic, partition, (), ([], [], [], None), None, max_ts, now, producer, g.records)
     if isinstance(g.records, (bytes, str)) or not isinstance(g.records, Sequence):
         raise InvalidInput(f"records for {topic}/{partition} must be a sequence")
     if len(g.records) == 0:

@@ -1,14 +1,14 @@
 """Step W1 of the commit protocol (protocol/README.md §8.1): one shared WAL blob built
-from checked groups (one ``bytes-batch-v1`` body per group, packed into an ``LLS1``
-blob) and each group's pending value, first in memory (:class:`EncodedBlob`), then PUT
-(:class:`StagedBlob`)."""
+from checked groups (one body per group, ``bytes-batch-v1`` or, for Kafka record
+batches, ``kafka-batch-v2``, packed into an ``LLS1`` blob) and each group's pending
+value, first in memory (:class:`EncodedBlob`), then PUT (:class:`StagedBlob`)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from llog.codec import batch, blob
+from llog.codec import batch, blob, kafka_body
 from llog.codec.etcd_values import Pending
 from llog.errors import InvalidInput
 from llog.session import Session
@@ -58,7 +58,9 @@ def pack_groups(prepared: Sequence[PreparedGroup], created: int, max_blob_bytes:
     """Encode each group's body and pack them into one blob created at ``created``;
     refuse a blob over ``max_blob_bytes``."""
     bodies = [
-        blob.BlobBody(g.topic, g.partition, len(g.records), batch.encode_columns(g.columns, g.stamp, g.lengths))
+        blob.BlobBody(g.topic, g.partition, g.count, kafka_body.encode_body(g.kafka), kafka_body.ENCODING)
+        if g.kafka is not None else
+        blob.BlobBody(g.topic, g.partition, g.count, batch.encode_columns(g.columns, g.stamp, g.lengths))
         for g in prepared
     ]
     packed = blob.pack(bodies, created)
@@ -79,7 +81,7 @@ def pendings_of(
             append_id=f"{blob_id}:{i}",
             start_offset=0,
             end_offset=0,
-            msg_count=len(g.records),
+            msg_count=g.count,
             data_key=data_key,
             byte_offset=part.body_offset,
             byte_length=part.body_length,

@@ -22,8 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import msgpack
+from kafka.record.default_records import DefaultRecordBatchBuilder
 
-from llog.codec import batch, blob
+from llog.codec import batch, blob, kafka_body
 from llog.codec.etcd_values import (
     COMPACTED,
     FENCED,
@@ -177,6 +178,66 @@ def batch_vector(name: str, description: str, records: list[Record]) -> Vector:
     })
 
 
+#: Two Kafka v2 batches as a producer sends them: (base offset written, producer id,
+#: epoch, base sequence, records as (timestamp, key, value, headers)). The second
+#: batch's base offset is nonsense on purpose: readers ignore it (§7.5).
+KafkaRecord = tuple[int, bytes | None, bytes | None, list[tuple[str, bytes]]]
+KAFKA_BATCHES: list[tuple[int, int, int, int, list[KafkaRecord]]] = [
+    (0, -1, -1, -1, [(T0, b"k-1", b"first", [("trace", b"ab12")]), (T0 + 1, None, b"", [])]),
+    (977, 4001, 0, 7, [(T0 + 5, b"k-2", None, []), (T0 + 6, b"", b"\x00\xff", [("e", b"")])]),
+]
+
+
+def kafka_batches() -> bytes:
+    out = b""
+    for base, pid, epoch, seq, records in KAFKA_BATCHES:
+        builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=pid,
+                                            producer_epoch=epoch, base_sequence=seq, batch_size=2**31 - 1)
+        for i, (ts, key, value, headers) in enumerate(records):
+            builder.append(i, ts, key, value, headers)
+        raw = bytearray(builder.build())
+        raw[0:8] = base.to_bytes(8, "big", signed=True)
+        out += bytes(raw)
+    return out
+
+
+def kafka_body_vector() -> Vector:
+    batches = kafka_batches()
+    body = kafka_body.encode_body(kafka_body.check_batches(batches)).tobytes()
+    magic, crc, n, reserved = struct.unpack_from("<4sIII", body, 0)
+    framing, pos = [], 16
+    for base, pid, epoch, seq, records in KAFKA_BATCHES:
+        (length,) = struct.unpack_from(">i", body, pos + 8)
+        framing.append({"offset": pos, "length": length + 12, "base_offset_as_written": base,
+                        "record_count": len(records), "producer_id": pid, "producer_epoch": epoch,
+                        "base_sequence": seq})
+        pos += length + 12
+    return Vector("kafka-batch-v2", body, {
+        "name": "kafka-batch-v2",
+        "kind": "kafka-batch",
+        "encoding": kafka_body.ENCODING,
+        "description": "two Kafka v2 record batches as produced (the second idempotent, its base offset "
+                       "ignored): null and empty keys, a null value, headers",
+        "bytes": BYTES_ENCODING,
+        "size": len(body),
+        "header": {"magic": magic.decode(), "crc32": crc, "count": n, "reserved": reserved},
+        "batches": framing,
+        "decoded": {
+            # As a Kafka consumer sees them (a null value is null) ...
+            "kafka_records": [
+                {"offset_in_body": i, "timestamp": ts, "key": None if k is None else k.hex(),
+                 "value": None if v is None else v.hex(), "headers": [{"key": hk, "value": hv.hex()} for hk, hv in h]}
+                for i, (ts, k, v, h) in enumerate(r for *_, rs in KAFKA_BATCHES for r in rs)
+            ],
+            # ... and as every other reader decodes them (§7.5: a null value is empty).
+            "records": [
+                record_json(Record(b"" if v is None else v, k, ts, tuple(h)))
+                for *_, rs in KAFKA_BATCHES for ts, k, v, h in rs
+            ],
+        },
+    })
+
+
 def packed_blob() -> blob.PackedBlob:
     bodies = [blob.BlobBody(t, p, len(rs), batch.encode(rs)) for t, p, rs in BLOB_GROUPS]
     return blob.pack(bodies, T0 + 10)
@@ -304,7 +365,7 @@ def meta_vectors() -> list[Vector]:
 
 
 def all_vectors() -> list[Vector]:
-    return [*(batch_vector(*b) for b in BATCHES), blob_vector(), *meta_vectors()]
+    return [*(batch_vector(*b) for b in BATCHES), kafka_body_vector(), blob_vector(), *meta_vectors()]
 
 
 def render(v: Vector) -> dict[str, bytes]:

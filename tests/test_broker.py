@@ -362,12 +362,14 @@ def test_shared_tail_cache_dir_serves_other_brokers_commits(
 
 def test_tail_cache_serves_contiguous_runs_and_evicts_oldest() -> None:
     from llog.broker.tailcache import TailCache
+    from llog.codec import batch
     from llog.records import Record
     from llog.writer import AppendResult
 
     def put(cache: TailCache, start: int, values: list[bytes]) -> None:
         res = AppendResult("t", 0, start, start + len(values) - 1, len(values), "k", "d", "a")
-        cache.put(res, [Record(v) for v in values], [1] * len(values))
+        records = [Record(v) for v in values]
+        cache.put(res, records, memoryview(batch.encode(records, default_timestamp=1)))
 
     cache = TailCache(max_bytes=10)
     put(cache, 0, [b"aa", b"bb"])

@@ -18,7 +18,7 @@ from typing import Any
 import msgpack
 import pytest
 
-from llog.codec import batch, blob
+from llog.codec import batch, blob, bodies, kafka_body
 from llog.codec.etcd_values import (
     CompactionCursor,
     CompactionRecord,
@@ -66,14 +66,15 @@ def _rows(records: list[dict[str, Any]]) -> list[Row]:
 
 
 BATCHES = _load("batch")
+KAFKA_BODIES = _load("kafka-batch")
 BLOBS = _load("wal-blob")
-METAS = [v for v in _load() if v[1]["kind"] not in ("batch", "wal-blob")]
+METAS = [v for v in _load() if v[1]["kind"] not in ("batch", "kafka-batch", "wal-blob")]
 
 
 def test_vector_set_is_complete() -> None:
     names = {v[0] for v in _load()}
     required = {
-        "batch-plain", "batch-keys-headers", "wal-blob",
+        "batch-plain", "batch-keys-headers", "kafka-batch-v2", "wal-blob",
         "control-open", "control-pending", "control-fenced",
         "index-wal", "index-compacted", "topic", "compaction-cursor",
         "compaction-writing-compacted-index", "compaction-deleting-old", "compaction-updating-cursor",
@@ -144,6 +145,42 @@ def test_keyed_vector_has_null_and_empty_keys_and_headers() -> None:
     keys = [r[1] for r in rows]
     assert None in keys and b"" in keys
     assert any(r[3] for r in rows)
+
+
+# -- kafka-batch-v2 ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("name", "doc", "data"), KAFKA_BODIES, ids=_ids(KAFKA_BODIES))
+def test_kafka_body_wraps_batches_to_vector(name: str, doc: dict[str, Any], data: bytes) -> None:
+    assert doc["encoding"] == kafka_body.ENCODING == "kafka-batch-v2"
+    h = doc["header"]
+    assert struct.unpack_from("<4sIII", data, 0) == (h["magic"].encode(), h["crc32"], h["count"], h["reserved"])
+    assert h["magic"] == "LLK1" and h["reserved"] == 0 and h["crc32"] == zlib.crc32(data[8:])
+    # The batches follow the 16-byte header byte for byte, as produced.
+    assert doc["batches"][0]["offset"] == 16
+    assert sum(b["length"] for b in doc["batches"]) == len(data) - 16
+    checked = kafka_body.check_batches(data[16:])
+    assert checked.count == h["count"] == sum(b["record_count"] for b in doc["batches"])
+    assert kafka_body.encode_body(checked).tobytes() == data
+    for b in doc["batches"]:
+        assert struct.unpack_from(">q", data, b["offset"])[0] == b["base_offset_as_written"]
+
+
+@pytest.mark.parametrize(("name", "doc", "data"), KAFKA_BODIES, ids=_ids(KAFKA_BODIES))
+def test_kafka_body_decodes_to_vector(name: str, doc: dict[str, Any], data: bytes) -> None:
+    b = bodies.decode(data)
+    assert list(b.rows()) == _rows(doc["decoded"]["records"])
+    # A Kafka client reading the stored batches sees the null value as null.
+    from kafka.record.default_records import DefaultRecordBatch
+
+    got = []
+    for _count, raw in kafka_body.iter_batches(memoryview(data)[16:]):
+        for r in DefaultRecordBatch(bytes(raw)):
+            got.append((r.timestamp, r.key, r.value, [(k, v) for k, v in r.headers]))
+    want = [(r["timestamp"], None if r["key"] is None else bytes.fromhex(r["key"]),
+             None if r["value"] is None else bytes.fromhex(r["value"]),
+             [(x["key"], bytes.fromhex(x["value"])) for x in r["headers"]]) for r in doc["decoded"]["kafka_records"]]
+    assert got == want
 
 
 # -- shared WAL blob -----------------------------------------------------------------

@@ -1,6 +1,8 @@
 """A fetch of several partitions, the HTTP consume's and the Kafka Fetch's: each
 partition's records from the in-memory tail cache, the shared file cache or the log,
-within a byte budget, long-polling on the partitions' tails until enough arrived."""
+within a byte budget, long-polling on the partitions' tails until enough arrived. A
+Kafka Fetch takes them as v2 record batches (``kafka=True``): batches produced through
+Kafka as they were stored, never decoded, the other records built into batches."""
 
 from __future__ import annotations
 
@@ -8,11 +10,13 @@ import time
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass
 from functools import partial
+from itertools import count, repeat
 from typing import cast
 
 import anyio.to_thread
 
 from llog.broker.state import Broker
+from llog.codec.kafka_body import KafkaBody, KafkaRun
 from llog.errors import LlogError, OffsetOutOfRange
 from llog.records import ConsumedRecord, payload_size
 
@@ -28,7 +32,13 @@ class PartitionRead:
     log_start_offset: int
     high_watermark: int
     records: list[ConsumedRecord]
-    bytes: int  # payload bytes of ``records``
+    bytes: int  # payload bytes of ``records`` (or the batches' bytes, for Kafka)
+    #: A Kafka fetch's answer, instead of ``records``.
+    kafka: KafkaRun | None = None
+
+    @property
+    def count(self) -> int:
+        return self.kafka.count if self.kafka is not None else len(self.records)
 
 
 #: A partition to fetch: topic, partition, the offset to start at (or the error that
@@ -38,16 +48,17 @@ Wanted = tuple[str, int, "int | LlogError", int]
 
 async def long_poll(
     broker: Broker, wanted: Sequence[Wanted], *, max_bytes: int, min_bytes: int, max_wait_ms: int,
-    past_end_is_error: bool = False,
+    past_end_is_error: bool = False, kafka: bool = False,
 ) -> list[PartitionRead | LlogError]:
     """Each partition's records (or error), in ``wanted``'s order, once ``min_bytes``
     arrived, a partition failed, ``max_wait_ms`` passed or the broker is stopping. Reads
     on the event loop while memory serves, else on a worker thread, and waits on the
     partitions' tails in between. ``past_end_is_error``: a start offset past the high
-    watermark is :class:`OffsetOutOfRange` (Kafka's rule) instead of a wait for records."""
+    watermark is :class:`OffsetOutOfRange` (Kafka's rule) instead of a wait for records.
+    ``kafka``: each partition's read is v2 record batches (:attr:`PartitionRead.kafka`)."""
     assert broker.tails is not None
     tps = [(topic, partition) for topic, partition, _start, _limit in wanted]
-    read = partial(read_partitions, broker, wanted, max_bytes, past_end_is_error=past_end_is_error)
+    read = partial(read_partitions, broker, wanted, max_bytes, past_end_is_error=past_end_is_error, kafka=kafka)
     deadline = time.monotonic() + max_wait_ms / 1000.0
     while True:
         # Versions first: a change landing during the read then ends the wait at once.
@@ -62,13 +73,14 @@ async def long_poll(
             break
         with broker.conn.metrics.consume_waiting.track_inprogress():
             await broker.tails.wait(tps, seen, left)
-    broker.conn.metrics.consume_records.inc(sum(len(g.records) for g in got if isinstance(g, PartitionRead)))
+    broker.conn.metrics.consume_records.inc(sum(g.count for g in got if isinstance(g, PartitionRead)))
     broker.conn.metrics.consume_bytes.inc(total)
     return got
 
 
 def read_partitions(
-    broker: Broker, wanted: Sequence[Wanted], max_bytes: int, *, io: bool, past_end_is_error: bool = False
+    broker: Broker, wanted: Sequence[Wanted], max_bytes: int, *, io: bool, past_end_is_error: bool = False,
+    kafka: bool = False,
 ) -> tuple[list[PartitionRead | LlogError], int]:
     """One pass over ``wanted`` within ``max_bytes`` in all: each partition's read or
     error, and the bytes read. Without ``io`` (on the event loop) raise
@@ -81,7 +93,7 @@ def read_partitions(
             out.append(start)
             continue
         try:
-            part = read_partition(broker, topic, partition, start, min(limit, budget), io)
+            part = read_partition(broker, topic, partition, start, min(limit, budget), io, kafka=kafka)
             if past_end_is_error and start > part.high_watermark:
                 raise OffsetOutOfRange(topic, partition, start, part.log_start_offset)
         except LlogError as exc:
@@ -93,11 +105,13 @@ def read_partitions(
     return out, total
 
 
-def read_partition(broker: Broker, topic: str, partition: int, offset: int, limit: int, io: bool) -> PartitionRead:
+def read_partition(
+    broker: Broker, topic: str, partition: int, offset: int, limit: int, io: bool, *, kafka: bool = False
+) -> PartitionRead:
     """Records of ``topic/partition`` from ``offset``, about ``limit`` payload bytes
     (at least one record when any is there and ``limit`` > 0), from the tail caches or
     the log. Without ``io`` (on the event loop) raise :class:`NeedsIO` as soon as it
-    needs etcd or S3."""
+    needs etcd or S3. ``kafka``: as v2 record batches."""
     tp = (topic, partition)
     assert broker.tails is not None
     known = broker.tails.known(tp)
@@ -111,6 +125,11 @@ def read_partition(broker: Broker, topic: str, partition: int, offset: int, limi
     log_start, hwm = known
     if offset < log_start:
         raise OffsetOutOfRange(topic, partition, offset, log_start)
+    if kafka:
+        run = KafkaRun()
+        if offset < hwm and limit > 0:
+            run = _read_batches(broker, topic, partition, offset, hwm, limit, io)
+        return PartitionRead(log_start, hwm, [], run.bytes, run)
     records: list[ConsumedRecord] = []
     if offset < hwm and limit > 0:
         cached = broker.cache.get(topic, partition, offset, limit)
@@ -123,6 +142,43 @@ def read_partition(broker: Broker, topic: str, partition: int, offset: int, limi
         broker.conn.metrics.tail_cache_lookups.labels(source if cached else "miss").inc()
         records = cached if cached else _read(broker, topic, partition, offset, hwm, limit)
     return PartitionRead(log_start, hwm, records, sum(map(payload_size, records)))
+
+
+def _read_batches(broker: Broker, topic: str, partition: int, offset: int, hwm: int, limit: int,
+                  io: bool) -> KafkaRun:
+    """:func:`read_partition`'s Kafka form: the same sources in the same order."""
+    run = broker.cache.get_batches(topic, partition, offset, limit)
+    if run is None and not io:
+        raise NeedsIO
+    source = "hit"
+    if run is None and broker.files is not None:
+        records = broker.files.get(topic, partition, offset, limit)
+        if records:
+            run, source = KafkaRun(), "file"
+            run.add_records(records)
+    broker.conn.metrics.tail_cache_lookups.labels(source if run is not None else "miss").inc()
+    if run is not None:
+        return run
+    run = KafkaRun()
+    pending: list[ConsumedRecord] = []  # records of bytes-batch-v1 bodies, built into one batch
+    scan = broker.reader.scan_bodies(topic, partition, offset, hwm)
+    try:
+        for first, body, lo, hi in scan:
+            if isinstance(body, KafkaBody):
+                run.add_records(pending)
+                pending = []
+                run.add_body(first, body, lo, hi)
+            else:
+                ts, keys, values, headers = body.columns(lo - first, hi - first)
+                pending.extend(map(ConsumedRecord, repeat(topic), repeat(partition), count(lo), ts,
+                                   keys if keys is not None else repeat(None), values,
+                                   headers if headers is not None else repeat(())))
+            if run.bytes + sum(map(payload_size, pending)) >= limit:
+                break
+    finally:
+        scan.close()
+    run.add_records(pending)
+    return run
 
 
 def _read(broker: Broker, topic: str, partition: int, offset: int, hwm: int, limit: int) -> list[ConsumedRecord]:

@@ -37,7 +37,7 @@ import time
 from collections import deque
 from pathlib import Path
 
-from llog.codec import batch
+from llog.codec import batch, bodies
 from llog.metrics import Metrics
 from llog.records import ConsumedRecord
 from llog.writer import AppendResult
@@ -183,7 +183,7 @@ class FileTailCache:
             count, d, name = spans[holder]
             try:
                 with open(f"{d}/{name}", "rb") as f:
-                    b = batch.decode(f.read())
+                    b = bodies.decode(f.read())
             except (OSError, batch.BatchFormatError):
                 break  # pruned meanwhile, or damaged: storage has the truth
             for i, (ts, key, value, headers) in enumerate(b.rows(want - holder), start=want):

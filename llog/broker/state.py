@@ -16,7 +16,6 @@ from llog.broker.filecache import FileTailCache
 from llog.broker.readiness import Readiness
 from llog.broker.tailcache import TailCache
 from llog.broker.wakeup import PartitionTails
-from llog.codec import batch
 from llog.codec.etcd_values import TopicMeta
 from llog.config import LlogConfig
 from llog.connection import Connection
@@ -91,8 +90,7 @@ class Broker:
             self.conn.close()
 
     def _committed(self, result: AppendResult, records: list[Record], body: memoryview) -> None:
-        # The body is the one just PUT and committed: no need to check its CRC again.
-        self.cache.put(result, records, batch.decode(body, verify=False).timestamps)
+        self.cache.put(result, records, body)
         if self.files is not None:
             self.files.put(result, body)
         if self.tails is not None:

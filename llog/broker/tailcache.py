@@ -13,37 +13,52 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 
+from llog.codec import batch, bodies
+from llog.codec.kafka_body import KafkaBody, KafkaRun
 from llog.names import TopicPartition
 from llog.records import ConsumedRecord, Record, payload_size
 from llog.writer import AppendResult
 
 
 class _Segment:
-    """One committed append: its records as handed in, their stored timestamps, and
-    the :class:`ConsumedRecord` objects built from them on the first read (a broker
-    whose consumers are not at the tail never pays for them)."""
+    """One committed append: its records as handed in and their stored timestamps (or,
+    for Kafka record batches, the stored body), and the :class:`ConsumedRecord`
+    objects built from them on the first read (a broker whose consumers are not at the
+    tail never pays for them)."""
 
-    __slots__ = ("_consumed", "nbytes", "partition", "records", "start", "timestamps", "topic")
+    __slots__ = ("_consumed", "body", "count", "nbytes", "partition", "records", "start", "timestamps", "topic")
 
-    def __init__(
-        self, topic: str, partition: int, start: int, records: Sequence[Record], timestamps: list[int]
-    ) -> None:
+    def __init__(self, topic: str, partition: int, start: int, records: Sequence[Record], body: memoryview) -> None:
         self.topic, self.partition, self.start = topic, partition, start
-        self.records, self.timestamps = records, timestamps
-        self.nbytes = sum(map(payload_size, records))
+        self.records = records
+        self.body: bytes | None = None
+        if records:
+            # The body is the one just PUT and committed: no need to check its CRC again.
+            self.timestamps: list[int] = batch.decode(body, verify=False).timestamps.tolist()
+            self.nbytes = sum(map(payload_size, records))
+        else:  # Kafka batches: decoded on the first read
+            self.body, self.timestamps = bytes(body), []
+            self.nbytes = len(body)
+        self.count = len(records) or int.from_bytes(body[8:12], "little")
         self._consumed: tuple[ConsumedRecord, ...] | None = None
 
     @property
     def end(self) -> int:  # exclusive
-        return self.start + len(self.records)
+        return self.start + self.count
 
     def consumed(self) -> tuple[ConsumedRecord, ...]:
         if self._consumed is None:
             t, p, start = self.topic, self.partition, self.start
-            self._consumed = tuple(
-                ConsumedRecord(t, p, start + i, ts, r.key, r.value, r.headers)
-                for i, (r, ts) in enumerate(zip(self.records, self.timestamps, strict=True))
-            )
+            if self.body is not None:
+                self._consumed = tuple(
+                    ConsumedRecord(t, p, start + i, ts, key, value, headers)
+                    for i, (ts, key, value, headers) in enumerate(bodies.decode(self.body, verify=False).rows())
+                )
+            else:
+                self._consumed = tuple(
+                    ConsumedRecord(t, p, start + i, ts, r.key, r.value, r.headers)
+                    for i, (r, ts) in enumerate(zip(self.records, self.timestamps, strict=True))
+                )
         return self._consumed
 
 
@@ -62,11 +77,12 @@ class TailCache:
     def nbytes(self) -> int:
         return self._bytes
 
-    def put(self, result: AppendResult, records: list[Record], timestamps: Sequence[int]) -> None:
-        """Cache a committed append: its records and their timestamps as stored (a
-        record sent without one was stamped with append time by the writer)."""
+    def put(self, result: AppendResult, records: list[Record], body: memoryview) -> None:
+        """Cache a committed append: its records (none for Kafka batches) and the body
+        as stored, whose timestamps are the stored ones (a record sent without one was
+        stamped with append time by the writer)."""
         tp = (result.topic, result.partition)
-        seg = _Segment(result.topic, result.partition, result.start_offset, records, list(timestamps))
+        seg = _Segment(result.topic, result.partition, result.start_offset, records, body)
         if seg.nbytes > self.max_bytes:
             return
         with self._lock:
@@ -86,6 +102,33 @@ class TailCache:
                 if not old_segs:
                     del self._parts[old_tp]
                 self._bytes -= old.nbytes
+
+    def get_batches(self, topic: str, partition: int, offset: int, max_bytes: int) -> KafkaRun | None:
+        """A Kafka Fetch's :meth:`get`: the appends from ``offset`` on as v2 record
+        batches (stored ones as produced, others built from the records), at least one
+        and then up to about ``max_bytes``; ``None`` when ``offset`` is not cached."""
+        with self._lock:
+            part = self._parts.get((topic, partition))
+            if part is None:
+                return None
+            starts, segs = part
+            i = bisect.bisect_right(starts, offset) - 1
+            if i < 0 or segs[i].end <= offset:
+                return None
+            run: list[_Segment] = []
+            want, used = offset, 0
+            while i < len(segs) and segs[i].start <= want < segs[i].end and (not run or used < max_bytes):
+                run.append(segs[i])
+                used += segs[i].nbytes
+                want = segs[i].end
+                i += 1
+        out = KafkaRun()
+        for seg in run:  # outside the lock: building batches costs CPU
+            if seg.body is not None:
+                out.add_body(seg.start, KafkaBody(seg.body, verify=False), max(offset, seg.start), seg.end)
+            else:
+                out.add_records(seg.consumed()[max(0, offset - seg.start):])
+        return out
 
     def get(self, topic: str, partition: int, offset: int, max_bytes: int) -> list[ConsumedRecord] | None:
         """Records from ``offset`` on while they are contiguous, at least one and then

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import msgpack
 
 from llog.codec.batch import ENCODING, EncodedBody
+from llog.codec.bodies import ENCODINGS
 from llog.codec.crc import crc32, crc32_combine
 
 MAGIC = b"LLS1"
@@ -51,6 +52,7 @@ class BlobBody:
     partition: int
     msg_count: int
     body: bytes | EncodedBody
+    encoding: str = ENCODING
 
 
 @dataclass(frozen=True)
@@ -95,7 +97,7 @@ def pack(bodies: Sequence[BlobBody], created_at_ms: int) -> PackedBlob:
         pos = _PREFIX.size + header_len
         parts = []
         for b, e in zip(bodies, encoded, strict=True):
-            parts.append(BlobPart(b.topic, b.partition, b.msg_count, pos, e.length, e.crc))
+            parts.append(BlobPart(b.topic, b.partition, b.msg_count, pos, e.length, e.crc, b.encoding))
             pos += e.length
         header = _header(created_at_ms, parts)
         if len(header) == header_len:
@@ -132,6 +134,9 @@ def parse_header(data: bytes | memoryview) -> tuple[int, tuple[BlobPart, ...]]:
         head = msgpack.unpackb(bytes(data[_PREFIX.size : end]))
         if head["v"] != VERSION:
             raise BlobFormatError(f"unsupported blob version {head['v']!r}")
+        for p in head["parts"]:
+            if p["encoding"] not in ENCODINGS:
+                raise BlobFormatError(f"unknown body encoding {p['encoding']!r}")
         parts = tuple(
             BlobPart(
                 topic=p["topic"],

@@ -4,7 +4,7 @@ kafka-python, aiokafka, kcat) produce to and fetch from llog unchanged.
 Leaderless, as llog is: every broker answers as the leader of every partition, so
 there is no leadership to move, no replication and no ISR. The request and response
 codecs are kafka-python's (generated from Apache Kafka's own message definitions);
-the record batches are decoded and built by :mod:`llog.kafka.record_batches`.
+record batches are stored as produced and served back by :mod:`llog.codec.kafka_body`.
 
 The data flow: :mod:`listener` frames requests off each connection and answers them in
 order; :mod:`apis` says which APIs and versions are served and by which handler

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+from llog.codec.kafka_body import KafkaBatchError, UnsupportedCompression, UnsupportedMessageFormat
 from llog.errors import (
     AmbiguousCommit,
     BackPressure,
@@ -25,7 +26,6 @@ from llog.errors import (
     UnknownPartition,
     UnknownTopic,
 )
-from llog.kafka.record_batches import CorruptBatch, UnsupportedCompression, UnsupportedMessageFormat
 
 
 class ErrorCode(IntEnum):
@@ -98,7 +98,7 @@ _CODES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Error
     ((AmbiguousCommit, BackPressure, CoordinationError, StoreError, SessionExpired), ErrorCode.REQUEST_TIMED_OUT),
     (UnsupportedCompression, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
     (UnsupportedMessageFormat, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT),
-    (CorruptBatch, ErrorCode.CORRUPT_MESSAGE),
+    (KafkaBatchError, ErrorCode.CORRUPT_MESSAGE),
     (InvalidInput, ErrorCode.INVALID_REQUEST),
 )
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future, wait
 from typing import Any
 
+from llog.codec.kafka_body import KafkaBatches
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import InvalidInput
@@ -115,7 +116,7 @@ class BatchingProducer:
         self,
         topic: str,
         partition: int,
-        records: Sequence[Record | bytes],
+        records: Sequence[Record | bytes] | KafkaBatches,
         *,
         producer_id: str | None = None,
         sequence: int | None = None,
@@ -127,12 +128,19 @@ class BatchingProducer:
         Without ``producer_id``, groups for one partition in one batch may share one
         partition-append (one etcd transaction): the result's offsets and count are
         this group's own, while ``index_key``, ``data_key`` and ``append_id`` are the
-        shared append's."""
+        shared append's. ``records`` may be Kafka record batches checked by
+        :func:`llog.codec.kafka_body.check_batches`, stored as they are."""
         if not records:
             raise InvalidInput(f"empty group for {topic}/{partition}")
-        recs, nbytes = self._check(topic, partition, records)
         fut: Future[AppendResult] = _future()
-        group = QueuedGroup(topic, partition, recs, [(fut, None)], nbytes, producer_id=producer_id, sequence=sequence)
+        if isinstance(records, KafkaBatches):
+            self.conn.check_partition(topic, partition)
+            group = QueuedGroup(topic, partition, [], [(fut, None)], len(records.data), producer_id=producer_id,
+                                sequence=sequence, kafka=records)
+        else:
+            recs, nbytes = self._check(topic, partition, records)
+            group = QueuedGroup(topic, partition, recs, [(fut, None)], nbytes, producer_id=producer_id,
+                                sequence=sequence)
         self._acc.add(group, self._timeout(timeout), single=False)
         return fut
 

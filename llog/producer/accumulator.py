@@ -15,6 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
+from llog.codec.kafka_body import KafkaBatches
 from llog.errors import BackPressure, LlogError
 from llog.metrics import Metrics
 from llog.names import TopicPartition
@@ -37,6 +38,12 @@ class QueuedGroup:
     nbytes: int = 0
     producer_id: str | None = None
     sequence: int | None = None
+    #: Kafka record batches stored as they are (``records`` is then empty).
+    kafka: KafkaBatches | None = None
+
+    @property
+    def count(self) -> int:
+        return self.kafka.count if self.kafka is not None else len(self.records)
 
 
 @dataclass(frozen=True, eq=False)  # compared by identity: tracked while in flight
@@ -102,7 +109,7 @@ class Accumulator:
             self._ready_bytes += group.nbytes
             self._held_bytes += group.nbytes
             self._metrics.producer_queue_bytes.inc(group.nbytes)
-            self._metrics.producer_queue_records.inc(len(group.records))
+            self._metrics.producer_queue_records.inc(group.count)
             if self._ready_bytes >= self.max_batch_bytes:
                 self._cond.notify_all()
 
@@ -153,7 +160,7 @@ class Accumulator:
             self._first_at = time.monotonic() if self._groups else None
             if not self._groups:
                 self._flush_requested = 0
-            self._metrics.producer_queue_records.dec(sum(len(g.records) for g in taken))
+            self._metrics.producer_queue_records.dec(sum(g.count for g in taken))
             batch = Drained(taken, nbytes, reason)
             self._inflight.append(batch)
             return batch

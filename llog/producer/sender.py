@@ -28,6 +28,7 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
 
+from llog.codec.kafka_body import KafkaBatches
 from llog.errors import BackPressure, InvalidInput, SessionExpired, TooManyUncompactedKeys
 from llog.metrics import Metrics
 from llog.names import TopicPartition
@@ -40,6 +41,7 @@ log = logging.getLogger(__name__)
 #: Called on the committer thread once per committed partition-append (every group
 #: merged into it, records in offset order, and their encoded body as the WAL slice
 #: holds it) before their futures resolve; calls for one partition come in offset order.
+#: For Kafka record batches the record list is empty: the body holds the records.
 CommitListener = Callable[[AppendResult, list[Record], memoryview], None]
 
 #: A batch's groups merged into partition-appends (see :func:`_merge`).
@@ -55,14 +57,15 @@ SESSION_RETRIES = 3
 def _merge(groups: list[QueuedGroup]) -> _Units:
     """Coalesce a partition's groups into one partition-append (one etcd txn instead
     of one per group): each keeps its records contiguous and gets its own offsets
-    back. Groups with a producer id stay apart (their sequence names one batch), and
-    nothing merges across one, so a partition's records keep their order."""
+    back. Groups with a producer id stay apart (their sequence names one batch), so do
+    records and Kafka batches (one body holds one encoding), and nothing merges across
+    a group kept apart, so a partition's records keep their order."""
     units: _Units = []
     open_units: dict[TopicPartition, list[QueuedGroup]] = {}
     for g in groups:
         key = (g.topic, g.partition)
         unit = open_units.get(key) if g.producer_id is None else None
-        if unit is not None:
+        if unit is not None and (unit[0].kafka is None) == (g.kafka is None):
             unit.append(g)
             continue
         unit = [g]
@@ -253,14 +256,14 @@ class Sender:
                     _fail(g, out.error)
                 continue
             if self._on_commit is not None:
-                self._notify(out, u[0].records if len(u) == 1 else [r for g in u for r in g.records], staged.body(i))
+                self._notify(out, _records(u), staged.body(i))
             start = out.start_offset
             for g in u:
                 # A merged group's own slice of the shared partition-append.
                 mine = out if len(u) == 1 else replace(
-                    out, start_offset=start, end_offset=start + len(g.records) - 1, count=len(g.records)
+                    out, start_offset=start, end_offset=start + g.count - 1, count=g.count
                 )
-                start += len(g.records)
+                start += g.count
                 _resolve(g, mine)
         return retry
 
@@ -272,12 +275,18 @@ class Sender:
             log.exception("commit listener failed for %s/%s", out.topic, out.partition)
 
 
+def _records(unit: list[QueuedGroup]) -> list[Record]:
+    """A unit's records in order (none for Kafka batches: their body holds them)."""
+    return unit[0].records if len(unit) == 1 else [r for g in unit for r in g.records]
+
+
 def _groups(units: _Units) -> list[AppendGroup]:
-    """One append group per unit: a merged unit's records concatenated in order."""
+    """One append group per unit: a merged unit's records (or Kafka batches)
+    concatenated in order."""
     return [
         AppendGroup(
             u[0].topic, u[0].partition,
-            u[0].records if len(u) == 1 else [r for g in u for r in g.records],
+            _records(u) if u[0].kafka is None else KafkaBatches.join([g.kafka for g in u if g.kafka is not None]),
             u[0].producer_id, u[0].sequence,
         )
         for u in units

@@ -8,7 +8,7 @@ from itertools import count, repeat
 
 from prometheus_client import Counter
 
-from llog.codec import batch
+from llog.codec import bodies
 from llog.errors import CorruptBlob, ObjectNotFound
 from llog.records import ConsumedRecord
 from llog.scan.fetching import FetchPipeline
@@ -18,13 +18,15 @@ from llog.scan.slices import Fetch
 
 #: ``(scan, batch, first_offset, lo, hi)``: records ``[lo, hi)`` of the scan are rows
 #: ``[lo - first_offset, hi - first_offset)`` of ``batch``.
-ScanBatch = tuple[PartitionScan, batch.Batch, int, int, int]
+ScanBatch = tuple[PartitionScan, bodies.Body, int, int, int]
 
 
-def scan_batches(pipeline: FetchPipeline, resolver: Resolver) -> Iterator[ScanBatch]:
+def scan_batches(pipeline: FetchPipeline, resolver: Resolver, *, lazy_kafka: bool = False) -> Iterator[ScanBatch]:
     """The decoded slices of the pipeline's scans in turn. A GET that finds its object
     vacuumed re-resolves its scan from where it is, once per object (a blob the index
-    still names after that is gone for good)."""
+    still names after that is gone for good). ``lazy_kafka``: Kafka batches come
+    undecoded (:class:`~llog.codec.kafka_body.KafkaBody`), for a caller that serves
+    them as they are and maps their decode errors itself."""
     try:
         while (taken := pipeline.take()) is not None:
             sc, f, fut = taken
@@ -41,7 +43,7 @@ def scan_batches(pipeline: FetchPipeline, resolver: Resolver) -> Iterator[ScanBa
                 resolver.re_resolve(sc)
                 continue
             try:
-                yield from decode_fetch(sc, f, data)
+                yield from decode_fetch(sc, f, data, lazy_kafka=lazy_kafka)
             except CorruptBlob:
                 pipeline.forget(f.data_key)  # a retry reads the object again, not the cache
                 raise
@@ -49,14 +51,14 @@ def scan_batches(pipeline: FetchPipeline, resolver: Resolver) -> Iterator[ScanBa
         pipeline.close()
 
 
-def decode_fetch(sc: PartitionScan, f: Fetch, data: bytes) -> Iterator[ScanBatch]:
+def decode_fetch(sc: PartitionScan, f: Fetch, data: bytes, *, lazy_kafka: bool = False) -> Iterator[ScanBatch]:
     """The slices of ``f`` decoded from ``data``, less what ``sc`` already yielded."""
     for s in f.slices:
         rel = s.byte_offset - f.byte_offset
         body = memoryview(data)[rel : rel + s.byte_length]
         try:
-            b = batch.decode(body)
-        except batch.BatchFormatError as exc:
+            b = bodies.open_body(body) if lazy_kafka else bodies.decode(body)
+        except bodies.BatchFormatError as exc:
             raise CorruptBlob(s.data_key, s.byte_offset, s.byte_length, str(exc)) from exc
         if len(b) != s.count:
             raise CorruptBlob(

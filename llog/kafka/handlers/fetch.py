@@ -1,5 +1,6 @@
 """Fetch: each partition's records from the broker's tail caches or the log (the
-read path the HTTP API uses), as one record batch per partition; long-polls on the
+read path the HTTP API uses) as v2 record batches: batches produced through Kafka as
+they were stored, base offset set, never decoded; other records built into a batch; long-polls on the
 partitions' tails until ``min_bytes`` arrive or ``max_wait_ms`` passes (the HTTP
 consume's :func:`~llog.broker.fetch.long_poll`; a fetch offset past the end is out of
 range, as in Kafka). Fetch sessions
@@ -16,14 +17,13 @@ from llog.broker.fetch import PartitionRead, Wanted, long_poll
 from llog.errors import LlogError
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
-from llog.kafka.record_batches import encode_batch
 
 
 async def fetch(ctx: Context, req: Any) -> FetchResponse:
     wanted: list[Wanted] = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
                             for t in req.topics for p in t.partitions]
     got = await long_poll(ctx.broker, wanted, max_bytes=req.max_bytes, min_bytes=req.min_bytes,
-                          max_wait_ms=max(0, req.max_wait_ms), past_end_is_error=True)
+                          max_wait_ms=max(0, req.max_wait_ms), past_end_is_error=True, kafka=True)
     return _response(req, wanted, got)
 
 
@@ -39,7 +39,8 @@ def _response(req: Any, wanted: list[Wanted], got: list[PartitionRead | LlogErro
             data = R.FetchableTopicResponse.PartitionData(
                 partition_index=partition, error_code=ErrorCode.NONE, high_watermark=part.high_watermark,
                 last_stable_offset=part.high_watermark, log_start_offset=part.log_start_offset,
-                aborted_transactions=None, preferred_read_replica=-1, records=encode_batch(part.records))
+                aborted_transactions=None, preferred_read_replica=-1,
+                records=part.kafka.records_set() if part.kafka is not None else b"")
         by_topic.setdefault(topic, []).append(data)
     return R[req.API_VERSION](
         throttle_time_ms=0, error_code=0, session_id=0,

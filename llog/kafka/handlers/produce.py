@@ -1,7 +1,9 @@
-"""Produce: each partition's record batches decoded and handed to the broker's
-batching producer (shared with the HTTP API) before the connection's next request is
-read; the answer waits for the commits. Every ``acks`` value but 0 means what llog's
-acknowledgement always means: durable in the object store and committed in etcd.
+"""Produce: each partition's record batches checked (framing, CRC-32C, record
+length prefixes: :func:`~llog.codec.kafka_body.check_batches`) and handed to the
+broker's batching producer (shared with the HTTP API) to be stored as they came,
+before the connection's next request is read; the answer waits for the commits. Every
+``acks`` value but 0 means what llog's acknowledgement always means: durable in the
+object store and committed in etcd.
 """
 
 from __future__ import annotations
@@ -13,14 +15,14 @@ from typing import Any
 
 from kafka.protocol.producer import ProduceResponse
 
+from llog.codec.kafka_body import KafkaBatchError, KafkaBatches, check_batches
 from llog.commit_plan import RECORD_COUNTED_PREFIX
 from llog.errors import BackPressure, LlogError
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
-from llog.kafka.record_batches import decode_batches
 from llog.writer import AppendResult
 
-_Outcome = Future[AppendResult] | LlogError | ErrorCode
+_Outcome = Future[AppendResult] | LlogError | KafkaBatchError | ErrorCode
 
 
 async def produce(ctx: Context, req: Any) -> Awaitable[ProduceResponse | None]:
@@ -46,8 +48,8 @@ async def _submit(ctx: Context, topic: str, partition: int, data: bytes | None) 
     if not data:
         return ErrorCode.CORRUPT_MESSAGE
     try:
-        batches = decode_batches(data)
-    except LlogError as exc:
+        batches = check_batches(data)
+    except KafkaBatchError as exc:
         return exc
     if batches.transactional:
         return ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT  # llog has no transactions (docs/kafka.md)
@@ -61,17 +63,17 @@ async def _submit(ctx: Context, topic: str, partition: int, data: bytes | None) 
     try:
         if key in broker.validated:
             try:  # on the event loop while nothing blocks, like the HTTP route
-                return broker.producer.send_group(topic, partition, batches.records, producer_id=producer_id,
+                return broker.producer.send_group(topic, partition, batches, producer_id=producer_id,
                                                   sequence=sequence, timeout=0)
             except BackPressure:
                 pass
-        return await asyncio.to_thread(_send_blocking, ctx, topic, partition, batches.records, producer_id, sequence)
+        return await asyncio.to_thread(_send_blocking, ctx, topic, partition, batches, producer_id, sequence)
     except LlogError as exc:
         return exc
 
 
 def _send_blocking(
-    ctx: Context, topic: str, partition: int, records: Any, producer_id: str | None, sequence: int | None
+    ctx: Context, topic: str, partition: int, records: KafkaBatches, producer_id: str | None, sequence: int | None
 ) -> Future[AppendResult]:
     broker = ctx.broker
     broker.topic(topic)  # created here when auto-creation is on
@@ -94,13 +96,13 @@ async def _answer(
             try:
                 if isinstance(outcome, ErrorCode):
                     code = outcome
-                elif isinstance(outcome, LlogError):
+                elif isinstance(outcome, (LlogError, KafkaBatchError)):
                     raise outcome
                 else:
                     res = await asyncio.wrap_future(outcome)
                     base = res.start_offset
                     metrics.produce_records.inc(res.count)
-            except LlogError as exc:
+            except (LlogError, KafkaBatchError) as exc:
                 code, message = error_code(exc), str(exc)
             answers.append(R.TopicProduceResponse.PartitionProduceResponse(
                 index=index, error_code=code, base_offset=base, log_append_time_ms=-1,

@@ -1,0 +1,38 @@
+"""A record body of either encoding, told apart by its magic: ``bytes-batch-v1``
+(``LLB1``, :mod:`llog.codec.batch`) or ``kafka-batch-v2`` (``LLK1``,
+:mod:`llog.codec.kafka_body`). Every reader decodes through :func:`decode`."""
+
+from __future__ import annotations
+
+from llog.codec import batch, kafka_body
+from llog.codec.batch import Batch, BatchFormatError
+from llog.codec.kafka_body import KafkaBody
+
+ENCODINGS = (batch.ENCODING, kafka_body.ENCODING)
+
+#: A body as a reader holds it: decoded, or Kafka batches not decoded yet.
+Body = Batch | KafkaBody
+
+
+def decode(body: bytes | bytearray | memoryview, *, verify: bool = True) -> Batch:
+    """The body's records; :class:`BatchFormatError` on anything that does not decode."""
+    magic = bytes(body[:4])
+    if magic == kafka_body.MAGIC:
+        return kafka_body.decode(body if not isinstance(body, bytearray) else bytes(body), verify=verify)
+    return batch.decode(body, verify=verify)
+
+
+def open_body(body: bytes | memoryview, *, verify: bool = True) -> Body:
+    """:func:`decode`, except that Kafka batches are only checked (header and CRC) and
+    decoded when their records are first asked for (:class:`KafkaBody`)."""
+    if bytes(body[:4]) == kafka_body.MAGIC:
+        return KafkaBody(body, verify=verify)
+    return batch.decode(body, verify=verify)
+
+
+def is_kafka(body: bytes | memoryview) -> bool:
+    """Whether ``body`` is Kafka record batches stored as produced."""
+    return bytes(body[:4]) == kafka_body.MAGIC
+
+
+__all__ = ["ENCODINGS", "BatchFormatError", "Body", "KafkaBody", "decode", "is_kafka", "open_body"]

@@ -1,0 +1,342 @@
+"""``kafka-batch-v2``: Kafka record batches stored as a producer sent them.
+
+A Kafka client's record batch (message format v2) is checksummed by the client with
+CRC-32C from its ``attributes`` field on, which leaves out the base offset, so the
+broker can store the batch untouched and patch the base offset when it serves it.
+Converting every record to ``bytes-batch-v1`` in Python cost about 4 µs a record, more
+than the rest of a produce; keeping the batch costs a CRC check and a walk over the
+record length prefixes. Layout (little-endian; protocol/README.md, "kafka-batch-v2"):
+
+    0   magic   b"LLK1"
+    4   u32     CRC-32 (zlib) of every byte from offset 8 to the end of the body
+    8   u32     record count n (the sum of the batches' record counts)
+    12  u32     reserved, 0
+    16  one or more Kafka v2 record batches, back to back, as the producer sent them
+        (their base offsets are whatever the producer wrote; readers number the
+        records from the index entry)
+
+A Kafka Fetch serves the stored batches as they are, base offset set
+(:class:`KafkaBody`), nulls included; records stored otherwise are built into one
+batch per run (:func:`encode_batch`). Other readers (the SDK, the HTTP broker, Spark,
+the compactor) decode a body into a :class:`~llog.codec.batch.Batch` through
+kafka-python's record decoder; a null value reads as an empty value there (llog
+records have no null value).
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from crc32c import crc32c
+from kafka import codec as codecs
+from kafka.errors import CorruptRecordError, UnsupportedCodecError
+from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
+
+from llog.codec import batch
+from llog.codec.batch import BatchFormatError, EncodedBody
+from llog.codec.crc import crc32
+from llog.records import ConsumedRecord, Headers
+
+ENCODING = "kafka-batch-v2"
+MAGIC = b"LLK1"
+_HEADER = struct.Struct("<4sIII")
+HEADER_SIZE = _HEADER.size  # 16
+
+# A v2 record batch's fixed header (big-endian), from the Kafka protocol guide.
+_BATCH = struct.Struct(">qiibIhiqqqhii")
+BATCH_HEADER_SIZE = _BATCH.size  # 61
+_CRC_FROM = 21  # the batch CRC covers attributes .. end
+_COMPRESSION_MASK = 0x07
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+
+
+class KafkaBatchError(BatchFormatError):
+    """Bytes that are not well-formed Kafka v2 record batches (the caller says whose)."""
+
+
+class UnsupportedMessageFormat(KafkaBatchError):
+    """A batch in the old message formats (magic 0 or 1)."""
+
+
+class UnsupportedCompression(KafkaBatchError):
+    """A codec whose library is not installed on this broker."""
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaBatches:
+    """One or more v2 record batches of one partition, checked (:func:`check_batches`),
+    to be stored as they are: what a Kafka produce hands the batching producer instead
+    of records."""
+
+    data: bytes
+    count: int
+    max_timestamp: int
+    #: The first batch's producer fields (-1 when not idempotent) and transactional flag.
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    transactional: bool = False
+
+    def __len__(self) -> int:
+        return self.count
+
+    @staticmethod
+    def join(parts: list[KafkaBatches]) -> KafkaBatches:
+        """Several groups' batches as one body's (the producer's merged append)."""
+        if len(parts) == 1:
+            return parts[0]
+        return KafkaBatches(b"".join(p.data for p in parts), sum(p.count for p in parts),
+                            max(p.max_timestamp for p in parts))
+
+
+def check_batches(data: bytes) -> KafkaBatches:
+    """Check the v2 batches of one partition's produce data: each batch's framing, magic,
+    CRC-32C and record count, and that its records' length prefixes tile its record
+    area exactly (after decompression); control batches are refused. What is not
+    checked is each record's inner fields, which only a full decode sees."""
+    view = memoryview(data)
+    total = len(view)
+    count, max_ts, pos = 0, -1, 0
+    first: tuple[int, ...] | None = None
+    while pos < total:
+        if total - pos < BATCH_HEADER_SIZE:
+            raise KafkaBatchError(f"{total - pos} trailing bytes are shorter than a batch header")
+        if view[pos + 16] != 2:
+            raise UnsupportedMessageFormat(f"message format v{view[pos + 16]}: llog accepts v2 only")
+        (_base, length, _epoch, _magic, crc, attrs, last_delta, _base_ts, batch_max_ts,
+         pid, pepoch, seq, n) = _BATCH.unpack_from(view, pos)
+        end = pos + 12 + length
+        if end - pos < BATCH_HEADER_SIZE or end > total:
+            raise KafkaBatchError(f"batch length {length + 12} at byte {pos} runs past the {total} bytes given")
+        if crc32c(view[pos + _CRC_FROM:end]) != crc:
+            raise KafkaBatchError(f"batch at byte {pos}: CRC-32C mismatch")
+        if attrs & _CONTROL:
+            raise KafkaBatchError("control batches are written by brokers, not producers")
+        if n < 1 or last_delta != n - 1:
+            raise KafkaBatchError(f"batch at byte {pos}: {n} records with last offset delta {last_delta}")
+        records = view[pos + BATCH_HEADER_SIZE:end]
+        if attrs & _COMPRESSION_MASK:
+            records = memoryview(_decompress(records, attrs & _COMPRESSION_MASK, pos))
+        _walk(records, n, pos)
+        if first is None:
+            first = (pid, pepoch, seq, attrs & _TRANSACTIONAL)
+        count += n
+        max_ts = max(max_ts, batch_max_ts)
+        pos = end
+    if first is None:
+        raise KafkaBatchError("no record batch")
+    return KafkaBatches(bytes(data), count, max_ts, first[0], first[1], first[2], bool(first[3]))
+
+
+#: Compression attribute -> (name, library present, decoder), kafka-python's codecs.
+_CODECS: dict[int, tuple[str, Callable[[], bool], Callable[[bytes], bytes]]] = {
+    1: ("gzip", codecs.has_gzip, codecs.gzip_decode),
+    2: ("snappy", codecs.has_snappy, codecs.snappy_decode),
+    3: ("lz4", codecs.has_lz4, codecs.lz4_decode),
+    4: ("zstd", codecs.has_zstd, codecs.zstd_decode),
+}
+
+
+def _decompress(compressed: memoryview, codec: int, pos: int) -> bytes:
+    if codec not in _CODECS:
+        raise KafkaBatchError(f"batch at byte {pos}: unknown compression type {codec}")
+    name, present, decode_fn = _CODECS[codec]
+    if not present():
+        raise UnsupportedCompression(f"batch at byte {pos}: {name} is not installed on this broker")
+    try:
+        return bytes(decode_fn(compressed.tobytes()))
+    except Exception as exc:  # each codec raises its own kind on bad input
+        raise KafkaBatchError(f"batch at byte {pos}: does not decompress as {name} ({exc})") from None
+
+
+def _walk(records: memoryview, n: int, at: int) -> None:
+    """The ``n`` records' zigzag-varint length prefixes tile ``records`` exactly."""
+    pos, end = 0, len(records)
+    for _ in range(n):
+        value, shift = 0, 0
+        while True:
+            if pos >= end:
+                raise KafkaBatchError(f"batch at byte {at}: records end before record count")
+            b = records[pos]
+            pos += 1
+            value |= (b & 0x7F) << shift
+            if b < 0x80:
+                break
+            shift += 7
+            if shift > 28:
+                raise KafkaBatchError(f"batch at byte {at}: record length varint too long")
+        length = (value >> 1) ^ -(value & 1)
+        if length < 0:
+            raise KafkaBatchError(f"batch at byte {at}: negative record length")
+        pos += length
+    if pos != end:
+        raise KafkaBatchError(f"batch at byte {at}: records do not fill the batch ({pos} of {end} bytes)")
+
+
+def encode_body(batches: KafkaBatches) -> EncodedBody:
+    """``batches`` as a body (its pieces, length and CRC, as the blob packer takes them)."""
+    head = bytearray(_HEADER.pack(MAGIC, 0, batches.count, 0))
+    crc = crc32(batches.data, crc32(head[8:]))
+    struct.pack_into("<I", head, 4, crc)
+    return EncodedBody((bytes(head), batches.data), HEADER_SIZE + len(batches.data), crc)
+
+
+def batches_of(body: bytes | memoryview, *, verify: bool = True) -> tuple[int, memoryview]:
+    """``(record count, the batches' bytes)`` of a body, its header checked."""
+    mv = memoryview(body)
+    if len(mv) < HEADER_SIZE + BATCH_HEADER_SIZE:
+        raise BatchFormatError(f"body of {len(mv)} bytes is shorter than its header and one batch")
+    magic, crc, n, _ = _HEADER.unpack_from(mv, 0)
+    if magic != MAGIC:
+        raise BatchFormatError(f"bad magic {bytes(magic)!r}")
+    if verify and crc32(mv[8:]) != crc:
+        raise BatchFormatError("checksum mismatch")
+    if n == 0:
+        raise BatchFormatError("empty batch")
+    return n, mv[HEADER_SIZE:]
+
+
+def iter_batches(data: memoryview) -> Iterator[tuple[int, memoryview]]:
+    """``(record count, batch bytes)`` of each batch in ``data`` (framing as stored)."""
+    pos, total = 0, len(data)
+    while pos < total:
+        if total - pos < BATCH_HEADER_SIZE:
+            raise BatchFormatError(f"{total - pos} trailing bytes are shorter than a batch header")
+        length = int.from_bytes(data[pos + 8:pos + 12], "big", signed=True) + 12
+        if length < BATCH_HEADER_SIZE or pos + length > total:
+            raise BatchFormatError(f"batch length {length} at byte {pos} runs past the body")
+        yield int.from_bytes(data[pos + 57:pos + 61], "big", signed=True), data[pos:pos + length]
+        pos += length
+
+
+def decode(body: bytes | memoryview, *, verify: bool = True) -> batch.Batch:
+    """The body's records as a :class:`~llog.codec.batch.Batch` (decoded with
+    kafka-python and laid out as ``bytes-batch-v1`` columns, so every reader works on
+    either encoding); :class:`BatchFormatError` on anything that does not decode."""
+    n, data = batches_of(body, verify=verify)
+    stamps: list[int | None] = []
+    keys: list[bytes | None] = []
+    values: list[bytes] = []
+    headers: list[Headers] = []
+    try:
+        for _count, raw in iter_batches(data):
+            for r in DefaultRecordBatch(bytes(raw)):
+                value = r.value
+                stamps.append(r.timestamp)
+                keys.append(None if r.key is None else bytes(r.key))
+                values.append(b"" if value is None else bytes(value))
+                headers.append(tuple((k, b"" if v is None else bytes(v)) for k, v in r.headers))
+    except (CorruptRecordError, UnsupportedCodecError, ValueError, IndexError, struct.error) as exc:
+        raise BatchFormatError(f"Kafka batch does not decode: {exc}") from None
+    if len(values) != n:
+        raise BatchFormatError(f"header says {n} records, the batches hold {len(values)}")
+    has_headers = headers.count(()) != len(headers)
+    cols = (stamps, keys, values, headers if has_headers else None)
+    return batch.decode(batch.encode_columns(cols).tobytes(), verify=False)
+
+
+class KafkaBody:
+    """A body whose header and CRC are checked, its records not decoded yet: a Kafka
+    Fetch serves its batches as they are (:meth:`batches`), any other reader gets the
+    decoded records (:meth:`columns`, :meth:`rows`, :meth:`to_arrow`: the first call
+    decodes, and raises :class:`BatchFormatError` for a batch that does not)."""
+
+    __slots__ = ("_decoded", "_framing", "_raw", "count")
+
+    def __init__(self, body: bytes | memoryview, *, verify: bool = True) -> None:
+        self._raw = body
+        self.count, data = batches_of(body, verify=verify)
+        self._framing = list(iter_batches(data))
+        framed = sum(n for n, _ in self._framing)
+        if framed != self.count:
+            raise BatchFormatError(f"header says {self.count} records, the batch headers {framed}")
+        self._decoded: batch.Batch | None = None
+
+    def __len__(self) -> int:
+        return self.count
+
+    def decoded(self) -> batch.Batch:
+        if self._decoded is None:
+            self._decoded = decode(self._raw, verify=False)
+        return self._decoded
+
+    @property
+    def timestamps(self) -> memoryview:
+        return self.decoded().timestamps
+
+    def columns(self, start: int = 0, stop: int | None = None) -> batch.Columns:
+        return self.decoded().columns(start, stop)
+
+    def rows(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, bytes | None, bytes, Headers]]:
+        return self.decoded().rows(start, stop)
+
+    def to_arrow(self) -> dict[str, Any]:
+        return self.decoded().to_arrow()
+
+    def batches(self, first_offset: int, lo: int, hi: int) -> Iterator[bytes]:
+        """The stored batches holding records ``[lo, hi)``, where the body's first
+        record has offset ``first_offset``, each with its base offset set (a Kafka
+        client skips a batch's records below the offset it fetched from)."""
+        at = first_offset
+        for n, raw in self._framing:
+            if at >= hi:
+                return
+            if at + n > lo:
+                yield patched(raw, at)
+            at += n
+
+
+def encode_batch(records: Sequence[ConsumedRecord]) -> bytes:
+    """``records`` (consecutive offsets of one partition) as one uncompressed v2 batch."""
+    if not records:
+        return b""
+    base = records[0].offset
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=2**31 - 1)
+    for r in records:
+        builder.append(r.offset - base, r.timestamp, r.key, r.value, list(r.headers))
+    out = bytearray(builder.build())
+    out[0:8] = base.to_bytes(8, "big", signed=True)  # the CRC starts after the base offset
+    return bytes(out)
+
+
+class KafkaRun:
+    """A Kafka Fetch's answer for one partition, built in offset order: stored batches
+    as they are and runs of records as built batches; ``bytes`` and ``count`` (records
+    at or past the fetch offset) so far."""
+
+    __slots__ = ("batches", "bytes", "count")
+
+    def __init__(self) -> None:
+        self.batches: list[bytes] = []
+        self.bytes = 0
+        self.count = 0
+
+    def add_body(self, first_offset: int, body: KafkaBody, lo: int, hi: int) -> None:
+        """Records ``[lo, hi)`` of ``body``, whose first record has ``first_offset``."""
+        for raw in body.batches(first_offset, lo, hi):
+            self.batches.append(raw)
+            self.bytes += len(raw)
+        self.count += hi - lo
+
+    def add_records(self, records: Sequence[ConsumedRecord]) -> None:
+        if records:
+            raw = encode_batch(records)
+            self.batches.append(raw)
+            self.bytes += len(raw)
+            self.count += len(records)
+
+    def records_set(self) -> bytes:
+        """The batches back to back: a Fetch response's ``records`` field."""
+        return b"".join(self.batches)
+
+
+def patched(raw: memoryview, base_offset: int) -> bytes:
+    """One stored batch with its base offset set to ``base_offset`` (outside its CRC)."""
+    out = bytearray(raw)
+    out[0:8] = base_offset.to_bytes(8, "big", signed=True)
+    return bytes(out)
