@@ -560,3 +560,38 @@ def test_kafka_python_group_of_two_shares_the_partitions(kb: KafkaBroker, conn: 
     assert set(seen["a"]) | set(seen["b"]) == {(p, o) for p in range(4) for o in range(100)}
     offsets = GroupOffsets(conn, "kp")
     assert [getattr(offsets.get("t", p), "offset", None) for p in range(4)] == [100] * 4
+
+
+def test_admin_client_describes_configs_cluster_and_groups(kb: KafkaBroker, conn: Connection) -> None:
+    from confluent_kafka import Consumer, TopicPartition
+    from confluent_kafka.admin import AdminClient, ConfigResource
+
+    Topics(conn).create("retained", 2, retention_ms=3_600_000)
+    admin = AdminClient({"bootstrap.servers": kb.bootstrap})
+    [(_, fut)] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "retained")]).items()
+    configs = fut.result(timeout=30)
+    assert configs["retention.ms"].value == "3600000" and not configs["retention.ms"].is_default
+    assert configs["retention.bytes"].value == "-1" and configs["retention.bytes"].is_default
+    assert configs["cleanup.policy"].value == "delete" and configs["cleanup.policy"].is_read_only
+    [(_, fut)] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "no-such-topic")]).items()
+    with pytest.raises(Exception, match="UNKNOWN_TOPIC"):
+        fut.result(timeout=30)
+    cluster = admin.describe_cluster(request_timeout=30).result(timeout=30)
+    assert [n.port for n in cluster.nodes] == [int(kb.bootstrap.rsplit(":", 1)[1])]
+    # A consumer group, once joined, is listed and described with its member.
+    consumer = Consumer({"bootstrap.servers": kb.bootstrap, "group.id": "admins", "auto.offset.reset": "earliest",
+                         "client.id": "admin-test"})
+    try:
+        consumer.subscribe(["t"])
+        _wait_for(lambda: (consumer.poll(0.2), bool(consumer.assignment()))[1], "an assignment", 60)
+        listed = admin.list_consumer_groups(request_timeout=30).result(timeout=30)
+        assert "admins" in {g.group_id for g in listed.valid}
+        [(_, fut)] = admin.describe_consumer_groups(["admins"], request_timeout=30).items()
+        described = fut.result(timeout=30)
+        assert described.state.name == "STABLE"
+        [member] = described.members
+        assert member.client_id == "admin-test"
+        assert sorted(tp.partition for tp in member.assignment.topic_partitions) == [0, 1, 2, 3]
+        assert all(isinstance(tp, TopicPartition) for tp in member.assignment.topic_partitions)
+    finally:
+        consumer.close()

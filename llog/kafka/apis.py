@@ -13,7 +13,13 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from kafka.protocol.admin import CreateTopicsRequest
+from kafka.protocol.admin import (
+    CreateTopicsRequest,
+    DescribeClusterRequest,
+    DescribeConfigsRequest,
+    DescribeGroupsRequest,
+    ListGroupsRequest,
+)
 from kafka.protocol.api_header import ResponseClassRegistry
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.consumer import (
@@ -39,7 +45,7 @@ from kafka.protocol.sasl import (
 
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode
-from llog.kafka.handlers import fetch, groups, metadata, offsets, produce, producers, topics
+from llog.kafka.handlers import admin, fetch, groups, metadata, offsets, produce, producers, topics
 
 __all__ = ["API_BY_KEY", "SASL_AUTHENTICATE", "SASL_HANDSHAKE", "Api", "Context", "unsupported_response"]
 
@@ -82,6 +88,10 @@ API_BY_KEY: dict[int, Api] = {api.request.API_KEY: api for api in (
     Api(LeaveGroupRequest, 0, 5, groups.leave_group),
     Api(OffsetCommitRequest, 2, 8, groups.offset_commit),
     Api(OffsetFetchRequest, 1, 7, groups.offset_fetch, runs="blocking"),
+    Api(DescribeConfigsRequest, 1, 4, admin.describe_configs, runs="blocking"),
+    Api(DescribeClusterRequest, 0, 2, admin.describe_cluster),
+    Api(ListGroupsRequest, 0, 5, admin.list_groups),
+    Api(DescribeGroupsRequest, 0, 6, admin.describe_groups),
     Api(SaslHandshakeRequest, 1, 1, None),  # v0: raw tokens, not served
     Api(SaslAuthenticateRequest, 0, 2, None),
 )}

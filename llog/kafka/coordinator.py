@@ -77,6 +77,7 @@ class Member:
     joining: asyncio.Future[JoinResult] | None = None
     syncing: asyncio.Future[bytes] | None = None
     assignment: bytes = b""
+    client_id: str = ""
 
 
 @dataclass
@@ -125,6 +126,10 @@ class Coordinator:
     def group(self, group_id: str) -> Group | None:
         return self._groups.get(group_id)
 
+    def groups(self) -> list[Group]:
+        """Every group this broker coordinates, by id."""
+        return [self._groups[k] for k in sorted(self._groups)]
+
     async def join(
         self, group_id: str, member_id: str, group_instance_id: str | None, protocol_type: str,
         protocols: list[tuple[str, bytes]], session_timeout_ms: int, rebalance_timeout_ms: int,
@@ -147,7 +152,8 @@ class Coordinator:
         rebalance_s = (rebalance_timeout_ms if rebalance_timeout_ms > 0 else session_timeout_ms) / 1000
         m = g.members.get(member_id)
         if m is None:
-            m = Member(member_id, group_instance_id, session_timeout_ms / 1000, rebalance_s, protocols)
+            m = Member(member_id, group_instance_id, session_timeout_ms / 1000, rebalance_s, protocols,
+                       client_id=client_id)
             g.members[member_id] = m
         else:
             m.protocols, m.session_timeout_s, m.rebalance_timeout_s = protocols, session_timeout_ms / 1000, rebalance_s

@@ -1,0 +1,132 @@
+"""What admin tools ask about (confluent-kafka's ``AdminClient``, kafka-python's
+``KafkaAdminClient``, ``kafka-consumer-groups``): DescribeConfigs (a topic's retention
+and the fixed policies behind it, and a broker's settings that have a Kafka name, all
+read-only: configs change through ``llog topics``), DescribeCluster (the live brokers),
+ListGroups and DescribeGroups (the groups this broker coordinates, as Kafka lists
+them per coordinator)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from kafka.protocol.admin import (
+    DescribeClusterResponse,
+    DescribeConfigsResponse,
+    DescribeGroupsResponse,
+    ListGroupsResponse,
+)
+
+from llog.errors import LlogError
+from llog.kafka.context import Context
+from llog.kafka.errors import ErrorCode, error_code
+
+TOPIC_RESOURCE = 2  # DescribeConfigs resource types
+BROKER_RESOURCE = 4
+TOPIC_CONFIG = 1  # ConfigSource: set on the topic
+STATIC_BROKER_CONFIG = 4
+DEFAULT_CONFIG = 5
+STRING, INT, LONG = 2, 3, 5  # ConfigType (v3+)
+
+
+def describe_configs(ctx: Context, req: Any) -> DescribeConfigsResponse:
+    R = DescribeConfigsResponse
+    results = []
+    for res in req.resources:
+        code: int = ErrorCode.NONE
+        message = None
+        configs: list[tuple[str, str | None, int, int]] = []
+        try:
+            if res.resource_type == TOPIC_RESOURCE:
+                configs = _topic_configs(ctx, res.resource_name)
+            elif res.resource_type == BROKER_RESOURCE:
+                configs = _broker_configs(ctx)
+            else:
+                code, message = ErrorCode.INVALID_REQUEST, f"resource type {res.resource_type} has no configs in llog"
+        except LlogError as exc:
+            code, message = error_code(exc), str(exc)
+        wanted = None if res.configuration_keys is None else set(res.configuration_keys)
+        results.append(R.DescribeConfigsResult(
+            error_code=code, error_message=message, resource_type=res.resource_type, resource_name=res.resource_name,
+            configs=[R.DescribeConfigsResult.DescribeConfigsResourceResult(
+                name=name, value=value, read_only=True, config_source=source, is_default=source == DEFAULT_CONFIG,
+                is_sensitive=False, synonyms=[], config_type=kind, documentation=None)
+                for name, value, source, kind in configs if wanted is None or name in wanted]))
+    return R[req.API_VERSION](throttle_time_ms=0, results=results)
+
+
+def _topic_configs(ctx: Context, name: str) -> list[tuple[str, str | None, int, int]]:
+    meta = ctx.broker.topic(name, create=False, refresh=True)
+    cfg = ctx.broker.config
+
+    def limit(value: int | None) -> tuple[str, int]:
+        return ("-1", DEFAULT_CONFIG) if value is None else (str(value), TOPIC_CONFIG)
+
+    retention_ms, ms_source = limit(meta.retention_ms)
+    retention_bytes, bytes_source = limit(meta.retention_bytes)
+    return [
+        ("retention.ms", retention_ms, ms_source, LONG),
+        ("retention.bytes", retention_bytes, bytes_source, LONG),
+        ("cleanup.policy", "delete", DEFAULT_CONFIG, STRING),  # llog never compacts by key
+        ("compression.type", "producer", DEFAULT_CONFIG, STRING),  # batches are stored as produced
+        ("message.timestamp.type", "CreateTime", DEFAULT_CONFIG, STRING),
+        # A produced batch is stored whole in one shared blob.
+        ("max.message.bytes", str(cfg.max_blob_bytes), STATIC_BROKER_CONFIG, INT),
+        ("min.insync.replicas", "1", DEFAULT_CONFIG, INT),  # durability is the object store's
+    ]
+
+
+def _broker_configs(ctx: Context) -> list[tuple[str, str | None, int, int]]:
+    cfg = ctx.broker.config
+    return [
+        ("broker.id", str(ctx.registry.node_id), STATIC_BROKER_CONFIG, INT),
+        ("auto.create.topics.enable", str(cfg.auto_create_topics).lower(), STATIC_BROKER_CONFIG, 1),
+        ("num.partitions", str(cfg.default_partitions), STATIC_BROKER_CONFIG, INT),
+        ("message.max.bytes", str(cfg.max_blob_bytes), STATIC_BROKER_CONFIG, INT),
+        ("log.retention.ms", "-1", DEFAULT_CONFIG, LONG),
+        ("default.replication.factor", "1", DEFAULT_CONFIG, INT),
+    ]
+
+
+async def describe_cluster(ctx: Context, req: Any) -> DescribeClusterResponse:
+    R = DescribeClusterResponse
+    nodes = ctx.registry.live()
+    return R[req.API_VERSION](
+        throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=ctx.cluster_id,
+        controller_id=nodes[0].node_id,
+        brokers=[R.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=None, is_fenced=False)
+                 for n in nodes])
+
+
+async def list_groups(ctx: Context, req: Any) -> ListGroupsResponse:
+    R = ListGroupsResponse
+    version = req.API_VERSION
+    states = set(req.states_filter or []) if version >= 4 else set()
+    types = set(req.types_filter or []) if version >= 5 else set()
+    listed = []
+    for g in ctx.coordinator.groups():
+        if (states and g.state.value not in states) or (types and "classic" not in types):
+            continue
+        listed.append(R.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "",
+                                    group_state=g.state.value, group_type="classic"))
+    return R[version](throttle_time_ms=0, error_code=0, groups=listed)
+
+
+async def describe_groups(ctx: Context, req: Any) -> DescribeGroupsResponse:
+    R = DescribeGroupsResponse
+    out = []
+    for group_id in req.groups:
+        g = ctx.coordinator.group(group_id)
+        if g is None:
+            owner = ctx.registry.coordinator(group_id)
+            code = ErrorCode.NONE if owner.node_id == ctx.registry.node_id else ErrorCode.NOT_COORDINATOR
+            out.append(R.DescribedGroup(error_code=code, error_message=None, group_id=group_id, group_state="Dead",
+                                        protocol_type="", protocol_data="", members=[]))
+            continue
+        members = [R.DescribedGroup.DescribedGroupMember(
+            member_id=m.member_id, group_instance_id=m.group_instance_id, client_id=m.client_id,
+            client_host="", member_metadata=dict(m.protocols).get(g.protocol or "", b""),
+            member_assignment=m.assignment) for m in g.members.values()]
+        out.append(R.DescribedGroup(error_code=0, error_message=None, group_id=group_id, group_state=g.state.value,
+                                    protocol_type=g.protocol_type or "", protocol_data=g.protocol or "",
+                                    members=members))
+    return R[req.API_VERSION](throttle_time_ms=0, groups=out)
