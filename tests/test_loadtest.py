@@ -159,6 +159,23 @@ def test_ci_scenario_with_a_broker_kill_loses_and_duplicates_nothing(tmp_path: P
         assert (run_dir / chart).read_bytes().startswith(b"\x89PNG")
 
 
+@pytest.mark.timeout(180)
+def test_kafka_scenario_with_a_broker_kill_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    pytest.importorskip("confluent_kafka")
+    scenario = load_scenario(SCENARIOS / "kafka-ci.toml")
+    assert scenario.load.protocol == "kafka"
+    run_dir, summary = orchestrator.run(scenario, tmp_path, progress=lambda _line: None)
+    v = summary["verdict"]
+    assert summary["reconciliation"]["mismatches"] == []
+    assert (v["lost"], v["duplicated"]) == (0, 0)
+    assert v["acked"] == summary["client"]["acked_records"] > 1000
+    assert v["verified"] == v["acked"] and v["all_acked_verified"]
+    assert summary["client"]["failed_records"] == 0
+    kill = next(e for e in summary["chaos"] if e["action"] == "kill")
+    assert kill["ok"] and kill["target"] == "broker-1"
+    assert "--kafka-port" in (run_dir / "layout.json").read_text()
+
+
 def test_up_status_down_leave_nothing_running(tmp_path: Path) -> None:
     def llog(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run([sys.executable, "-m", "llog", "loadtest", *args, "--results", str(tmp_path)],

@@ -31,9 +31,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from crc32c import crc32c
-from kafka import codec as codecs
-from kafka.errors import CorruptRecordError, UnsupportedCodecError
-from kafka.record.default_records import DefaultRecordBatch, DefaultRecordBatchBuilder
 
 from llog.codec import batch
 from llog.codec.batch import BatchFormatError, EncodedBody
@@ -132,19 +129,25 @@ def check_batches(data: bytes) -> KafkaBatches:
     return KafkaBatches(bytes(data), count, max_ts, first[0], first[1], first[2], bool(first[3]))
 
 
-#: Compression attribute -> (name, library present, decoder), kafka-python's codecs.
-_CODECS: dict[int, tuple[str, Callable[[], bool], Callable[[bytes], bytes]]] = {
-    1: ("gzip", codecs.has_gzip, codecs.gzip_decode),
-    2: ("snappy", codecs.has_snappy, codecs.snappy_decode),
-    3: ("lz4", codecs.has_lz4, codecs.lz4_decode),
-    4: ("zstd", codecs.has_zstd, codecs.zstd_decode),
-}
+def _codecs() -> dict[int, tuple[str, Callable[[], bool], Callable[[bytes], bytes]]]:
+    """Compression attribute -> (name, library present, decoder): kafka-python's codecs,
+    imported when first needed (kafka-python's package import costs ``import llog``
+    about 0.15 s)."""
+    from kafka import codec as codecs
+
+    return {
+        1: ("gzip", codecs.has_gzip, codecs.gzip_decode),
+        2: ("snappy", codecs.has_snappy, codecs.snappy_decode),
+        3: ("lz4", codecs.has_lz4, codecs.lz4_decode),
+        4: ("zstd", codecs.has_zstd, codecs.zstd_decode),
+    }
 
 
 def _decompress(compressed: memoryview, codec: int, pos: int) -> bytes:
-    if codec not in _CODECS:
+    known = _codecs()
+    if codec not in known:
         raise KafkaBatchError(f"batch at byte {pos}: unknown compression type {codec}")
-    name, present, decode_fn = _CODECS[codec]
+    name, present, decode_fn = known[codec]
     if not present():
         raise UnsupportedCompression(f"batch at byte {pos}: {name} is not installed on this broker")
     try:
@@ -217,6 +220,9 @@ def decode(body: bytes | memoryview, *, verify: bool = True) -> batch.Batch:
     """The body's records as a :class:`~llog.codec.batch.Batch` (decoded with
     kafka-python and laid out as ``bytes-batch-v1`` columns, so every reader works on
     either encoding); :class:`BatchFormatError` on anything that does not decode."""
+    from kafka.errors import CorruptRecordError, UnsupportedCodecError
+    from kafka.record.default_records import DefaultRecordBatch
+
     n, data = batches_of(body, verify=verify)
     stamps: list[int | None] = []
     keys: list[bytes | None] = []
@@ -295,6 +301,8 @@ def encode_batch(records: Sequence[ConsumedRecord]) -> bytes:
     if not records:
         return b""
     base = records[0].offset
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
     builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
                                         producer_epoch=-1, base_sequence=-1, batch_size=2**31 - 1)
     for r in records:

@@ -1,5 +1,6 @@
 """The load generator: several processes (spawned, so the parent's threads never
-fork), each with a few threads, producing through the brokers' HTTP API.
+fork), each with a few threads, producing through the brokers' HTTP API (or their
+Kafka listeners: :mod:`llog.loadtest.kafka_sender`).
 
 Every partition belongs to one thread of one process, so its batches go out one at a
 time, in sequence: each batch carries the thread's ``producer_id`` and the partition's
@@ -29,6 +30,7 @@ from typing import Any, TextIO
 from urllib.parse import urlsplit
 
 from llog.errors import LlogError
+from llog.loadtest import kafka_sender
 from llog.loadtest.histogram import Histogram
 from llog.loadtest.routing import NoLiveOwner, Router
 from llog.loadtest.scenario import LoadSpec
@@ -56,6 +58,8 @@ class GeneratorPlan:
     duration_s: float
     interval_s: float
     out_dir: str
+    #: (broker id, Kafka listener host:port), for ``protocol = "kafka"``.
+    kafka: tuple[tuple[str, str], ...] = ()
 
     def assignment(self, proc: int) -> list[list[TopicPartition]]:
         """The partitions of each thread of process ``proc``."""
@@ -177,6 +181,9 @@ class _Process:
     # -- one thread -------------------------------------------------------------------
     def _worker(self, thread: int, parts: list[TopicPartition]) -> None:
         load = self.plan.load
+        if load.protocol == "kafka":
+            kafka_sender.run_thread(self, thread, parts)
+            return
         prefix = f"g{self.index}t{thread}"
         producer_id = f"lt-{self.plan.run_id}-{prefix}"
         pad = "x" * max(0, load.record_bytes - len(prefix) - 12)

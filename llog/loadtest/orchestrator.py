@@ -69,6 +69,8 @@ class Cluster:
                                 s3_latency=scenario.s3.profile if scenario.needs_s3_proxy else None,
                                 etcd_members=scenario.cluster.etcd_members)
         self.members: dict[str, ManagedProcess] = {}
+        #: Broker id -> its Kafka listener's host:port, when the load speaks Kafka.
+        self.kafka_addresses: dict[str, str] = {}
 
     def up(self) -> Cluster:
         s = self.scenario
@@ -81,7 +83,12 @@ class Cluster:
             py = [sys.executable, "-m", "llog"]
             for i in range(s.cluster.brokers):
                 port = free_port()
-                self._member(f"broker-{i}", [*py, "broker", "--host", "127.0.0.1", "--port", str(port)], port)
+                argv = [*py, "broker", "--host", "127.0.0.1", "--port", str(port)]
+                if s.load.protocol == "kafka":  # a fixed port, so a restarted broker keeps its address
+                    kafka_port = free_port()
+                    argv += ["--kafka-port", str(kafka_port)]
+                    self.kafka_addresses[f"broker-{i}"] = f"127.0.0.1:{kafka_port}"
+                self._member(f"broker-{i}", argv, port)
             if s.cluster.compactor:
                 port = free_port()
                 self._member("compactor", [
@@ -201,6 +208,7 @@ def _load(scenario: Scenario, cluster: Cluster, say: Report, live_progress: bool
         brokers=tuple((m.name, m.url) for m in cluster.brokers),
         partitions=tuple(scenario.partitions), load=scenario.load, seed=scenario.seed,
         duration_s=scenario.duration_s, interval_s=scenario.interval_s, out_dir=str(run_dir / "client"),
+        kafka=tuple(cluster.kafka_addresses.items()),
     )
     gen = LoadGenerator(plan)
     t0 = gen.start()

@@ -3,6 +3,7 @@ dataclasses. Unknown keys are errors, so a typo never silently runs the default.
 
 from __future__ import annotations
 
+import importlib.util
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, get_type_hints
@@ -58,6 +59,9 @@ class LoadSpec:
     revive_after_s: float = 1.0
     #: After the run ends, seconds an unacknowledged batch keeps being retried.
     drain_s: float = 20.0
+    #: ``http`` (the brokers' HTTP API, idempotent batches routed by ``routing``) or
+    #: ``kafka`` (confluent-kafka producers on the brokers' Kafka listeners).
+    protocol: str = "http"
 
 
 #: What chaos can do, and to which targets (``broker-<i>`` and the numbered etcd
@@ -209,6 +213,10 @@ def _check(s: Scenario, where: str) -> None:
         profile(s.s3.profile)
     except ConfigError as exc:
         problems.append(f"s3.profile: {exc}")
+    if s.load.protocol not in ("http", "kafka"):
+        problems.append("load.protocol must be http or kafka")
+    elif s.load.protocol == "kafka" and importlib.util.find_spec("confluent_kafka") is None:
+        problems.append("load.protocol = kafka needs confluent-kafka (pip install confluent-kafka)")
     if s.load.routing not in ROUTING_POLICIES:
         problems.append(f"load.routing must be one of {ROUTING_POLICIES}")
     if min(s.load.processes, s.load.threads, s.load.records_per_partition, s.load.owners) <= 0:
