@@ -324,7 +324,10 @@ def test_two_brokers_sixteen_clients_eight_partitions(config: LlogConfig, conn: 
             for reader in (a, b):  # both brokers serve the whole partition, in order
                 got, offset = [], 0
                 while offset < len(acked[p]):
-                    status, resp = _consume(reader, "shared", p, offset, max_wait_ms=0)
+                    # A long poll, not max_wait_ms=0: the reading broker learns a commit
+                    # made through the other one from an etcd watch event, which may
+                    # still be in flight; the poll answers as soon as it has a record.
+                    status, resp = _consume(reader, "shared", p, offset, max_wait_ms=30_000)
                     assert status == 200
                     recs = resp["topic_partitions"][0]["records"]
                     assert recs, f"partition {p} stops at {offset} of {len(acked[p])}"
