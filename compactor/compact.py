@@ -5,9 +5,10 @@
    on the compactor's own clock (:mod:`compactor.revision_clock`), never by a writer's.
 2. Read the cursor (absent: the log start offset) and select one contiguous run of WAL
    index entries starting exactly there (:mod:`compactor.planner`).
-3. Read the run's records through the reader and write them as ONE ``bytes-batch-v1``
-   body (timestamps, keys and headers kept) to ``data/compacted/{session}/{uuid}``,
-   under the compactor's session (:mod:`llog.session`).
+3. Read the run's records through the reader and write them as ONE body (timestamps,
+   keys and headers kept): ``bytes-batch-v1``, or a Parquet file for a topic whose
+   ``compacted_format`` is ``parquet`` (:mod:`llog.codec.parquet_body`), to
+   ``data/compacted/{session}/{uuid}``, under the compactor's session (:mod:`llog.session`).
 4. Create ``meta/compaction`` if absent, guarded by the cursor's ``mod_revision`` (no
    one compacted or applied retention since step 2), the claim, and the session key's
    create_revision (the session still lives, so vacuum has not judged the blob); then
@@ -29,7 +30,7 @@ from compactor.planner import WalRun, select_run
 from compactor.recovery import Recovered, finish_interrupted
 from compactor.revision_clock import RevisionClock
 from compactor.stages import WRITING_COMPACTED_INDEX, StageHook, StageRunner
-from llog.codec import batch
+from llog.codec import batch, parquet_body
 from llog.codec.etcd_values import CompactionCursor, CompactionRecord, MetaFormatError
 from llog.connection import Connection
 from llog.control import now_ms, read_control, settle
@@ -223,12 +224,17 @@ class Compactor:
                 conn.keys.index(topic, partition, run.end_offset),
                 f"run [{run.start_offset}, {run.end_offset}] read back {len(values)} records",
             )
+        # The topic's format as it is now: a change applies from the next compaction.
+        parquet = conn.topic(topic, refresh=True).compacted_format == "parquet"
         with m.time("encode"):
-            encoded = batch.encode_columns((stamps, keys, values, headers))
-            body = encoded.tobytes()
+            if parquet:
+                body, crc = parquet_body.encode((stamps, keys, values, headers), partition, run.start_offset), None
+            else:
+                encoded = batch.encode_columns((stamps, keys, values, headers))
+                body, crc = encoded.tobytes(), encoded.full_crc()
         data_key = conn.keys.compacted_blob(topic, partition, session.id, uuid.uuid4().hex)
         with m.time("put"):
-            conn.store.put(data_key, body, crc32=encoded.full_crc())
+            conn.store.put(data_key, body, crc32=crc)
         return CompactionRecord(
             stage=WRITING_COMPACTED_INDEX,
             start_offset=run.start_offset,

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llog.codec.etcd_values import (
     COMPACTED,
+    COMPACTED_FORMATS,
     FENCED,
     OPEN,
     CompactionCursor,
@@ -15,7 +16,7 @@ from llog.codec.etcd_values import (
 )
 from llog.connection import Connection
 from llog.control import ControlState, decode_control, decode_index, now_ms, read_control
-from llog.errors import CasConflict, CorruptMetadata, InvalidInput, TopicConflict
+from llog.errors import CasConflict, CorruptMetadata, InvalidInput, TopicConflict, UnknownTopic
 from llog.etcd import Get, Put, absent, mod_revision_is
 from llog.keys import prefix_range_end
 from llog.names import MAX_PARTITIONS, check_topic
@@ -39,6 +40,12 @@ class PartitionInfo:
         return self.next_offset - max(self.compaction_cursor, self.log_start_offset)
 
 
+def _check_format(compacted_format: str | None) -> None:
+    if compacted_format is not None and compacted_format not in COMPACTED_FORMATS:
+        raise InvalidInput(f"compacted_format must be None (bytes-batch-v1) or one of {COMPACTED_FORMATS}, "
+                           f"got {compacted_format!r}")
+
+
 @dataclass(frozen=True)
 class TopicDescription:
     meta: TopicMeta
@@ -58,9 +65,12 @@ class Topics:
         *,
         retention_ms: int | None = None,
         retention_bytes: int | None = None,
+        compacted_format: str | None = None,
     ) -> TopicMeta:
         """Create a topic. Idempotent: creating an existing topic with the same
-        partition count returns it; a different count raises :class:`TopicConflict`."""
+        partition count returns it; a different count raises :class:`TopicConflict`.
+        ``compacted_format="parquet"``: the compactor writes compacted ranges as
+        Parquet files (spec §7.6) instead of ``bytes-batch-v1`` bodies."""
         check_topic(name)
         if isinstance(partitions, bool) or not isinstance(partitions, int) or not (
             0 < partitions <= MAX_PARTITIONS
@@ -69,7 +79,8 @@ class Topics:
         for label, v in (("retention_ms", retention_ms), ("retention_bytes", retention_bytes)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
                 raise InvalidInput(f"{label} must be a positive int or None, got {v!r}")
-        meta = TopicMeta(name, partitions, now_ms(), retention_ms, retention_bytes)
+        _check_format(compacted_format)
+        meta = TopicMeta(name, partitions, now_ms(), retention_ms, retention_bytes, compacted_format)
         key = self.conn.keys.topic_meta(name)
         r = self.conn.etcd.txn([absent(key)], [Put(key, meta.encode())], [Get(key)])
         if r.succeeded:
@@ -83,6 +94,23 @@ class Topics:
 
     def get(self, name: str) -> TopicMeta:
         return self.conn.topic(name, refresh=True)
+
+    def set_compacted_format(self, name: str, compacted_format: str | None) -> TopicMeta:
+        """Change what the compactor writes for the topic from its next compaction on
+        (ranges compacted before keep their format; readers read both). ``None``:
+        ``bytes-batch-v1``. A CAS on ``meta/topic``, retried on a concurrent change."""
+        check_topic(name)
+        _check_format(compacted_format)
+        key = self.conn.keys.topic_meta(name)
+        for _ in range(self.conn.config.commit_max_attempts):
+            kv = self.conn.etcd.get(key)
+            if kv is None:
+                raise UnknownTopic(name)
+            meta = replace(self.conn.topic(name, refresh=True), compacted_format=compacted_format)
+            if self.conn.etcd.txn([mod_revision_is(key, kv.mod_revision)], [Put(key, meta.encode())], []).succeeded:
+                self.conn.topic(name, refresh=True)
+                return meta
+        raise CasConflict(f"changing topic {name!r}", self.conn.config.commit_max_attempts)
 
     def list(self) -> list[TopicMeta]:
         """Every topic, by name. Skips from topic to topic (one ceiling lookup each)

@@ -331,6 +331,8 @@ def meta_vectors() -> list[Vector]:
          TopicMeta("orders", 4, T0 - 86_400_000)),
         ("topic-retention", "topic record with time and size retention", "topic_meta", {"topic": "clicks"},
          TopicMeta("clicks", 2, T0 - 86_400_000, 7 * 86_400_000, 10 * 2**30)),
+        ("topic-parquet", "topic record whose compacted ranges are Parquet files", "topic_meta",
+         {"topic": "events"}, TopicMeta("events", 8, T0 - 86_400_000, None, None, "parquet")),
         ("compaction-cursor", "compaction cursor after compacting [0, 41]", "compaction_cursor",
          {"topic": "orders", "partition": 0}, CompactionCursor(42)),
         ("producer-state", "idempotent producer whose batch 7 is control-pending's append (offsets 40..41)",

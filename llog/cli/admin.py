@@ -1,4 +1,4 @@
-"""``llog topics create|list|describe``, ``llog fence`` and ``llog unfence``."""
+"""``llog topics create|alter|list|describe``, ``llog fence`` and ``llog unfence``."""
 
 from __future__ import annotations
 
@@ -20,7 +20,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("--retention-ms", type=values.positive_int, help="drop records older than this")
     p.add_argument("--retention-bytes", type=values.positive_int,
                    help="keep at most about this many bytes per partition")
+    p.add_argument("--compacted-format", choices=FORMATS, default="bytes-batch-v1",
+                   help="what the compactor writes: llog's own bodies, or Parquet files any Parquet reader can "
+                        "query (needs pyarrow where the compactor and readers run)")
     p.set_defaults(func=_create)
+
+    p = tsub.add_parser("alter", help="change a topic's compacted format (from its next compaction on)")
+    p.add_argument("topic", type=values.topic)
+    p.add_argument("--compacted-format", choices=FORMATS, required=True)
+    p.set_defaults(func=_alter)
 
     p = tsub.add_parser("list", help="list topics")
     p.set_defaults(func=_list)
@@ -44,9 +52,26 @@ def _create(args: argparse.Namespace) -> int:
             args.partitions,
             retention_ms=args.retention_ms,
             retention_bytes=args.retention_bytes,
+            compacted_format=_format(args.compacted_format),
         )
     print(f"topic {meta.name}: {meta.partitions} partition(s)")
     return 0
+
+
+def _alter(args: argparse.Namespace) -> int:
+    with connection_from_args(args) as conn:
+        meta = Topics(conn).set_compacted_format(args.topic, _format(args.compacted_format))
+    print(f"topic {meta.name}: compacted ranges are written as {meta.compacted_format or 'bytes-batch-v1'} "
+          "from the next compaction on")
+    return 0
+
+
+#: ``--compacted-format`` choices; the first is the default (stored as no value).
+FORMATS = ("bytes-batch-v1", "parquet")
+
+
+def _format(choice: str) -> str | None:
+    return None if choice == FORMATS[0] else choice
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -79,6 +104,7 @@ def _describe(args: argparse.Namespace) -> int:
             "partitions": desc.meta.partitions,
             "retention_ms": desc.meta.retention_ms,
             "retention_bytes": desc.meta.retention_bytes,
+            "compacted_format": desc.meta.compacted_format or FORMATS[0],
             "partition_info": rows,
         })
         return 0

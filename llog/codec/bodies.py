@@ -1,10 +1,11 @@
-"""A record body of either encoding, told apart by its magic: ``bytes-batch-v1``
-(``LLB1``, :mod:`llog.codec.batch`) or ``kafka-batch-v2`` (``LLK1``,
-:mod:`llog.codec.kafka_body`). Every reader decodes through :func:`decode`."""
+"""A record body of any encoding, told apart by its magic: ``bytes-batch-v1``
+(``LLB1``, :mod:`llog.codec.batch`), ``kafka-batch-v2`` (``LLK1``,
+:mod:`llog.codec.kafka_body`) or, for a compacted range, ``parquet-v1`` (``PAR1``,
+:mod:`llog.codec.parquet_body`). Every reader decodes through :func:`decode`."""
 
 from __future__ import annotations
 
-from llog.codec import batch, kafka_body
+from llog.codec import batch, kafka_body, parquet_body
 from llog.codec.batch import Batch, BatchFormatError
 from llog.codec.kafka_body import KafkaBody
 
@@ -19,6 +20,8 @@ def decode(body: bytes | bytearray | memoryview, *, verify: bool = True) -> Batc
     magic = bytes(body[:4])
     if magic == kafka_body.MAGIC:
         return kafka_body.decode(body if not isinstance(body, bytearray) else bytes(body), verify=verify)
+    if magic == parquet_body.MAGIC:
+        return parquet_body.decode(bytes(body))  # Parquet checks its own pages (CRCs are optional there)
     return batch.decode(body, verify=verify)
 
 
@@ -27,7 +30,7 @@ def open_body(body: bytes | memoryview, *, verify: bool = True) -> Body:
     decoded when their records are first asked for (:class:`KafkaBody`)."""
     if bytes(body[:4]) == kafka_body.MAGIC:
         return KafkaBody(body, verify=verify)
-    return batch.decode(body, verify=verify)
+    return decode(body, verify=verify)
 
 
 def is_kafka(body: bytes | memoryview) -> bool:

@@ -198,6 +198,10 @@ class IndexEntry:
         return e
 
 
+#: Values of ``meta/topic``'s ``compacted_format`` (absent: ``bytes-batch-v1``).
+COMPACTED_FORMATS = ("parquet",)
+
+
 @dataclass(frozen=True)
 class TopicMeta:
     """``meta/topic``: a topic's definition."""
@@ -207,17 +211,20 @@ class TopicMeta:
     created_at_ms: int
     retention_ms: int | None = None
     retention_bytes: int | None = None
+    #: What the compactor writes: ``None`` for ``bytes-batch-v1``, or ``"parquet"``.
+    compacted_format: str | None = None
 
     def encode(self) -> bytes:
-        return _pack(
-            {
-                "name": self.name,
-                "partitions": self.partitions,
-                "created_at_ms": self.created_at_ms,
-                "retention_ms": self.retention_ms,
-                "retention_bytes": self.retention_bytes,
-            }
-        )
+        m: dict[str, Any] = {
+            "name": self.name,
+            "partitions": self.partitions,
+            "created_at_ms": self.created_at_ms,
+            "retention_ms": self.retention_ms,
+            "retention_bytes": self.retention_bytes,
+        }
+        if self.compacted_format is not None:  # omitted when absent: older records stay byte for byte
+            m["compacted_format"] = self.compacted_format
+        return _pack(m)
 
     @classmethod
     def decode(cls, raw: bytes) -> TopicMeta:
@@ -227,12 +234,16 @@ class TopicMeta:
         for name, v in (("retention_ms", rms), ("retention_bytes", rb)):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
                 raise MetaFormatError(f"{name} is not an int or null")
+        fmt = m.get("compacted_format")
+        if fmt is not None and fmt not in COMPACTED_FORMATS:
+            raise MetaFormatError(f"compacted_format {fmt!r} is not one of {COMPACTED_FORMATS}")
         return cls(
             name=_field(m, "name", str),
             partitions=_field(m, "partitions", int),
             created_at_ms=_field(m, "created_at_ms", int),
             retention_ms=rms,
             retention_bytes=rb,
+            compacted_format=fmt,
         )
 
 

@@ -28,7 +28,7 @@ def create_topics(ctx: Context, req: Any) -> CreateTopicsResponse:
 def _create(ctx: Context, t: Any, validate_only: bool) -> tuple[int, str | None, int]:
     conn = ctx.broker.conn
     partitions = ctx.broker.config.default_partitions if t.num_partitions == -1 else t.num_partitions
-    retention: dict[str, int] = {}
+    retention: dict[str, Any] = {}
     for c in t.configs:
         if c.name == "cleanup.policy" and c.value not in (None, "delete"):
             return ErrorCode.INVALID_CONFIG, f"cleanup.policy={c.value}: llog topics are not compacted by key", -1

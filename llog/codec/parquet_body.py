@@ -1,0 +1,138 @@
+"""``parquet-v1``: a compacted range of one partition as a Parquet file (spec §7.6).
+
+A topic created with ``--compacted-format parquet`` has the compactor write each
+compacted run as a Parquet file instead of a ``bytes-batch-v1`` body, so the history
+is readable by any Parquet reader (DuckDB, polars, Spark, pyarrow) straight from the
+object store, while llog's own readers serve its offsets from it like any body.
+
+Columns, in this order: ``partition`` int32, ``offset`` int64, ``timestamp`` int64
+(ms since the epoch), ``key`` binary (nullable), ``value`` binary, ``headers``
+list<struct<key: string, value: binary>>; zstd; row groups of about
+``ROW_GROUP_BYTES`` of values and keys. A Parquet file starts and ends with ``PAR1``,
+which is how a reader tells it from the other encodings. Decoding hands the Arrow
+buffers to a :class:`~llog.codec.batch.Batch` without a per-record loop (the two
+layouts are Arrow's).
+
+pyarrow is an optional dependency (``pip install 'llog[parquet]'``): a process that
+meets a Parquet body without it raises :class:`ParquetUnavailable` naming the fix.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from llog.codec import batch
+from llog.codec.batch import BatchFormatError
+from llog.errors import LlogError
+
+if TYPE_CHECKING:
+    import pyarrow as pa
+
+ENCODING = "parquet-v1"
+MAGIC = b"PAR1"
+#: Target bytes of values and keys per row group: a reader of a range GETs whole row
+#: groups, so they stay a few MiB; Parquet's default (1M rows) would be one huge group.
+ROW_GROUP_BYTES = 4 * 1024 * 1024
+COLUMNS = ("partition", "offset", "timestamp", "key", "value", "headers")
+
+
+class ParquetUnavailable(LlogError):
+    """A Parquet body, or a topic that asks for them, in a process without pyarrow."""
+
+    def __init__(self) -> None:
+        super().__init__("Parquet bodies need pyarrow: pip install 'llog[parquet]' (or pyarrow)")
+
+
+def _pa() -> Any:
+    try:
+        import pyarrow
+        import pyarrow.parquet
+    except ImportError:
+        raise ParquetUnavailable() from None
+    return pyarrow
+
+
+def schema() -> pa.Schema:
+    pa = _pa()
+    return pa.schema([
+        ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.int64()),
+        ("key", pa.binary()), ("value", pa.binary()),
+        ("headers", pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))),
+    ])
+
+
+def encode(cols: batch.RecordColumns, partition: int, start_offset: int) -> bytes:
+    """Records given as columns (timestamps, keys or None, values, headers or None),
+    the first at ``start_offset``, as one Parquet file."""
+    pa = _pa()
+    stamps, keys, values, headers = cols
+    n = len(values)
+    if n == 0:
+        raise BatchFormatError("a body holds at least one record")
+    table = pa.table({
+        "partition": pa.array([partition] * n, pa.int32()),
+        "offset": pa.array(range(start_offset, start_offset + n), pa.int64()),
+        "timestamp": pa.array(stamps, pa.int64()),
+        "key": pa.array([None] * n if keys is None else keys, pa.binary()),
+        "value": pa.array(values, pa.binary()),
+        "headers": pa.array([[] for _ in range(n)] if headers is None else
+                            [[{"key": k, "value": v} for k, v in h] for h in headers], schema().field("headers").type),
+    }, schema=schema())
+    size = sum(map(len, values)) + (0 if keys is None else sum(len(k) for k in keys if k is not None))
+    rows = max(1, min(n, n * ROW_GROUP_BYTES // max(1, size)))
+    sink = pa.BufferOutputStream()
+    pa.parquet.write_table(table, sink, compression="zstd", row_group_size=rows)
+    return bytes(sink.getvalue())
+
+
+def decode(body: bytes | memoryview) -> batch.Batch:
+    """The file's records as a :class:`~llog.codec.batch.Batch` over Arrow's buffers;
+    :class:`BatchFormatError` for anything that is not such a file."""
+    pa = _pa()
+    data = bytes(body)
+    if len(data) < 12 or data[:4] != MAGIC or data[-4:] != MAGIC:
+        raise BatchFormatError("not a Parquet file (PAR1 magic missing)")
+    try:
+        table = pa.parquet.read_table(pa.BufferReader(data), columns=["timestamp", "key", "value", "headers"])
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise BatchFormatError(f"Parquet file does not read: {exc}") from None
+    if table.schema != schema().remove(1).remove(0):  # timestamp, key, value, headers
+        raise BatchFormatError(f"unexpected Parquet schema: {table.schema}")
+    if table.num_rows == 0:
+        raise BatchFormatError("empty Parquet file")
+    return _batch(pa, table.combine_chunks())
+
+
+def _batch(pa: Any, table: Any) -> batch.Batch:
+    """The columns' Arrow buffers as a Batch (same layouts: spec §7.4)."""
+    n = table.num_rows
+
+    def single(name: str) -> Any:
+        arr = table.column(name).chunk(0)  # one chunk: combined, and at least one row
+        return arr if arr.offset == 0 else pa.concat_arrays([arr])
+
+    ts, key, value, hdr = (single(c) for c in ("timestamp", "key", "value", "headers"))
+    if value.null_count or ts.null_count:
+        raise BatchFormatError("null values or timestamps in a Parquet body")
+    timestamps = memoryview(ts.buffers()[1]).cast("B")[: 8 * n].cast("q")
+    v_off = memoryview(value.buffers()[1]).cast("B")[: 4 * (n + 1)].cast("i")
+    values = memoryview(value.buffers()[2] or b"").cast("B")
+    key_validity = key_offsets = keys = None
+    if key.null_count < n:
+        bits = key.buffers()[0]
+        key_validity = memoryview(bits).cast("B") if bits is not None else memoryview(b"\xff" * ((n + 7) // 8))
+        key_offsets = memoryview(key.buffers()[1]).cast("B")[: 4 * (n + 1)].cast("i")
+        keys = memoryview(key.buffers()[2] or b"").cast("B")
+    h_off = hko = hk = hvo = hv = None
+    flat = hdr.values
+    if len(flat):
+        if flat.offset:
+            flat = pa.concat_arrays([flat])
+        h_off = memoryview(hdr.buffers()[1]).cast("B")[: 4 * (n + 1)].cast("i")
+        hkeys, hvals = flat.field("key"), flat.field("value")
+        h = len(flat)
+        hko = memoryview(hkeys.buffers()[1]).cast("B")[: 4 * (h + 1)].cast("i")
+        hk = memoryview(hkeys.buffers()[2] or b"").cast("B")
+        hvo = memoryview(hvals.buffers()[1]).cast("B")[: 4 * (h + 1)].cast("i")
+        hv = memoryview(hvals.buffers()[2] or b"").cast("B")
+    return batch.Batch(n, timestamps, v_off, values, key_validity, key_offsets, keys, h_off, hko, hk, hvo, hv)
