@@ -19,6 +19,12 @@ JSON object with ``compaction_mib_s``, ``index_keys_before``, ``index_keys_after
 ``index_cut``, ``gets_per_mib_before``, ``gets_per_mib_after``, ``gets_cut``.
 Targets: index keys cut >= 100x, GETs per MiB cut >= 10x.
 
+Each trial runs twice, on a topic compacted to ``bytes-batch-v1`` and on one compacted
+to Parquet (``compacted_format="parquet"``, spec §7.6), alternating which goes first;
+the JSON adds ``parquet_scan_mib_s_after``, ``parquet_over_bytes_batch_scan`` (scan
+after compaction, Parquet / ``bytes-batch-v1``; issue 21 asks >= 1) and the compacted
+bytes per record of each (``compacted_bytes_per_record``, ``parquet_bytes_per_record``).
+
 ``--quick`` (under 2 minutes) measures a partition of 2,000 appends, one trial, one
 scan each way: every slice costs one GET on moto (writing, scanning and compacting),
 so 10,000 appends do not fit the budget on a shared machine; the ratios per MiB do not
@@ -48,9 +54,9 @@ from common import (
 from compactor import Compactor
 from compactor.compact import COMPACTED
 from llog import AppendGroup, Reader, Topics, Writer
+from llog.codec.etcd_values import IndexEntry
 from llog.connection import Connection
 
-TOPIC = "bench"
 PER_BLOB = 50
 
 
@@ -78,29 +84,36 @@ class Trial:
     compact_seconds: float
     compactions: int
     payload: int
+    compacted_bytes: int
 
 
-def _index_keys(conn: Connection) -> int:
+def _index_keys(conn: Connection, topic: str) -> int:
     k = conn.keys
-    return conn.etcd.count(k.index_prefix(TOPIC, 0), k.index_range_end(TOPIC, 0))
+    return conn.etcd.count(k.index_prefix(topic, 0), k.index_range_end(topic, 0))
 
 
-def _write(conn: Connection, appends: int, value_bytes: int) -> None:
+def _compacted_bytes(conn: Connection, topic: str) -> int:
+    k = conn.keys
+    kvs = conn.etcd.scan(k.index_prefix(topic, 0), k.index_range_end(topic, 0))
+    return sum(e.byte_length for e in (IndexEntry.decode(kv.value) for kv in kvs) if e.kind == "COMPACTED")
+
+
+def _write(conn: Connection, topic: str, appends: int, value_bytes: int) -> None:
     with Writer(conn) as w:
         for base in range(0, appends, PER_BLOB):
             groups = []
             for i in range(base, min(appends, base + PER_BLOB)):
                 value = (b"%08d" % i).ljust(value_bytes, b".")
-                groups += [AppendGroup(TOPIC, 0, [value]), AppendGroup(TOPIC, 1, [b"filler"])]
+                groups += [AppendGroup(topic, 0, [value]), AppendGroup(topic, 1, [b"filler"])]
             assert all(o.ok for o in w.append_shared(groups))
 
 
-def _scan(conn: Connection, expect: int) -> Scan:
+def _scan(conn: Connection, topic: str, expect: int) -> Scan:
     gets0 = conn.metrics.value("llog_s3_ops_total", op="get_range")
     t0 = time.perf_counter()
     n = payload = 0
     with Reader(conn) as r:
-        for rec in r.scan(TOPIC, 0, 0, expect):
+        for rec in r.scan(topic, 0, 0, expect):
             n += 1
             payload += len(rec.value)
     secs = time.perf_counter() - t0
@@ -112,22 +125,24 @@ def _median_scan(scans: list[Scan]) -> Scan:
     return Scan(median([s.seconds for s in scans]), median([s.gets for s in scans]), scans[0].payload)
 
 
-def trial(stack: LocalStack, appends: int, value_bytes: int, runs: int) -> Trial:
+def trial(stack: LocalStack, appends: int, value_bytes: int, runs: int, compacted_format: str | None) -> Trial:
     cfg = stack.config("s3", compact_min_age_ms=0, settle_after_ms=0, read_coalesce_gap_bytes=0)
+    topic = f"bench-{compacted_format or 'llb1'}-{time.monotonic_ns() % 10**6}"
     with Connection(cfg) as conn:
-        Topics(conn).create(TOPIC, 2)
-        _write(conn, appends, value_bytes)
-        keys_before = _index_keys(conn)
-        before = _median_scan([_scan(conn, appends) for _ in range(runs)])
+        Topics(conn).create(topic, 2, compacted_format=compacted_format)
+        _write(conn, topic, appends, value_bytes)
+        keys_before = _index_keys(conn, topic)
+        before = _median_scan([_scan(conn, topic, appends) for _ in range(runs)])
         t0 = time.perf_counter()
         compactions = 0
         with Compactor(conn) as c:
-            while c.compact_once(TOPIC, 0).outcome == COMPACTED:
+            while c.compact_once(topic, 0).outcome == COMPACTED:
                 compactions += 1
         compact_s = time.perf_counter() - t0
-        keys_after = _index_keys(conn)
-        after = _median_scan([_scan(conn, appends) for _ in range(runs)])
-        return Trial(keys_before, keys_after, before, after, compact_s, compactions, after.payload)
+        keys_after = _index_keys(conn, topic)
+        after = _median_scan([_scan(conn, topic, appends) for _ in range(runs)])
+        return Trial(keys_before, keys_after, before, after, compact_s, compactions, after.payload,
+                     _compacted_bytes(conn, topic))
 
 
 def main() -> None:
@@ -140,8 +155,13 @@ def main() -> None:
     runs = args.runs or (1 if args.quick else 3)
     trials = args.trials or (1 if args.quick else 3)
     appends = args.appends or (2_000 if args.quick else 10_000)
+    results: list[Trial] = []
+    parquet: list[Trial] = []
     with LocalStack() as stack:
-        results = [trial(stack, appends, args.value_bytes, runs) for _ in range(trials)]
+        for i in range(trials):
+            for fmt in (None, "parquet") if i % 2 == 0 else ("parquet", None):
+                (parquet if fmt else results).append(trial(stack, appends, args.value_bytes, runs, fmt))
+    pq_after = _median_scan([t.after for t in parquet])
     before = _median_scan([t.before for t in results])
     after = _median_scan([t.after for t in results])
     compact_s = median([t.compact_seconds for t in results])
@@ -155,8 +175,13 @@ def main() -> None:
         [
             ["before compaction", keys_before, before.mib_s, before.gets, before.gets_per_mib],
             ["after compaction", keys_after, after.mib_s, after.gets, after.gets_per_mib],
+            ["after compaction to Parquet", int(median([t.keys_after for t in parquet])), pq_after.mib_s,
+             pq_after.gets, pq_after.gets_per_mib],
         ],
     )
+    llb1_bpr = median([t.compacted_bytes for t in results]) / appends
+    pq_bpr = median([t.compacted_bytes for t in parquet]) / appends
+    print(f"compacted bytes per record: bytes-batch-v1 {llb1_bpr:.1f}, Parquet {pq_bpr:.1f}")
     print(f"compaction: {mib_s(payload, compact_s):.3f} MiB/s, {keys_before / compact_s:.0f} slices/s "
           f"({compact_s:.2f} s, {results[0].compactions} compacted blob(s))")
     emit_json({
@@ -172,6 +197,11 @@ def main() -> None:
         "gets_per_mib_before": before.gets_per_mib,
         "gets_per_mib_after": after.gets_per_mib,
         "gets_cut": ratio(before.gets_per_mib, after.gets_per_mib),
+        "parquet_scan_mib_s_after": pq_after.mib_s,
+        "parquet_over_bytes_batch_scan": ratio(pq_after.mib_s, after.mib_s),
+        "compacted_bytes_per_record": llb1_bpr,
+        "parquet_bytes_per_record": pq_bpr,
+        "parquet_compaction_seconds": median([t.compact_seconds for t in parquet]),
     })
 
 

@@ -71,13 +71,13 @@ def _produce(kb: KafkaBroker, partition: int, records_set: bytes) -> tuple[int, 
     return part.error_code, part.base_offset
 
 
-def _fetch(kb: KafkaBroker, partition: int, offset: int) -> tuple[int, bytes]:
+def _fetch(kb: KafkaBroker, partition: int, offset: int, max_bytes: int = 1 << 20) -> tuple[int, bytes]:
     """(error code, records field) of one raw Fetch v11 of ks/partition from ``offset``."""
     R = FetchRequest[11]
     req = R(replica_id=-1, max_wait_ms=0, min_bytes=0, max_bytes=1 << 20, isolation_level=0, session_id=0,
             session_epoch=-1, topics=[R.FetchTopic(topic="ks", partitions=[R.FetchTopic.FetchPartition(
                 partition=partition, current_leader_epoch=-1, fetch_offset=offset, log_start_offset=-1,
-                partition_max_bytes=1 << 20)])], forgotten_topics_data=[], rack_id="")
+                partition_max_bytes=max_bytes)])], forgotten_topics_data=[], rack_id="")
     resp = _exchange(kb.bootstrap, req, FetchResponse)
     [topic] = resp.responses
     [part] = topic.partitions
@@ -174,6 +174,10 @@ def test_kafka_batches_and_sdk_records_interleave_in_order_through_compaction(
         sdk, fetched = both()  # compacted into one bytes-batch-v1 body
         assert sdk == want
         assert fetched == [(o, k, v) for o, (k, v) in enumerate(want)]
+        # A small partition_max_bytes takes a few records of the compacted body, not all.
+        # (Offset 0 was written through the SDK, so the broker reads storage for it.)
+        code, got = _fetch(kb, 0, 0, max_bytes=20)
+        assert code == 0 and [o for o, *_ in _kafka_rows(got)] == [0, 1]
 
 
 def test_a_damaged_stored_batch_is_corrupt_blob_for_every_reader(kb: KafkaBroker, conn: Connection) -> None:

@@ -161,19 +161,32 @@ def _read_batches(broker: Broker, topic: str, partition: int, offset: int, hwm: 
         return run
     run = KafkaRun()
     pending: list[ConsumedRecord] = []  # records of bytes-batch-v1 bodies, built into one batch
+    pending_bytes = 0
     scan = broker.reader.scan_bodies(topic, partition, offset, hwm)
     try:
         for first, body, lo, hi in scan:
             if isinstance(body, KafkaBody):
                 run.add_records(pending)
-                pending = []
+                pending, pending_bytes = [], 0
                 run.add_body(first, body, lo, hi)
             else:
                 ts, keys, values, headers = body.columns(lo - first, hi - first)
-                pending.extend(map(ConsumedRecord, repeat(topic), repeat(partition), count(lo), ts,
-                                   keys if keys is not None else repeat(None), values,
-                                   headers if headers is not None else repeat(())))
-            if run.bytes + sum(map(payload_size, pending)) >= limit:
+                # Up to the budget (at least one record in all): a compacted body can
+                # hold far more than one fetch returns.
+                left, take = limit - run.bytes - pending_bytes, 0
+                for i, v in enumerate(values):
+                    size = len(v) + (len(keys[i] or b"") if keys is not None else 0)
+                    if left < size and (take or run.count or pending):
+                        break
+                    left -= size
+                    take += 1
+                pending.extend(map(ConsumedRecord, repeat(topic), repeat(partition), count(lo), ts[:take],
+                                   keys[:take] if keys is not None else repeat(None), values[:take],
+                                   headers[:take] if headers is not None else repeat(())))
+                pending_bytes = limit - run.bytes - left
+                if take < len(values):
+                    break
+            if run.bytes + pending_bytes >= limit:
                 break
     finally:
         scan.close()

@@ -103,18 +103,27 @@ class TailCache:
                     del self._parts[old_tp]
                 self._bytes -= old.nbytes
 
+    def _locate(self, topic: str, partition: int, offset: int) -> tuple[list[_Segment], int] | None:
+        """Under the lock: the partition's segments and the index of the one holding
+        ``offset``; ``None`` when no cached append holds it."""
+        part = self._parts.get((topic, partition))
+        if part is None:
+            return None
+        starts, segs = part
+        i = bisect.bisect_right(starts, offset) - 1
+        if i < 0 or segs[i].end <= offset:
+            return None
+        return segs, i
+
     def get_batches(self, topic: str, partition: int, offset: int, max_bytes: int) -> KafkaRun | None:
         """A Kafka Fetch's :meth:`get`: the appends from ``offset`` on as v2 record
         batches (stored ones as produced, others built from the records), at least one
         and then up to about ``max_bytes``; ``None`` when ``offset`` is not cached."""
         with self._lock:
-            part = self._parts.get((topic, partition))
-            if part is None:
+            found = self._locate(topic, partition, offset)
+            if found is None:
                 return None
-            starts, segs = part
-            i = bisect.bisect_right(starts, offset) - 1
-            if i < 0 or segs[i].end <= offset:
-                return None
+            segs, i = found
             run: list[_Segment] = []
             want, used = offset, 0
             while i < len(segs) and segs[i].start <= want < segs[i].end and (not run or used < max_bytes):
@@ -134,13 +143,10 @@ class TailCache:
         """Records from ``offset`` on while they are contiguous, at least one and then
         up to ``max_bytes``; ``None`` when ``offset`` itself is not cached."""
         with self._lock:
-            part = self._parts.get((topic, partition))
-            if part is None:
+            found = self._locate(topic, partition, offset)
+            if found is None:
                 return None
-            starts, segs = part
-            i = bisect.bisect_right(starts, offset) - 1
-            if i < 0 or segs[i].end <= offset:
-                return None
+            segs, i = found
             out: list[ConsumedRecord] = []
             used = 0
             want = offset
