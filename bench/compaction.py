@@ -155,6 +155,8 @@ def main() -> None:
     runs = args.runs or (1 if args.quick else 3)
     trials = args.trials or (1 if args.quick else 3)
     appends = args.appends or (2_000 if args.quick else 10_000)
+    import pyarrow.parquet  # noqa: F401 - a reader imports it once; keep that out of the first timed scan
+
     results: list[Trial] = []
     parquet: list[Trial] = []
     with LocalStack() as stack:

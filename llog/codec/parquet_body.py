@@ -93,7 +93,8 @@ def decode(body: bytes | memoryview) -> batch.Batch:
     if len(data) < 12 or data[:4] != MAGIC or data[-4:] != MAGIC:
         raise BatchFormatError("not a Parquet file (PAR1 magic missing)")
     try:
-        table = pa.parquet.read_table(pa.BufferReader(data), columns=["timestamp", "key", "value", "headers"])
+        # ParquetFile, not read_table: the dataset layer costs ~2.5 ms a file in set-up.
+        table = pa.parquet.ParquetFile(pa.BufferReader(data)).read(columns=["timestamp", "key", "value", "headers"])
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise BatchFormatError(f"Parquet file does not read: {exc}") from None
     if table.schema != schema().remove(1).remove(0):  # timestamp, key, value, headers
