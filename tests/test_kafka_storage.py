@@ -138,6 +138,15 @@ def test_a_batch_with_a_valid_crc_but_broken_record_framing_is_refused(kb: Kafka
     assert Reader(conn).high_watermark("ks", 1) == (0, 0)  # nothing written
 
 
+def test_a_batch_over_the_record_limit_is_message_too_large(config: LlogConfig, conn: Connection) -> None:
+    Topics(conn).create("ks", 2)
+    with kafka_broker(config, LLOG_MAX_RECORD_BYTES="2000") as kb:
+        big = _batch([(T0, None, b"x" * 3000, [])])
+        assert _produce(kb, 0, big)[0] == 10  # MESSAGE_TOO_LARGE
+        assert _produce(kb, 0, _batch([(T0, None, b"x" * 100, [])])) == (0, 0)
+    assert Reader(conn).high_watermark("ks", 0) == (0, 1)  # only the small one
+
+
 @pytest.mark.parametrize("compression", [1, 2, 3, 4], ids=["gzip", "snappy", "lz4", "zstd"])
 def test_compressed_batches_are_checked_after_decompression(compression: int) -> None:
     raw = _batch(RECORDS, compression=compression)

@@ -63,6 +63,10 @@ class UnsupportedCompression(KafkaBatchError):
     """A codec whose library is not installed on this broker."""
 
 
+class BatchTooLarge(KafkaBatchError):
+    """A batch over the broker's limit (Kafka's ``max.message.bytes`` is per batch)."""
+
+
 @dataclass(frozen=True, slots=True)
 class KafkaBatches:
     """One or more v2 record batches of one partition, checked (:func:`check_batches`),
@@ -90,11 +94,12 @@ class KafkaBatches:
                             max(p.max_timestamp for p in parts))
 
 
-def check_batches(data: bytes) -> KafkaBatches:
+def check_batches(data: bytes, max_batch_bytes: int | None = None) -> KafkaBatches:
     """Check the v2 batches of one partition's produce data: each batch's framing, magic,
     CRC-32C and record count, and that its records' length prefixes tile its record
-    area exactly (after decompression); control batches are refused. What is not
-    checked is each record's inner fields, which only a full decode sees."""
+    area exactly (after decompression); control batches and batches over
+    ``max_batch_bytes`` are refused. What is not checked is each record's inner
+    fields, which only a full decode sees."""
     view = memoryview(data)
     total = len(view)
     count, max_ts, pos = 0, -1, 0
@@ -109,6 +114,8 @@ def check_batches(data: bytes) -> KafkaBatches:
         end = pos + 12 + length
         if end - pos < BATCH_HEADER_SIZE or end > total:
             raise KafkaBatchError(f"batch length {length + 12} at byte {pos} runs past the {total} bytes given")
+        if max_batch_bytes is not None and end - pos > max_batch_bytes:
+            raise BatchTooLarge(f"batch of {end - pos} bytes at byte {pos} exceeds the limit of {max_batch_bytes}")
         if crc32c(view[pos + _CRC_FROM:end]) != crc:
             raise KafkaBatchError(f"batch at byte {pos}: CRC-32C mismatch")
         if attrs & _CONTROL:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from llog.codec.kafka_body import KafkaBatchError, UnsupportedCompression, UnsupportedMessageFormat
+from llog.codec.kafka_body import BatchTooLarge, KafkaBatchError, UnsupportedCompression, UnsupportedMessageFormat
 from llog.errors import (
     AmbiguousCommit,
     BackPressure,
@@ -88,7 +88,7 @@ _CODES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Error
     ((UnknownTopic, UnknownPartition, InvalidPartition), ErrorCode.UNKNOWN_TOPIC_OR_PARTITION),
     (OffsetOutOfRange, ErrorCode.OFFSET_OUT_OF_RANGE),
     (InvalidTopicName, ErrorCode.INVALID_TOPIC_EXCEPTION),
-    (RecordTooLarge, ErrorCode.MESSAGE_TOO_LARGE),
+    ((RecordTooLarge, BatchTooLarge), ErrorCode.MESSAGE_TOO_LARGE),
     (TopicConflict, ErrorCode.TOPIC_ALREADY_EXISTS),
     (SequenceError, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER),
     (StaleEpoch, ErrorCode.ILLEGAL_GENERATION),

@@ -69,8 +69,8 @@ def _topic_configs(ctx: Context, name: str) -> list[tuple[str, str | None, int, 
         ("cleanup.policy", "delete", DEFAULT_CONFIG, STRING),  # llog never compacts by key
         ("compression.type", "producer", DEFAULT_CONFIG, STRING),  # batches are stored as produced
         ("message.timestamp.type", "CreateTime", DEFAULT_CONFIG, STRING),
-        # A produced batch is stored whole in one shared blob.
-        ("max.message.bytes", str(cfg.max_blob_bytes), STATIC_BROKER_CONFIG, INT),
+        # Per batch, as in Kafka: LLOG_MAX_RECORD_BYTES, the SDK's per-record limit.
+        ("max.message.bytes", str(cfg.max_record_bytes), STATIC_BROKER_CONFIG, INT),
         ("min.insync.replicas", "1", DEFAULT_CONFIG, INT),  # durability is the object store's
     ]
 
@@ -81,7 +81,7 @@ def _broker_configs(ctx: Context) -> list[tuple[str, str | None, int, int]]:
         ("broker.id", str(ctx.registry.node_id), STATIC_BROKER_CONFIG, INT),
         ("auto.create.topics.enable", str(cfg.auto_create_topics).lower(), STATIC_BROKER_CONFIG, 1),
         ("num.partitions", str(cfg.default_partitions), STATIC_BROKER_CONFIG, INT),
-        ("message.max.bytes", str(cfg.max_blob_bytes), STATIC_BROKER_CONFIG, INT),
+        ("message.max.bytes", str(cfg.max_record_bytes), STATIC_BROKER_CONFIG, INT),
         ("log.retention.ms", "-1", DEFAULT_CONFIG, LONG),
         ("default.replication.factor", "1", DEFAULT_CONFIG, INT),
     ]

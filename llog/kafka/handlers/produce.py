@@ -48,7 +48,7 @@ async def _submit(ctx: Context, topic: str, partition: int, data: bytes | None) 
     if not data:
         return ErrorCode.CORRUPT_MESSAGE
     try:
-        batches = check_batches(data)
+        batches = check_batches(data, broker.config.max_record_bytes)
     except KafkaBatchError as exc:
         return exc
     if batches.transactional:
