@@ -205,6 +205,13 @@ def test_bearer_token(config: LlogConfig, conn: Connection) -> None:
         assert _consume(b, "t", 0, 0, headers={"authorization": "Basic s3cret"})[0] == 401
         assert b.request("GET", "/metrics")[0] == 401
         assert b.request("GET", "/health")[0] == 200
+        # An unknown path is 401 too without the token (no hint of which paths exist),
+        # 404 with it; a trailing slash is redirected (307 keeps method and body).
+        assert b.request("GET", "/nope")[0] == 401
+        auth = {"authorization": "Bearer s3cret"}
+        assert b.request("GET", "/nope", headers=auth)[0] == 404
+        status, hdrs, _ = b.exchange("POST", "/produce/", {"topic_partitions": tp}, headers=auth)
+        assert status == 307 and hdrs["location"].endswith("/produce")
         assert _hwm(conn, 0) == 0 and _wal_objects(conn) == []
         assert _produce(b, tp, headers={"authorization": "Bearer s3cret"})[0] == 200
     assert _hwm(conn, 0) == 1

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 import anyio.to_thread
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import RedirectResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
 from llog.broker.exception_handlers import error_answer
@@ -86,12 +86,19 @@ class BrokerApp:
 
     async def _answer(self, endpoint: Endpoint | None, request: Request) -> Response:
         method = request.method
-        if endpoint is None:
-            return error_response(404, "NotFound", f"Not Found: {method} {request.url.path}")
-        if self.token is not None and not endpoint.public and not self._authorized(request.scope):
+        # The token first, for every path but the public ones: an unauthorized client
+        # learns nothing about which other paths exist.
+        if self.token is not None and not (endpoint is not None and endpoint.public) \
+                and not self._authorized(request.scope):
             resp = error_response(401, "Unauthorized", "missing or wrong bearer token")
             resp.headers["www-authenticate"] = "Bearer"
             return resp
+        if endpoint is None:
+            path = request.url.path
+            other = path[:-1] if path.endswith("/") else f"{path}/"
+            if other in self.routes:  # as Starlette's router did: 307 keeps method and body
+                return RedirectResponse(str(request.url.replace(path=other)), status_code=307)
+            return error_response(404, "NotFound", f"Not Found: {method} {path}")
         if method != endpoint.method and not (method == "HEAD" and endpoint.method == "GET"):
             resp = error_response(405, "MethodNotAllowed", f"Method Not Allowed: {method} {endpoint.path}")
             resp.headers["allow"] = endpoint.method
