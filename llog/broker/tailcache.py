@@ -13,7 +13,7 @@ import threading
 from collections import deque
 from collections.abc import Sequence
 
-from llog.codec import batch, bodies
+from llog.codec import batch
 from llog.codec.kafka_body import KafkaBody, KafkaRun
 from llog.names import TopicPartition
 from llog.records import ConsumedRecord, Record, payload_size
@@ -26,20 +26,20 @@ class _Segment:
     objects built from them on the first read (a broker whose consumers are not at the
     tail never pays for them)."""
 
-    __slots__ = ("_consumed", "body", "count", "nbytes", "partition", "records", "start", "timestamps", "topic")
+    __slots__ = ("_consumed", "count", "kafka", "nbytes", "partition", "records", "start", "timestamps", "topic")
 
     def __init__(self, topic: str, partition: int, start: int, records: Sequence[Record], body: memoryview) -> None:
         self.topic, self.partition, self.start = topic, partition, start
         self.records = records
-        self.body: bytes | None = None
+        # The body is the one just PUT and committed: no need to check its CRC again.
+        self.kafka: KafkaBody | None = None
         if records:
-            # The body is the one just PUT and committed: no need to check its CRC again.
             self.timestamps: list[int] = batch.decode(body, verify=False).timestamps.tolist()
             self.nbytes = sum(map(payload_size, records))
-        else:  # Kafka batches: decoded on the first read
-            self.body, self.timestamps = bytes(body), []
-            self.nbytes = len(body)
-        self.count = len(records) or int.from_bytes(body[8:12], "little")
+            self.count = len(records)
+        else:  # Kafka batches: framed once here, decoded on the first read that needs records
+            self.kafka, self.timestamps = KafkaBody(bytes(body), verify=False), []
+            self.nbytes, self.count = len(body), len(self.kafka)
         self._consumed: tuple[ConsumedRecord, ...] | None = None
 
     @property
@@ -49,10 +49,10 @@ class _Segment:
     def consumed(self) -> tuple[ConsumedRecord, ...]:
         if self._consumed is None:
             t, p, start = self.topic, self.partition, self.start
-            if self.body is not None:
+            if self.kafka is not None:
                 self._consumed = tuple(
                     ConsumedRecord(t, p, start + i, ts, key, value, headers)
-                    for i, (ts, key, value, headers) in enumerate(bodies.decode(self.body, verify=False).rows())
+                    for i, (ts, key, value, headers) in enumerate(self.kafka.rows())
                 )
             else:
                 self._consumed = tuple(
@@ -133,8 +133,8 @@ class TailCache:
                 i += 1
         out = KafkaRun()
         for seg in run:  # outside the lock: building batches costs CPU
-            if seg.body is not None:
-                out.add_body(seg.start, KafkaBody(seg.body, verify=False), max(offset, seg.start), seg.end)
+            if seg.kafka is not None:
+                out.add_body(seg.start, seg.kafka, max(offset, seg.start), seg.end)
             else:
                 out.add_records(seg.consumed()[max(0, offset - seg.start):])
         return out

@@ -33,9 +33,4 @@ def open_body(body: bytes | memoryview, *, verify: bool = True) -> Body:
     return decode(body, verify=verify)
 
 
-def is_kafka(body: bytes | memoryview) -> bool:
-    """Whether ``body`` is Kafka record batches stored as produced."""
-    return bytes(body[:4]) == kafka_body.MAGIC
-
-
-__all__ = ["ENCODINGS", "BatchFormatError", "Body", "KafkaBody", "decode", "is_kafka", "open_body"]
+__all__ = ["ENCODINGS", "BatchFormatError", "Body", "KafkaBody", "decode", "open_body"]

@@ -227,55 +227,52 @@ def decode(body: bytes | memoryview, *, verify: bool = True) -> batch.Batch:
     """The body's records as a :class:`~llog.codec.batch.Batch` (decoded with
     kafka-python and laid out as ``bytes-batch-v1`` columns, so every reader works on
     either encoding); :class:`BatchFormatError` on anything that does not decode."""
-    from kafka.errors import CorruptRecordError, UnsupportedCodecError
-    from kafka.record.default_records import DefaultRecordBatch
-
-    n, data = batches_of(body, verify=verify)
-    stamps: list[int | None] = []
-    keys: list[bytes | None] = []
-    values: list[bytes] = []
-    headers: list[Headers] = []
-    try:
-        for _count, raw in iter_batches(data):
-            for r in DefaultRecordBatch(bytes(raw)):
-                value = r.value
-                stamps.append(r.timestamp)
-                keys.append(None if r.key is None else bytes(r.key))
-                values.append(b"" if value is None else bytes(value))
-                headers.append(tuple((k, b"" if v is None else bytes(v)) for k, v in r.headers))
-    except (CorruptRecordError, UnsupportedCodecError, ValueError, IndexError, struct.error) as exc:
-        raise BatchFormatError(f"Kafka batch does not decode: {exc}") from None
-    if len(values) != n:
-        raise BatchFormatError(f"header says {n} records, the batches hold {len(values)}")
-    has_headers = headers.count(()) != len(headers)
-    cols = (stamps, keys, values, headers if has_headers else None)
-    return batch.decode(batch.encode_columns(cols).tobytes(), verify=False)
+    return KafkaBody(body, verify=verify).decoded()
 
 
 class KafkaBody:
-    """A body whose header and CRC are checked, its records not decoded yet: a Kafka
-    Fetch serves its batches as they are (:meth:`batches`), any other reader gets the
-    decoded records (:meth:`columns`, :meth:`rows`, :meth:`to_arrow`: the first call
-    decodes, and raises :class:`BatchFormatError` for a batch that does not)."""
+    """A body whose header, CRC and batch framing are checked, its records not decoded:
+    a Kafka Fetch serves its batches as they are (:meth:`batches`), any other reader
+    gets the decoded records (:meth:`columns`, :meth:`rows`, :meth:`to_arrow`, each a
+    decode, not kept: the one caller that reads records twice, the tail cache, keeps
+    its own; :class:`BatchFormatError` for a batch that does not decode)."""
 
-    __slots__ = ("_decoded", "_framing", "_raw", "count")
+    __slots__ = ("_framing", "count")
 
     def __init__(self, body: bytes | memoryview, *, verify: bool = True) -> None:
-        self._raw = body
         self.count, data = batches_of(body, verify=verify)
         self._framing = list(iter_batches(data))
         framed = sum(n for n, _ in self._framing)
         if framed != self.count:
             raise BatchFormatError(f"header says {self.count} records, the batch headers {framed}")
-        self._decoded: batch.Batch | None = None
 
     def __len__(self) -> int:
         return self.count
 
     def decoded(self) -> batch.Batch:
-        if self._decoded is None:
-            self._decoded = decode(self._raw, verify=False)
-        return self._decoded
+        """The records, decoded from the framing read at creation."""
+        from kafka.errors import CorruptRecordError, UnsupportedCodecError
+        from kafka.record.default_records import DefaultRecordBatch
+
+        stamps: list[int | None] = []
+        keys: list[bytes | None] = []
+        values: list[bytes] = []
+        headers: list[Headers] = []
+        try:
+            for _count, raw in self._framing:
+                for r in DefaultRecordBatch(bytes(raw)):
+                    value = r.value
+                    stamps.append(r.timestamp)
+                    keys.append(None if r.key is None else bytes(r.key))
+                    values.append(b"" if value is None else bytes(value))
+                    headers.append(tuple((k, b"" if v is None else bytes(v)) for k, v in r.headers))
+        except (CorruptRecordError, UnsupportedCodecError, ValueError, IndexError, struct.error) as exc:
+            raise BatchFormatError(f"Kafka batch does not decode: {exc}") from None
+        if len(values) != self.count:
+            raise BatchFormatError(f"header says {self.count} records, the batches hold {len(values)}")
+        has_headers = headers.count(()) != len(headers)
+        cols = (stamps, keys, values, headers if has_headers else None)
+        return batch.decode(batch.encode_columns(cols).tobytes(), verify=False)
 
     @property
     def timestamps(self) -> memoryview:
