@@ -106,7 +106,10 @@ class Topics:
             kv = self.conn.etcd.get(key)
             if kv is None:
                 raise UnknownTopic(name)
-            meta = replace(self.conn.topic(name, refresh=True), compacted_format=compacted_format)
+            try:
+                meta = replace(TopicMeta.decode(kv.value), compacted_format=compacted_format)
+            except MetaFormatError as exc:
+                raise CorruptMetadata(key, str(exc)) from exc
             if self.conn.etcd.txn([mod_revision_is(key, kv.mod_revision)], [Put(key, meta.encode())], []).succeeded:
                 self.conn.topic(name, refresh=True)
                 return meta

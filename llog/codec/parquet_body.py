@@ -19,6 +19,7 @@ meets a Parquet body without it raises :class:`ParquetUnavailable` naming the fi
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 from llog.codec import batch
@@ -52,7 +53,9 @@ def _pa() -> Any:
     return pyarrow
 
 
+@functools.cache
 def schema() -> pa.Schema:
+    """The file schema (built once: encode and decode both compare against it)."""
     pa = _pa()
     return pa.schema([
         ("partition", pa.int32()), ("offset", pa.int64()), ("timestamp", pa.int64()),

@@ -179,6 +179,18 @@ class _Process:
         self.samples.flush()
 
     # -- one thread -------------------------------------------------------------------
+    def next_round(self, sent: int) -> bool:
+        """Wait until a thread that has sent ``sent`` records is due to send again (at
+        the process's per-thread rate; at once when flat out); ``False`` once the run
+        is over or stopping."""
+        if self.stop.is_set() or time.monotonic() >= self.end:
+            return False
+        if self.thread_rate > 0:
+            due = self.t0 + sent / self.thread_rate
+            if self.stop.wait(max(0.0, due - time.monotonic())) or time.monotonic() >= self.end:
+                return False
+        return True
+
     def _worker(self, thread: int, parts: list[TopicPartition]) -> None:
         load = self.plan.load
         if load.protocol == "kafka":
@@ -192,11 +204,7 @@ class _Process:
         sent = 0
         conns: dict[str, http.client.HTTPConnection] = {}
         try:
-            while not self.stop.is_set() and time.monotonic() < self.end:
-                if self.thread_rate > 0:
-                    due = self.t0 + sent / self.thread_rate
-                    if self.stop.wait(max(0.0, due - time.monotonic())) or time.monotonic() >= self.end:
-                        break
+            while self.next_round(sent):
                 batches = []
                 for tp in parts:
                     batches.append(_Batch(tp[0], tp[1], seq[tp], prefix, n, load.records_per_partition))

@@ -50,11 +50,7 @@ class _KafkaThread:
         proc, load = self.proc, self.proc.plan.load
         n = sent = 0
         try:
-            while not proc.stop.is_set() and time.monotonic() < proc.end:
-                if proc.thread_rate > 0:
-                    due = proc.t0 + sent / proc.thread_rate
-                    if proc.stop.wait(max(0.0, due - time.monotonic())) or time.monotonic() >= proc.end:
-                        break
+            while proc.next_round(sent):
                 for topic, partition in parts:
                     for _ in range(load.records_per_partition):
                         self._produce(topic, partition, n)
