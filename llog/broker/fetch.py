@@ -7,11 +7,11 @@ Kafka as they were stored, never decoded, the other records built into batches."
 from __future__ import annotations
 
 import time
-from collections.abc import Generator, Sequence
+from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from functools import partial
 from itertools import count, repeat
-from typing import cast
+from typing import TypeVar, cast
 
 import anyio.to_thread
 
@@ -19,6 +19,8 @@ from llog.broker.state import Broker
 from llog.codec.kafka_body import KafkaBody, KafkaRun
 from llog.errors import LlogError, OffsetOutOfRange
 from llog.records import ConsumedRecord, payload_size
+
+_T = TypeVar("_T")
 
 
 class NeedsIO(Exception):
@@ -125,40 +127,50 @@ def read_partition(
     log_start, hwm = known
     if offset < log_start:
         raise OffsetOutOfRange(topic, partition, offset, log_start)
+    args = (topic, partition, offset, limit)
     if kafka:
         run = KafkaRun()
         if offset < hwm and limit > 0:
-            run = _read_batches(broker, topic, partition, offset, hwm, limit, io)
+            run = _first_source(broker, io, partial(broker.cache.get_batches, *args),
+                                partial(_file_batches, broker, *args) if broker.files is not None else None,
+                                partial(_read_batches, broker, topic, partition, offset, hwm, limit))
         return PartitionRead(log_start, hwm, [], run.bytes, run)
     records: list[ConsumedRecord] = []
     if offset < hwm and limit > 0:
-        cached = broker.cache.get(topic, partition, offset, limit)
-        if not cached and not io:
-            raise NeedsIO
-        source = "hit"
-        if not cached and broker.files is not None:
-            cached = broker.files.get(topic, partition, offset, limit)
-            source = "file"
-        broker.conn.metrics.tail_cache_lookups.labels(source if cached else "miss").inc()
-        records = cached if cached else _read(broker, topic, partition, offset, hwm, limit)
+        records = _first_source(broker, io, partial(broker.cache.get, *args),
+                                partial(broker.files.get, *args) if broker.files is not None else None,
+                                partial(_read, broker, topic, partition, offset, hwm, limit))
     return PartitionRead(log_start, hwm, records, sum(map(payload_size, records)))
 
 
-def _read_batches(broker: Broker, topic: str, partition: int, offset: int, hwm: int, limit: int,
-                  io: bool) -> KafkaRun:
-    """:func:`read_partition`'s Kafka form: the same sources in the same order."""
-    run = broker.cache.get_batches(topic, partition, offset, limit)
-    if run is None and not io:
+def _first_source(broker: Broker, io: bool, memory: Callable[[], _T | None], files: Callable[[], _T | None] | None,
+                  storage: Callable[[], _T]) -> _T:
+    """What the first source that has it serves: the in-memory tail cache, the shared
+    file cache (when configured), then storage (counted in the tail-cache metric);
+    :class:`NeedsIO` on the event loop once memory has nothing."""
+    got = memory()
+    if not got and not io:
         raise NeedsIO
     source = "hit"
-    if run is None and broker.files is not None:
-        records = broker.files.get(topic, partition, offset, limit)
-        if records:
-            run, source = KafkaRun(), "file"
-            run.add_records(records)
-    broker.conn.metrics.tail_cache_lookups.labels(source if run is not None else "miss").inc()
-    if run is not None:
-        return run
+    if not got and files is not None:
+        got, source = files(), "file"
+    broker.conn.metrics.tail_cache_lookups.labels(source if got else "miss").inc()
+    return got if got else storage()
+
+
+def _file_batches(broker: Broker, topic: str, partition: int, offset: int, limit: int) -> KafkaRun | None:
+    assert broker.files is not None
+    records = broker.files.get(topic, partition, offset, limit)
+    if not records:
+        return None
+    run = KafkaRun()
+    run.add_records(records)
+    return run
+
+
+def _read_batches(broker: Broker, topic: str, partition: int, offset: int, hwm: int, limit: int) -> KafkaRun:
+    """:func:`_read`'s Kafka form: stored Kafka batches as they are, other records
+    built into batches, up to ``limit`` bytes (at least one record)."""
     run = KafkaRun()
     pending: list[ConsumedRecord] = []  # records of bytes-batch-v1 bodies, built into one batch
     pending_bytes = 0
