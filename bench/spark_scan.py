@@ -14,7 +14,15 @@ partition per shared append):
 * ``ceiling``: a trivial Python data source yielding pre-built Arrow batches of the
   same schema, row count and split from memory — the most any Python data source can
   carry here;
-* ``parquet``: ``spark.read.parquet`` of the same rows from local files.
+* ``parquet``: ``spark.read.parquet`` of the same rows from local files;
+* ``table``: ``llog.spark.read_topic`` of a table topic (``--table iceberg``) in a
+  ``file://`` store, compacted completely: Spark's own Parquet reader over the
+  compactor's files, next to ``table_parquet``, ``spark.read.parquet`` of those same
+  files (``table_ratio_to_parquet``);
+* ``mixed``: ``read_topic`` of a table topic 90 % compacted, 10 % uncompacted tail
+  (the tail through the ``llog`` source), against ``table_parquet``
+  (``mixed_ratio_to_parquet``). Compacted bytes per record of the Parquet files and of
+  the ``bytes-batch-v1`` topic are reported too.
 
 Every scan is forced through all columns with the ``noop`` sink. Figures are medians
 of repeated, interleaved runs; ``moto CPU s`` is the S3 server's CPU per scan. The
@@ -54,10 +62,11 @@ from bench.common import (
     seconds,
 )
 from compactor.compact import COMPACTED, Compactor
+from llog.codec.etcd_values import IndexEntry
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.records import AppendGroup, Record
-from llog.spark import local_session
+from llog.spark import local_session, read_topic
 from llog.spark.schema import ARROW_SCHEMA, SPARK_SCHEMA
 from llog.topics import Topics
 from llog.writer import Writer
@@ -67,6 +76,8 @@ log = logging.getLogger("bench.spark_scan")
 TOPIC = "bench"
 #: The same workload, left as written (WAL blobs only).
 WAL_TOPIC = "bench-wal"
+TABLE_TOPIC = "bench-table"
+MIXED_TOPIC = "bench-mixed"
 PARTITIONS = 16
 #: The ratio to the ceiling the llog scan must reach (issue 6; the goal is 0.8).
 TARGET_RATIO = 0.6
@@ -175,6 +186,35 @@ def compact(cfg: LlogConfig, topic: str) -> float:
     return time.perf_counter() - t0
 
 
+def table_topics(cfg: LlogConfig, records: int) -> None:
+    """The table topic, compacted completely, and the mixed one: 90 % compacted, then
+    10 % more left as the tail."""
+    with Connection(cfg) as conn:
+        for t in (TABLE_TOPIC, MIXED_TOPIC):
+            Topics(conn).create(t, PARTITIONS, table="iceberg")
+    produce(cfg, TABLE_TOPIC, records)
+    compact(cfg, TABLE_TOPIC)
+    compacted = records * 9 // 10
+    produce(cfg, MIXED_TOPIC, compacted)
+    compact(cfg, MIXED_TOPIC)
+    produce(cfg, MIXED_TOPIC, records - compacted)
+
+
+def compacted_files(cfg: LlogConfig, topic: str) -> tuple[list[str], int]:
+    """(object URIs, total bytes) of the topic's compacted objects."""
+    uris: list[str] = []
+    size = 0
+    with Connection(cfg) as conn:
+        k = conn.keys
+        for p in range(PARTITIONS):
+            for kv in conn.etcd.scan(k.index_prefix(topic, p), k.index_range_end(topic, p)):
+                e = IndexEntry.decode(kv.value)
+                if e.kind == "COMPACTED":
+                    uris.append(conn.store.object_uri(e.data_key))
+                    size += e.byte_length
+    return uris, size
+
+
 def index_entries(cfg: LlogConfig, topic: str) -> int:
     """Index entries of ``topic``: the range GETs a full scan makes (at most)."""
     with Connection(cfg) as conn:
@@ -230,6 +270,12 @@ def main() -> None:
             print(f"{name}: produced {args.records} records in {produce_s:.1f}s", flush=True)
         print(f"llog: compacted in {compact(s3, TOPIC):.1f}s", flush=True)
         gets = {name: index_entries(cfg, topic) for name, cfg, topic in llog_frames}
+        table_cfg = stack.config("file")
+        table_topics(table_cfg, args.records)
+        table_uris, table_bytes = compacted_files(table_cfg, TABLE_TOPIC)
+        _, batch_bytes = compacted_files(s3, TOPIC)
+        print(f"table topics: {len(table_uris)} Parquet files, {table_bytes / args.records:.1f} bytes/record "
+              f"(bytes-batch-v1: {batch_bytes / args.records:.1f})", flush=True)
         moto_cpu = server_cpu(stack.s3_endpoint)
 
         spark = local_session("llog-bench-spark-scan", conf={"spark.driver.memory": "2g"})
@@ -248,6 +294,12 @@ def main() -> None:
             # Parquet row count (from file metadata) checks that the scan saw every row.
             frames["llog"].write.parquet(str(parquet_dir))
             frames["parquet"] = spark.read.parquet(str(parquet_dir))
+            frames["table"] = read_topic(spark, TABLE_TOPIC, source_options(table_cfg))
+            frames["table_parquet"] = spark.read.parquet(*table_uris)
+            frames["mixed"] = read_topic(spark, MIXED_TOPIC, source_options(table_cfg))
+            for name in ("table", "mixed"):
+                if (got := frames[name].count()) != args.records:
+                    raise RuntimeError(f"the {name} scan returned {got} rows, not {args.records}")
             got = frames["parquet"].count()
             if got != args.records:
                 raise RuntimeError(f"the llog scan returned {got} rows, not {args.records}")
@@ -255,10 +307,10 @@ def main() -> None:
             def scan(df: Any) -> float:
                 return seconds(lambda: df.write.format("noop").mode("overwrite").save())
 
-            if not args.quick:  # --quick relies on the Parquet write above to warm up
-                for name, df in frames.items():
-                    if name != "llog":
-                        scan(df)
+            for name, df in frames.items():
+                # --quick relies on the Parquet write above to warm the llog frame up.
+                if name != "llog" and (not args.quick or name in ("table", "table_parquet", "mixed")):
+                    scan(df)
             times: dict[str, list[float]] = {k: [] for k in frames}
             server_s: dict[str, float] = dict.fromkeys(frames, 0.0)
             for _ in range(runs):
@@ -272,7 +324,8 @@ def main() -> None:
 
     rows_s = {k: args.records / median(v) for k, v in times.items()}
     mib = args.records * VALUE_BYTES / MIB
-    layout = {"llog": "compacted", "llog_wal": "WAL only", "llog_file": "WAL only, file://"}
+    layout = {"llog": "compacted", "llog_wal": "WAL only", "llog_file": "WAL only, file://",
+              "table": "Parquet, file://", "table_parquet": "same files", "mixed": "90 % Parquet + tail"}
     print_table(
         ["scan", "layout", "GETs", "median s", "rows/s", "value MiB/s", "x ceiling", "moto CPU s", "runs (s)"],
         [
@@ -310,6 +363,17 @@ def main() -> None:
         "wal_moto_cpu_s_per_scan": server_s["llog_wal"],
         "ratio_target_met": headline >= TARGET_RATIO,
     }
+    result.update({
+        "table_rows_s": rows_s["table"],
+        "table_parquet_rows_s": rows_s["table_parquet"],
+        "mixed_rows_s": rows_s["mixed"],
+        "table_ratio_to_parquet": ratio(rows_s["table"], rows_s["table_parquet"]),
+        "mixed_ratio_to_parquet": ratio(rows_s["mixed"], rows_s["table_parquet"]),
+        "parquet_bytes_per_record": table_bytes / args.records,
+        "bytes_batch_bytes_per_record": batch_bytes / args.records,
+    })
+    print(f"table topic: read_topic {result['table_ratio_to_parquet']:.2f} x spark.read.parquet of the same files "
+          f"(mixed 90/10: {result['mixed_ratio_to_parquet']:.2f} x)", flush=True)
     if "llog_file" in rows_s:
         result["llog_file_rows_s"] = rows_s["llog_file"]
     emit_json(result)

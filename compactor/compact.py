@@ -31,7 +31,7 @@ from compactor.recovery import Recovered, finish_interrupted
 from compactor.revision_clock import RevisionClock
 from compactor.stages import WRITING_COMPACTED_INDEX, StageHook, StageRunner
 from llog.codec import batch, parquet_body
-from llog.codec.etcd_values import CompactionCursor, CompactionRecord, MetaFormatError
+from llog.codec.etcd_values import PARQUET_ENCODING, CompactionCursor, CompactionRecord, MetaFormatError
 from llog.connection import Connection
 from llog.control import now_ms, read_control, settle
 from llog.errors import ClaimLost, CorruptMetadata, OffsetOutOfRange
@@ -246,6 +246,7 @@ class Compactor:
             max_timestamp=max_ts,
             created_at_ms=now_ms(),
             owner=claim.token if claim is not None else f"{process_owner()}/unclaimed",
+            encoding=PARQUET_ENCODING if parquet else None,
         )
 
     def close(self) -> None:

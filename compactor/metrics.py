@@ -90,6 +90,14 @@ class CompactorMetrics:
         )
         self.vacuum_objects = Counter("llog_vacuum_deleted_objects", "objects deleted by vacuum", registry=r)
         self.vacuum_bytes = Counter("llog_vacuum_freed_bytes", "bytes freed by vacuum", registry=r)
+        self.table_syncs = Counter(
+            "llog_table_syncs", "table topic syncs with the index, by outcome (committed, unchanged, failed)",
+            ["outcome"], registry=r,
+        )
+        self.table_files = Counter(
+            "llog_table_files", "data files syncs added to or removed from table topics' tables",
+            ["action"], registry=r,
+        )
         self.stored_bytes = Gauge(
             "llog_vacuum_stored_bytes", "data object bytes in the store at the last vacuum listing",
             registry=r,

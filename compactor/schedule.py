@@ -24,13 +24,15 @@ class ServiceJobs:
     run_vacuum: Callable[[], None]
     compact_etcd: Callable[[], None]
     expire_producers: Callable[[], None]
+    sync_tables: Callable[[], None]
 
 
 def schedule_jobs(scheduler: BackgroundScheduler, cfg: LlogConfig, jobs: ServiceJobs) -> None:
     """Add the jobs ``cfg`` turns on: discovery (first at start), the pass, vacuum (if
     ``vacuum_interval_s`` > 0), etcd history compaction (if ``etcd_compact_interval_s``
     > 0, first at start), producer-state expiry (every quarter of
-    ``producer_state_ttl_s`` if > 0, first at start)."""
+    ``producer_state_ttl_s`` if > 0, first at start), table syncs (if
+    ``iceberg_sync_interval_s`` > 0)."""
     scheduler.add_job(
         jobs.discover, "interval", seconds=cfg.compactor_discovery_interval_s, id="discover",
         next_run_time=_now(), max_instances=1, coalesce=True,
@@ -53,6 +55,11 @@ def schedule_jobs(scheduler: BackgroundScheduler, cfg: LlogConfig, jobs: Service
         scheduler.add_job(
             jobs.expire_producers, "interval", seconds=cfg.producer_state_ttl_s / 4, id="producer-expiry",
             next_run_time=_now(), max_instances=1, coalesce=True,
+        )
+    if cfg.iceberg_sync_interval_s > 0:
+        scheduler.add_job(
+            jobs.sync_tables, "interval", seconds=cfg.iceberg_sync_interval_s, id="tables",
+            max_instances=1, coalesce=True,
         )
 
 

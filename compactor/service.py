@@ -12,7 +12,9 @@ An apscheduler ``BackgroundScheduler`` runs these jobs (:mod:`compactor.schedule
 * etcd history compaction (every ``etcd_compact_interval_s``, if > 0, first at start:
   :mod:`compactor.etcd_history`);
 * producer-state expiry (every quarter of ``producer_state_ttl_s``, if > 0, first at
-  start: :mod:`compactor.producer_expiry`).
+  start: :mod:`compactor.producer_expiry`);
+* table syncs (every ``iceberg_sync_interval_s``, if > 0): each table topic's Iceberg
+  table brought to its index (:mod:`compactor.tables`).
 
 The last two judge age by etcd revisions each samples on this process's monotonic
 clock (:mod:`compactor.revision_clock`).
@@ -55,6 +57,7 @@ from compactor.retention import apply_retention
 from compactor.revision_clock import RevisionClock
 from compactor.schedule import ServiceJobs, schedule_jobs
 from compactor.stages import StageHook
+from compactor.tables import TableSyncer
 from compactor.vacuum import vacuum
 from llog.config import LlogConfig
 from llog.connection import Connection
@@ -115,6 +118,7 @@ class CompactorService:
         self.producer_expiry = ProducerExpiry(
             self.conn, self.compactor.clock, config.producer_state_ttl_s, self.metrics
         )
+        self.tables = TableSyncer(self.conn, self.metrics)
         self._targets: set[TopicPartition] = set()
         self._inflight: set[TopicPartition] = set()
         self._pending_seen: dict[TopicPartition, bool] = {}
@@ -136,7 +140,9 @@ class CompactorService:
         """Start the lease, the scheduler and the HTTP server; return at once."""
         cfg = self.config
         self._keeper = LeaseKeeper(self.conn.etcd, cfg.compactor_claim_ttl_s)
-        jobs = ServiceJobs(self.discover, self.run_pass, self.run_vacuum, self.compact_etcd, self.expire_producers)
+        jobs = ServiceJobs(
+            self.discover, self.run_pass, self.run_vacuum, self.compact_etcd, self.expire_producers, self.sync_tables
+        )
         schedule_jobs(self._scheduler, cfg, jobs)
         if cfg.etcd_compact_interval_s <= 0:
             log.warning("etcd history compaction is off (LLOG_ETCD_COMPACT_INTERVAL_S=0): etcd needs "
@@ -171,6 +177,7 @@ class CompactorService:
             if self._http is not None:
                 self._http.stop()
             self.compactor.close()
+            self.tables.close()
             self.conn.close()
         finally:
             self._stopped.set()
@@ -285,6 +292,10 @@ class CompactorService:
             vacuum(self.conn)
         except LlogError as exc:
             log.warning("vacuum failed: %s", exc)
+
+    def sync_tables(self) -> None:
+        if not self._stopping.is_set():
+            self.tables.run()
 
     def compact_etcd(self) -> None:
         if self._stopping.is_set():

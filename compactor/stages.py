@@ -92,6 +92,7 @@ def compacted_entry(rec: CompactionRecord) -> IndexEntry:
         byte_length=rec.byte_length,
         created_at_ms=rec.created_at_ms,
         max_timestamp=rec.max_timestamp,
+        encoding=rec.encoding,
     )
 
 

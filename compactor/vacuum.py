@@ -30,6 +30,13 @@ the vacuum itself pauses (spec §11):
 So an object unreferenced at (c) whose session was dead at (b) stays unreferenced
 forever, and the delete in (d) may happen at any time later. No clock is involved.
 
+A table topic's Parquet files are also named by its Iceberg table, which follows the
+index through syncs (:mod:`llog.table.sync`). Before (d) deletes any of them, vacuum
+runs a fencing sync of that table: its commit drops the files the index no longer
+names and makes every sync that read the table earlier fail, so no sync can put a
+deleted file back. Files the fenced table still holds are kept; if the catalog
+cannot be reached, every file of that topic is kept for a later pass.
+
 Objects whose key has no session segment (written before sessions existed) keep the
 old age rule: deleted only if unreferenced and older than ``vacuum_grace_s``, the
 cutoff taken BEFORE the listing so a stalled vacuum never widens it.
@@ -46,15 +53,17 @@ from compactor.metrics import compactor_metrics
 from compactor.stages import decode_record
 from llog.connection import Connection
 from llog.control import decode_index, read_control
+from llog.errors import LlogError, UnknownTopic
 from llog.keys import prefix_range_end
 from llog.store import ObjectInfo
+from llog.table import TableCatalog, sync_table
 from llog.topics import Topics
 
 log = logging.getLogger(__name__)
 
 _COMPACTED_MARK = "/data/compacted/"
 
-#: Called at "after_listing", "after_sessions" and "after_scan" with the root prefix;
+#: Called at "after_listing", "after_sessions", "after_scan" and "after_tables" with the root prefix;
 #: tests stall or kill the vacuum there (the shape of the writer's fault hook).
 VacuumHook = Callable[[str, str], None]
 
@@ -73,6 +82,9 @@ class VacuumReport:
     referenced: int
     live_session: int
     too_young: int
+    #: Unreferenced files of table topics kept because their table still holds them
+    #: (or its catalog could not be reached).
+    table_files: int
     deleted: tuple[str, ...]
     freed_bytes: int
 
@@ -85,6 +97,7 @@ class VacuumReport:
             "referenced": self.referenced,
             "live_session": self.live_session,
             "too_young": self.too_young,
+            "table_files": self.table_files,
             "deleted": list(self.deleted),
             "deleted_count": len(self.deleted),
             "freed_bytes": self.freed_bytes,
@@ -152,6 +165,8 @@ def vacuum(
     refs = referenced_keys(conn)  # after the session read
     hook("after_scan")
     doomed, referenced, kept_live, young = _triage(conn, objects, refs, live, cutoff)
+    doomed, kept_by_tables = _spare_table_files(conn, doomed, dry_run)
+    hook("after_tables")
     if doomed and not dry_run:
         conn.store.delete(o.key for o in doomed)
     report = VacuumReport(
@@ -161,6 +176,7 @@ def vacuum(
         object_bytes=sum(o.size for o in objects),
         referenced=referenced,
         live_session=kept_live,
+        table_files=kept_by_tables,
         too_young=young,
         deleted=tuple(o.key for o in doomed),
         freed_bytes=sum(o.size for o in doomed),
@@ -190,6 +206,42 @@ def _triage(
     return doomed, referenced, kept_live, young
 
 
+def _spare_table_files(
+    conn: Connection, doomed: list[ObjectInfo], dry_run: bool
+) -> tuple[list[ObjectInfo], int]:
+    """``(doomed without the files a table topic's table may still hold, how many
+    were kept)``: a fencing sync per table topic with doomed files first (module doc).
+    A dry run does not commit to a catalog: it keeps every table topic's file."""
+    by_topic: dict[str, list[ObjectInfo]] = {}
+    for o in doomed:
+        topic = conn.keys.topic_of_compacted(o.key)
+        if topic is not None:
+            by_topic.setdefault(topic, []).append(o)
+    tables = [t for t in by_topic if _has_table(conn, t)]
+    if not tables:
+        return doomed, 0
+    spared: set[str] = set()
+    if dry_run:
+        spared = {o.key for t in tables for o in by_topic[t]}
+    else:
+        with TableCatalog(conn) as catalog:
+            for t in tables:
+                try:
+                    files = sync_table(catalog, t, fence=True).files
+                except LlogError as exc:
+                    log.warning("vacuum keeps the files of table topic %s: %s", t, exc)
+                    files = frozenset(conn.store.object_uri(o.key) for o in by_topic[t])
+                spared |= {o.key for o in by_topic[t] if conn.store.object_uri(o.key) in files}
+    return [o for o in doomed if o.key not in spared], len(spared)
+
+
+def _has_table(conn: Connection, topic: str) -> bool:
+    try:
+        return conn.topic(topic, refresh=True).table is not None
+    except UnknownTopic:
+        return False
+
+
 def _account(conn: Connection, r: VacuumReport) -> None:
     """Set the stored-bytes gauge, count what was deleted (not on a dry run), log it."""
     m = compactor_metrics(conn.metrics)
@@ -198,7 +250,8 @@ def _account(conn: Connection, r: VacuumReport) -> None:
         m.vacuum_objects.inc(len(r.deleted))
         m.vacuum_bytes.inc(r.freed_bytes)
     log.info(
-        "vacuum%s: %d objects, %d referenced, %d of live sessions, %d within grace, %d deleted (%d bytes)",
-        " (dry run)" if r.dry_run else "", r.objects, r.referenced, r.live_session, r.too_young,
+        "vacuum%s: %d objects, %d referenced, %d of live sessions, %d within grace, %d held by tables, "
+        "%d deleted (%d bytes)",
+        " (dry run)" if r.dry_run else "", r.objects, r.referenced, r.live_session, r.too_young, r.table_files,
         len(r.deleted), r.freed_bytes,
     )

@@ -151,6 +151,19 @@ class LlogConfig:
     compactor_shutdown_timeout_s: float = 30.0
     #: Seconds between the service's vacuum passes; 0 turns them off.
     vacuum_interval_s: float = 3600.0
+    #: The Iceberg catalog of table topics (llog/table/): a SQLAlchemy URL
+    #: (``sqlite:////var/lib/llog/iceberg.db``, ``postgresql+psycopg2://...``) or an
+    #: ``http(s)://`` REST catalog. Unset: SQLite in ``iceberg.db`` beside a ``file://``
+    #: store's data, or ``./llog-iceberg.db`` for an S3 store (one host only: give
+    #: several compactor hosts a shared catalog).
+    iceberg_catalog_uri: str | None = None
+    #: The catalog namespace holding one table per table topic (named like the topic).
+    iceberg_namespace: str = "llog"
+    #: Seconds between the compactor service's syncs of each table with the index;
+    #: 0 turns them off (vacuum still syncs before it deletes a table's file).
+    iceberg_sync_interval_s: float = 10.0
+    #: Snapshots a table keeps for time travel; a sync expires older ones.
+    iceberg_snapshots_kept: int = 100
     #: Seconds between the compactor service's compactions of etcd's history, each at
     #: the revision it saw one interval earlier; 0 turns them off.
     etcd_compact_interval_s: float = 300.0
@@ -200,12 +213,14 @@ class LlogConfig:
                      "compact_max_records", "compact_read_prefetch", "compactor_workers",
                      "compactor_claim_ttl_s", "compactor_pass_interval_s", "compactor_discovery_interval_s",
                      "compactor_max_runs_per_task", "session_ttl_s", "session_rotate_s",
-                     "broker_max_request_bytes", "broker_send_timeout_s", "read_peer_timeout_s"):
+                     "broker_max_request_bytes", "broker_send_timeout_s", "read_peer_timeout_s",
+                     "iceberg_snapshots_kept"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("compact_min_age_ms", "vacuum_grace_s", "vacuum_interval_s",
                      "compactor_shutdown_timeout_s", "etcd_compact_interval_s", "max_uncompacted_keys",
-                     "backpressure_check_s", "producer_state_ttl_s", "tail_cache_bytes", "read_cache_bytes"):
+                     "backpressure_check_s", "producer_state_ttl_s", "tail_cache_bytes", "read_cache_bytes",
+                     "iceberg_sync_interval_s"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if (self.kafka_tls_cert_file is None) != (self.kafka_tls_key_file is None):

@@ -132,6 +132,17 @@ class CorruptBlob(LlogError):
         self.reason = reason
 
 
+class TableError(LlogError):
+    """A table topic's Iceberg catalog or table could not be read or committed to."""
+
+    retriable = True
+
+    def __init__(self, topic: str, reason: str) -> None:
+        super().__init__(f"Iceberg table of topic {topic!r}: {reason}")
+        self.topic = topic
+        self.reason = reason
+
+
 class CorruptMetadata(LlogError):
     def __init__(self, key: str, reason: str) -> None:
         super().__init__(f"corrupt metadata at etcd key {key}: {reason}")

@@ -135,6 +135,18 @@ class KeyLayout:
     def compacted_blob(self, topic: str, partition: int, session_id: str, blob_id: str) -> str:
         return f"{self.compacted_prefix(topic, partition)}{session_id}/{blob_id}"
 
+    def table_location(self, topic: str) -> str:
+        """Where a table topic's Iceberg metadata lives (its data files stay where the
+        compactor put them, under ``compacted_prefix``)."""
+        return f"{self.root}/{topic}/table"
+
+    def topic_of_compacted(self, object_key: str) -> str | None:
+        """The topic of a compacted object's key; ``None`` for any other key."""
+        head, mark, _ = object_key.partition("/partitions/")
+        if not mark or _COMPACTED_MARK not in object_key or not head.startswith(self.all_prefix()):
+            return None
+        return head[len(self.all_prefix()):]
+
     def session_of(self, object_key: str) -> str | None:
         """The session id in a data object's key; ``None`` for a key of the layout
         before sessions (``…/wal-shared/{blob_id}``, ``…/data/compacted/{blob_id}``)."""

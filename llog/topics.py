@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from llog.codec.etcd_values import (
@@ -9,6 +10,7 @@ from llog.codec.etcd_values import (
     COMPACTED_FORMATS,
     FENCED,
     OPEN,
+    TABLE_FORMATS,
     CompactionCursor,
     MetaFormatError,
     Pending,
@@ -40,9 +42,14 @@ class PartitionInfo:
         return self.next_offset - max(self.compaction_cursor, self.log_start_offset)
 
 
-def _check_format(compacted_format: str | None) -> None:
+def _check_format(compacted_format: str | None, table: str | None) -> None:
     if compacted_format is not None and compacted_format not in COMPACTED_FORMATS:
         raise InvalidInput(f"compacted_format must be None (bytes-batch-v1) or one of {COMPACTED_FORMATS}, "
+                           f"got {compacted_format!r}")
+    if table is not None and table not in TABLE_FORMATS:
+        raise InvalidInput(f"table must be None or one of {TABLE_FORMATS}, got {table!r}")
+    if table is not None and compacted_format != "parquet":
+        raise InvalidInput(f"a {table} table is made of Parquet files: compacted_format must be 'parquet', "
                            f"got {compacted_format!r}")
 
 
@@ -66,11 +73,14 @@ class Topics:
         retention_ms: int | None = None,
         retention_bytes: int | None = None,
         compacted_format: str | None = None,
+        table: str | None = None,
     ) -> TopicMeta:
         """Create a topic. Idempotent: creating an existing topic with the same
         partition count returns it; a different count raises :class:`TopicConflict`.
         ``compacted_format="parquet"``: the compactor writes compacted ranges as
-        Parquet files (spec §7.6) instead of ``bytes-batch-v1`` bodies."""
+        Parquet files (spec §7.6) instead of ``bytes-batch-v1`` bodies.
+        ``table="iceberg"`` (implies Parquet): those files also form an Iceberg table
+        the compactor service keeps in step with the index (:mod:`llog.table`)."""
         check_topic(name)
         if isinstance(partitions, bool) or not isinstance(partitions, int) or not (
             0 < partitions <= MAX_PARTITIONS
@@ -79,8 +89,10 @@ class Topics:
         for label, v in (("retention_ms", retention_ms), ("retention_bytes", retention_bytes)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
                 raise InvalidInput(f"{label} must be a positive int or None, got {v!r}")
-        _check_format(compacted_format)
-        meta = TopicMeta(name, partitions, now_ms(), retention_ms, retention_bytes, compacted_format)
+        if table is not None and compacted_format is None:
+            compacted_format = "parquet"
+        _check_format(compacted_format, table)
+        meta = TopicMeta(name, partitions, now_ms(), retention_ms, retention_bytes, compacted_format, table)
         key = self.conn.keys.topic_meta(name)
         r = self.conn.etcd.txn([absent(key)], [Put(key, meta.encode())], [Get(key)])
         if r.succeeded:
@@ -98,18 +110,32 @@ class Topics:
     def set_compacted_format(self, name: str, compacted_format: str | None) -> TopicMeta:
         """Change what the compactor writes for the topic from its next compaction on
         (ranges compacted before keep their format; readers read both). ``None``:
-        ``bytes-batch-v1``. A CAS on ``meta/topic``, retried on a concurrent change."""
+        ``bytes-batch-v1`` (refused while the topic has a table)."""
+        return self._alter(name, lambda m: replace(m, compacted_format=compacted_format))
+
+    def set_table(self, name: str, table: str | None) -> TopicMeta:
+        """Give the topic an Iceberg table (``"iceberg"``, which also makes its
+        compacted format Parquet) or stop maintaining it (``None``; the caller drops
+        the catalog's table: ``llog topics alter --table none`` does)."""
+        def change(m: TopicMeta) -> TopicMeta:
+            fmt = "parquet" if table is not None else m.compacted_format
+            return replace(m, table=table, compacted_format=fmt)
+        return self._alter(name, change)
+
+    def _alter(self, name: str, change: Callable[[TopicMeta], TopicMeta]) -> TopicMeta:
+        """A CAS on ``meta/topic``, retried on a concurrent change."""
         check_topic(name)
-        _check_format(compacted_format)
         key = self.conn.keys.topic_meta(name)
         for _ in range(self.conn.config.commit_max_attempts):
             kv = self.conn.etcd.get(key)
             if kv is None:
                 raise UnknownTopic(name)
             try:
-                meta = replace(TopicMeta.decode(kv.value), compacted_format=compacted_format)
+                meta = TopicMeta.decode(kv.value)
             except MetaFormatError as exc:
                 raise CorruptMetadata(key, str(exc)) from exc
+            meta = change(meta)
+            _check_format(meta.compacted_format, meta.table)
             if self.conn.etcd.txn([mod_revision_is(key, kv.mod_revision)], [Put(key, meta.encode())], []).succeeded:
                 self.conn.topic(name, refresh=True)
                 return meta

@@ -17,7 +17,7 @@ import json
 import struct
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -299,6 +299,8 @@ def _orders0_pending() -> Pending:
 
 _COMPACTED_KEY = KEYS.compacted_blob("orders", 0, SESSION_ID, COMPACTED_ID)
 _COMPACTED_LENGTH = 3_912
+_PARQUET_KEY = KEYS.compacted_blob("events", 0, SESSION_ID, COMPACTED_ID)
+_PARQUET_LENGTH = 5_218
 _COMPACTION = CompactionRecord(
     stage="WRITING_COMPACTED_INDEX",
     start_offset=0,
@@ -327,12 +329,21 @@ def meta_vectors() -> list[Vector]:
         ("index-compacted", "index entry of a compacted range [0, 41] (no append_id)", "index",
          {"topic": "orders", "partition": 0, "end_offset": 41},
          IndexEntry(COMPACTED, 42, _COMPACTED_KEY, 0, _COMPACTED_LENGTH, T0 + 60_000, T0 + 3)),
+        ("index-compacted-parquet", "index entry of a compacted range [0, 41] written as a Parquet file", "index",
+         {"topic": "events", "partition": 0, "end_offset": 41},
+         IndexEntry(COMPACTED, 42, _PARQUET_KEY, 0, _PARQUET_LENGTH, T0 + 60_000, T0 + 3,
+                    encoding="parquet-v1")),
+        ("compaction-parquet", "in-flight compaction of [0, 41] into a Parquet file", "compaction",
+         {"topic": "events", "partition": 0},
+         replace(_COMPACTION, data_key=_PARQUET_KEY, byte_length=_PARQUET_LENGTH, encoding="parquet-v1")),
         ("topic", "topic record without retention", "topic_meta", {"topic": "orders"},
          TopicMeta("orders", 4, T0 - 86_400_000)),
         ("topic-retention", "topic record with time and size retention", "topic_meta", {"topic": "clicks"},
          TopicMeta("clicks", 2, T0 - 86_400_000, 7 * 86_400_000, 10 * 2**30)),
         ("topic-parquet", "topic record whose compacted ranges are Parquet files", "topic_meta",
          {"topic": "events"}, TopicMeta("events", 8, T0 - 86_400_000, None, None, "parquet")),
+        ("topic-table", "topic record of a table topic: Parquet files kept as an Iceberg table", "topic_meta",
+         {"topic": "events"}, TopicMeta("events", 8, T0 - 86_400_000, None, None, "parquet", "iceberg")),
         ("compaction-cursor", "compaction cursor after compacting [0, 41]", "compaction_cursor",
          {"topic": "orders", "partition": 0}, CompactionCursor(42)),
         ("producer-state", "idempotent producer whose batch 7 is control-pending's append (offsets 40..41)",

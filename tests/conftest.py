@@ -220,6 +220,8 @@ def config_env(cfg: LlogConfig) -> dict[str, str]:
     )
     if cfg.s3_endpoint_url:
         env["LLOG_S3_ENDPOINT_URL"] = cfg.s3_endpoint_url
+    if cfg.iceberg_catalog_uri:
+        env["LLOG_ICEBERG_CATALOG_URI"] = cfg.iceberg_catalog_uri
     return env
 
 

@@ -7,6 +7,9 @@ from typing import Any
 
 from llog.cli import values
 from llog.cli.common import connection_from_args, print_json
+from llog.connection import Connection
+from llog.errors import InvalidInput
+from llog.table import TableCatalog, sync_table
 from llog.topics import Topics
 
 
@@ -23,11 +26,17 @@ def register(subparsers: Any) -> None:
     p.add_argument("--compacted-format", choices=FORMATS, default="bytes-batch-v1",
                    help="what the compactor writes: llog's own bodies, or Parquet files any Parquet reader can "
                         "query (needs pyarrow where the compactor and readers run)")
+    p.add_argument("--table", choices=("iceberg",),
+                   help="also keep the compacted Parquet files as an Iceberg table (implies --compacted-format "
+                        "parquet; catalog: LLOG_ICEBERG_CATALOG_URI)")
     p.set_defaults(func=_create)
 
-    p = tsub.add_parser("alter", help="change a topic's compacted format (from its next compaction on)")
+    p = tsub.add_parser("alter", help="change a topic's compacted format or table (from its next compaction on)")
     p.add_argument("topic", type=values.topic)
-    p.add_argument("--compacted-format", choices=FORMATS, required=True)
+    p.add_argument("--compacted-format", choices=FORMATS)
+    p.add_argument("--table", choices=("iceberg", "none"),
+                   help="iceberg: start an Iceberg table of the compacted Parquet files; none: stop and drop it "
+                        "from the catalog (the files stay, the index still names them)")
     p.set_defaults(func=_alter)
 
     p = tsub.add_parser("list", help="list topics")
@@ -36,6 +45,9 @@ def register(subparsers: Any) -> None:
     p = tsub.add_parser("describe", help="per-partition offsets, pending, index keys, compaction")
     p.add_argument("topic", type=values.topic)
     p.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    p.add_argument("--sync-table", action="store_true",
+                   help="bring a table topic's Iceberg table to the index first (the compactor service does "
+                        "it every LLOG_ICEBERG_SYNC_INTERVAL_S)")
     p.set_defaults(func=_describe)
 
     for name, helptext in (("fence", "stop appends to a partition"), ("unfence", "allow appends again")):
@@ -53,14 +65,29 @@ def _create(args: argparse.Namespace) -> int:
             retention_ms=args.retention_ms,
             retention_bytes=args.retention_bytes,
             compacted_format=_format(args.compacted_format),
+            table=args.table,
         )
-    print(f"topic {meta.name}: {meta.partitions} partition(s)")
+    print(f"topic {meta.name}: {meta.partitions} partition(s)" + (f", {meta.table} table" if meta.table else ""))
     return 0
 
 
 def _alter(args: argparse.Namespace) -> int:
+    if args.compacted_format is None and args.table is None:
+        raise InvalidInput("give --compacted-format, --table or both")
     with connection_from_args(args) as conn:
-        meta = Topics(conn).set_compacted_format(args.topic, _format(args.compacted_format))
+        topics = Topics(conn)
+        meta = topics.get(args.topic)
+        if args.table == "none":
+            meta = topics.set_table(args.topic, None)
+            with TableCatalog(conn) as tables:
+                dropped = tables.drop(args.topic)
+            print(f"topic {meta.name}: no table; {tables.identifier(args.topic)} "
+                  + ("dropped from the catalog" if dropped else "was not in the catalog"))
+        elif args.table is not None:
+            meta = topics.set_table(args.topic, args.table)
+            print(f"topic {meta.name}: {meta.table} table from the next sync on")
+        if args.compacted_format is not None:
+            meta = topics.set_compacted_format(args.topic, _format(args.compacted_format))
     print(f"topic {meta.name}: compacted ranges are written as {meta.compacted_format or 'bytes-batch-v1'} "
           "from the next compaction on")
     return 0
@@ -81,9 +108,19 @@ def _list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _table_info(conn: Connection, topic: str, sync: bool) -> dict[str, object] | None:
+    """The topic's table as ``describe`` shows it, synced first if asked."""
+    with TableCatalog(conn) as tables:
+        if sync:
+            sync_table(tables, topic)
+        info = tables.describe(topic)
+    return None if info is None else info.to_json()
+
+
 def _describe(args: argparse.Namespace) -> int:
     with connection_from_args(args) as conn:
         desc = Topics(conn).describe(args.topic)
+        table = _table_info(conn, args.topic, args.sync_table) if desc.meta.table else None
     rows = [
         {
             "partition": p.partition,
@@ -105,9 +142,15 @@ def _describe(args: argparse.Namespace) -> int:
             "retention_ms": desc.meta.retention_ms,
             "retention_bytes": desc.meta.retention_bytes,
             "compacted_format": desc.meta.compacted_format or FORMATS[0],
+            "table": table,
             "partition_info": rows,
         })
         return 0
+    if table is not None:
+        print(f"table: {table['identifier']} at {table['location']}, snapshot {table['snapshot_id']}, "
+              f"{table['files']} files, {table['rows']} rows, {table['bytes']} bytes (catalog {table['catalog']})")
+    elif desc.meta.table:
+        print("table: not created yet (the first sync creates it)")
     cols = list(rows[0]) if rows else []
     print("\t".join(cols))
     for r in rows:

@@ -8,7 +8,7 @@ so later versions can add fields.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Final, Literal
+from typing import Any, Final, Literal, cast
 
 import msgpack
 
@@ -159,6 +159,8 @@ class IndexEntry:
     created_at_ms: int
     max_timestamp: int
     append_id: str | None = None
+    #: ``"parquet-v1"`` for a COMPACTED Parquet file; absent for every other body.
+    encoding: str | None = None
 
     def encode(self) -> bytes:
         m: dict[str, Any] = {
@@ -172,6 +174,8 @@ class IndexEntry:
         }
         if self.append_id is not None:
             m["append_id"] = self.append_id
+        if self.encoding is not None:  # omitted when absent, like append_id
+            m["encoding"] = self.encoding
         return _pack(m)
 
     @classmethod
@@ -192,6 +196,7 @@ class IndexEntry:
             created_at_ms=_field(m, "created_at_ms", int),
             max_timestamp=_field(m, "max_timestamp", int),
             append_id=aid,
+            encoding=_encoding(m),
         )
         if e.msg_count <= 0 or e.byte_length <= 0 or e.byte_offset < 0:
             raise MetaFormatError("index entry has a non-positive count or length")
@@ -200,6 +205,19 @@ class IndexEntry:
 
 #: Values of ``meta/topic``'s ``compacted_format`` (absent: ``bytes-batch-v1``).
 COMPACTED_FORMATS = ("parquet",)
+#: Values of ``meta/topic``'s ``table`` (absent: no table); a table needs Parquet files.
+TABLE_FORMATS = ("iceberg",)
+#: The ``encoding`` a COMPACTED index entry and a compaction record name for a Parquet
+#: file (absent: ``bytes-batch-v1``), so a table or a Parquet reader can find the files
+#: from the index alone.
+PARQUET_ENCODING = "parquet-v1"
+
+
+def _encoding(m: dict[str, Any]) -> str | None:
+    enc = m.get("encoding")
+    if enc is not None and enc != PARQUET_ENCODING:
+        raise MetaFormatError(f"encoding {enc!r} is not {PARQUET_ENCODING!r}")
+    return cast("str | None", enc)
 
 
 @dataclass(frozen=True)
@@ -213,6 +231,8 @@ class TopicMeta:
     retention_bytes: int | None = None
     #: What the compactor writes: ``None`` for ``bytes-batch-v1``, or ``"parquet"``.
     compacted_format: str | None = None
+    #: ``"iceberg"``: the compacted Parquet files also form an Iceberg table.
+    table: str | None = None
 
     def encode(self) -> bytes:
         m: dict[str, Any] = {
@@ -224,6 +244,8 @@ class TopicMeta:
         }
         if self.compacted_format is not None:  # omitted when absent: older records stay byte for byte
             m["compacted_format"] = self.compacted_format
+        if self.table is not None:
+            m["table"] = self.table
         return _pack(m)
 
     @classmethod
@@ -237,6 +259,11 @@ class TopicMeta:
         fmt = m.get("compacted_format")
         if fmt is not None and fmt not in COMPACTED_FORMATS:
             raise MetaFormatError(f"compacted_format {fmt!r} is not one of {COMPACTED_FORMATS}")
+        table = m.get("table")
+        if table is not None and table not in TABLE_FORMATS:
+            raise MetaFormatError(f"table {table!r} is not one of {TABLE_FORMATS}")
+        if table is not None and fmt != "parquet":
+            raise MetaFormatError(f"table {table!r} needs compacted_format 'parquet'")
         return cls(
             name=_field(m, "name", str),
             partitions=_field(m, "partitions", int),
@@ -244,6 +271,7 @@ class TopicMeta:
             retention_ms=rms,
             retention_bytes=rb,
             compacted_format=fmt,
+            table=table,
         )
 
 
@@ -284,22 +312,25 @@ class CompactionRecord:
     max_timestamp: int
     created_at_ms: int
     owner: str
+    #: ``"parquet-v1"`` when ``data_key`` is a Parquet file; absent for ``bytes-batch-v1``.
+    encoding: str | None = None
 
     def encode(self) -> bytes:
-        return _pack(
-            {
-                "stage": self.stage,
-                "start_offset": self.start_offset,
-                "end_offset": self.end_offset,
-                "last_wal_start_offset": self.last_wal_start_offset,
-                "msg_count": self.msg_count,
-                "data_key": self.data_key,
-                "byte_length": self.byte_length,
-                "max_timestamp": self.max_timestamp,
-                "created_at_ms": self.created_at_ms,
-                "owner": self.owner,
-            }
-        )
+        m: dict[str, Any] = {
+            "stage": self.stage,
+            "start_offset": self.start_offset,
+            "end_offset": self.end_offset,
+            "last_wal_start_offset": self.last_wal_start_offset,
+            "msg_count": self.msg_count,
+            "data_key": self.data_key,
+            "byte_length": self.byte_length,
+            "max_timestamp": self.max_timestamp,
+            "created_at_ms": self.created_at_ms,
+            "owner": self.owner,
+        }
+        if self.encoding is not None:
+            m["encoding"] = self.encoding
+        return _pack(m)
 
     @classmethod
     def decode(cls, raw: bytes) -> CompactionRecord:
@@ -318,6 +349,7 @@ class CompactionRecord:
             max_timestamp=_field(m, "max_timestamp", int),
             created_at_ms=_field(m, "created_at_ms", int),
             owner=_field(m, "owner", str),
+            encoding=_encoding(m),
         )
 
     def at_stage(self, stage: str) -> CompactionRecord:

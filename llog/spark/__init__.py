@@ -6,7 +6,9 @@ Needs the ``spark`` extra (``pip install 'llog[spark]'``: PySpark >= 4.2, pyarro
     >>> register(spark)                 # or: spark = llog.spark.local_session()
     >>> spark.read.format("llog").option("topic", "orders").load().count()
 
-See docs/spark.md for the options, the schema and examples.
+``read_topic(spark, "events")`` reads Parquet-compacted history with Spark's own
+Parquet reader and the rest through the source. See docs/spark.md for the options,
+the schema and examples.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any
 
 from llog.spark.session import local_session
 from llog.spark.source import LlogDataSource
+from llog.spark.table_read import read_topic
 
 
 def register(spark: Any) -> None:
@@ -22,4 +25,4 @@ def register(spark: Any) -> None:
     spark.dataSource.register(LlogDataSource)
 
 
-__all__ = ["LlogDataSource", "local_session", "register"]
+__all__ = ["LlogDataSource", "local_session", "read_topic", "register"]

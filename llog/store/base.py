@@ -30,6 +30,10 @@ class ObjectStore(ABC):
         self.metrics = metrics if metrics is not None else Metrics()
 
     @abstractmethod
+    def object_uri(self, key: str) -> str:
+        """The object's URI for other readers (``s3://bucket/...``, ``file:///...``)."""
+
+    @abstractmethod
     def put(self, key: str, data: bytes, *, crc32: int | None = None) -> None:
         """Store ``data`` at ``key`` atomically: readers see all of it or nothing.
         ``crc32`` is the CRC-32 of ``data`` when the caller already has it: S3 checks

@@ -30,6 +30,9 @@ class LocalStore(ObjectStore):
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
 
+    def object_uri(self, key: str) -> str:
+        return f"file://{self._path(key)}"
+
     def put(self, key: str, data: bytes, *, crc32: int | None = None) -> None:
         path = self._path(key)
         with self._measure("put"):

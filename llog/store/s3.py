@@ -82,6 +82,9 @@ class S3Store(ObjectStore):
     def _k(self, key: str) -> str:
         return self.prefix + check_key(key)
 
+    def object_uri(self, key: str) -> str:
+        return f"s3://{self.bucket}/{self._k(key)}"
+
     def _error(self, exc: Exception, key: str, op: str) -> Exception:
         if isinstance(exc, ClientError):
             code = str(exc.response.get("Error", {}).get("Code", ""))

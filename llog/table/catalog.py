@@ -1,0 +1,246 @@
+"""The Iceberg catalog of table topics: open it, create and load a topic's table.
+
+One table per topic whose ``meta/topic`` has ``table = "iceberg"``, named
+``{iceberg_namespace}.{topic}``, at ``{store}/{root}/{topic}/table`` (metadata only:
+the data files are the compactor's Parquet files, added where they are). Its schema is
+the Parquet file's (spec §7.6), partitioned by llog partition (identity).
+
+pyiceberg is an optional dependency (``pip install 'llog[table]'``); without it the
+table calls raise :class:`TableUnavailable` naming the fix.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from llog.connection import Connection
+from llog.errors import LlogError, TableError
+from llog.store import LocalStore
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
+    from pyiceberg.table import Table
+
+log = logging.getLogger(__name__)
+
+#: Table properties llog sets on create and keeps: a commit never rebases onto a newer
+#: snapshot (the sync's and vacuum's compare-and-swap, llog/table/sync.py), and old
+#: metadata files go with the snapshots that named them.
+TABLE_PROPERTIES = {
+    "commit.retry.num-retries": "0",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "20",
+    "llog.managed": "true",
+}
+
+
+class TableUnavailable(LlogError):
+    """A table call in a process without pyiceberg."""
+
+    def __init__(self) -> None:
+        super().__init__("table topics need pyiceberg: pip install 'llog[table]'")
+
+
+def _pyiceberg() -> None:
+    try:
+        import pyiceberg  # noqa: F401
+    except ImportError:
+        raise TableUnavailable() from None
+
+
+def catalog_uri(conn: Connection) -> str:
+    """The configured catalog, or the default: SQLite beside a local store's data, or
+    in the working directory for an S3 store."""
+    if conn.config.iceberg_catalog_uri:
+        return conn.config.iceberg_catalog_uri
+    store = conn.store
+    base = store.root if isinstance(store, LocalStore) else os.path.abspath(".")
+    name = "iceberg.db" if isinstance(store, LocalStore) else "llog-iceberg.db"
+    return f"sqlite:///{os.path.join(base, name)}"
+
+
+def io_properties(conn: Connection) -> dict[str, str]:
+    """pyiceberg FileIO settings that reach the same store llog writes to."""
+    cfg = conn.config
+    if not cfg.object_store.startswith("s3://"):
+        return {}
+    import boto3
+
+    props = {"s3.region": cfg.s3_region or "us-east-1"}
+    if cfg.s3_endpoint_url:
+        props["s3.endpoint"] = cfg.s3_endpoint_url
+    creds = boto3.session.Session().get_credentials()
+    if creds is not None:
+        frozen = creds.get_frozen_credentials()
+        props["s3.access-key-id"] = frozen.access_key or ""
+        props["s3.secret-access-key"] = frozen.secret_key or ""
+        if frozen.token:
+            props["s3.session-token"] = frozen.token
+    return props
+
+
+def iceberg_schema() -> Any:
+    """The Parquet file's columns (spec §7.6) as an Iceberg schema, every field optional
+    as pyarrow writes them."""
+    from pyiceberg.schema import Schema
+    from pyiceberg.types import (
+        BinaryType,
+        IntegerType,
+        ListType,
+        LongType,
+        NestedField,
+        StringType,
+        StructType,
+    )
+
+    header = StructType(
+        NestedField(8, "key", StringType(), required=False),
+        NestedField(9, "value", BinaryType(), required=False),
+    )
+    return Schema(
+        NestedField(1, "partition", IntegerType(), required=False),
+        NestedField(2, "offset", LongType(), required=False),
+        NestedField(3, "timestamp", LongType(), required=False),
+        NestedField(4, "key", BinaryType(), required=False),
+        NestedField(5, "value", BinaryType(), required=False),
+        NestedField(6, "headers", ListType(7, header, element_required=False), required=False),
+    )
+
+
+@dataclass(frozen=True)
+class TableInfo:
+    """A table topic's table as the catalog has it now."""
+
+    identifier: str
+    location: str
+    catalog: str
+    snapshot_id: int | None
+    snapshots: int
+    files: int
+    rows: int
+    bytes: int
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "identifier": self.identifier, "location": self.location, "catalog": self.catalog,
+            "snapshot_id": self.snapshot_id, "snapshots": self.snapshots,
+            "files": self.files, "rows": self.rows, "bytes": self.bytes,
+        }
+
+
+class TableCatalog:
+    """The catalog of one connection's table topics; opened on first use.
+
+    >>> with TableCatalog(conn) as tables:                       # doctest: +SKIP
+    ...     tables.sync("events").added
+    3
+    """
+
+    def __init__(self, conn: Connection) -> None:
+        self.conn = conn
+        self.uri = catalog_uri(conn)
+        self._catalog: Catalog | None = None
+
+    @property
+    def catalog(self) -> Catalog:
+        if self._catalog is None:
+            _pyiceberg()
+            self._catalog = self._open()
+        return self._catalog
+
+    def _open(self) -> Catalog:
+        props = io_properties(self.conn)
+        try:
+            if self.uri.startswith(("http://", "https://")):
+                from pyiceberg.catalog.rest import RestCatalog
+
+                return RestCatalog("llog", uri=self.uri, **props)
+            from pyiceberg.catalog.sql import SqlCatalog
+
+            if self.uri.startswith("sqlite:///"):
+                os.makedirs(os.path.dirname(self.uri[len("sqlite:///"):]) or ".", exist_ok=True)
+            return SqlCatalog("llog", uri=self.uri, **props)
+        except Exception as exc:  # the catalog's driver raises its own types
+            raise TableError("*", f"cannot open the catalog {self.uri}: {exc}") from exc
+
+    def identifier(self, topic: str) -> str:
+        return f"{self.conn.config.iceberg_namespace}.{topic}"
+
+    def location(self, topic: str) -> str:
+        return self.conn.store.object_uri(self.conn.keys.table_location(topic))
+
+    def table(self, topic: str, *, create: bool = True) -> Table | None:
+        """The topic's table, created if missing (``create``), else ``None`` if absent.
+        Its commit properties are put back if someone changed them."""
+        from pyiceberg.exceptions import NoSuchTableError
+        from pyiceberg.partitioning import PartitionField, PartitionSpec
+        from pyiceberg.transforms import IdentityTransform
+
+        ident = self.identifier(topic)
+        try:
+            try:
+                table = self.catalog.load_table(ident)
+            except NoSuchTableError:
+                if not create:
+                    return None
+                self.catalog.create_namespace_if_not_exists(self.conn.config.iceberg_namespace)
+                spec = PartitionSpec(PartitionField(1, 1000, IdentityTransform(), "partition"))
+                table = self.catalog.create_table_if_not_exists(
+                    ident, schema=iceberg_schema(), partition_spec=spec,
+                    location=self.location(topic), properties=TABLE_PROPERTIES,
+                )
+                log.info("created Iceberg table %s at %s", ident, table.location())
+            drift = {k: v for k, v in TABLE_PROPERTIES.items() if table.properties.get(k) != v}
+            if drift:
+                with table.transaction() as tx:
+                    tx.set_properties(drift)
+                table = self.catalog.load_table(ident)
+            return table
+        except LlogError:
+            raise
+        except Exception as exc:
+            raise TableError(topic, f"cannot load or create {ident} in {self.uri}: {exc}") from exc
+
+    def describe(self, topic: str) -> TableInfo | None:
+        """The table's location, snapshot and totals; ``None`` if it does not exist."""
+        table = self.table(topic, create=False)
+        if table is None:
+            return None
+        snap = table.current_snapshot()
+        summary = snap.summary if snap is not None and snap.summary is not None else None
+
+        def total(name: str) -> int:
+            return int(summary.get(name, "0") or 0) if summary is not None else 0
+
+        return TableInfo(
+            identifier=self.identifier(topic), location=table.location(), catalog=self.uri,
+            snapshot_id=snap.snapshot_id if snap is not None else None,
+            snapshots=len(table.metadata.snapshots),
+            files=total("total-data-files"), rows=total("total-records"), bytes=total("total-files-size"),
+        )
+
+    def drop(self, topic: str) -> bool:
+        """Drop the topic's table from the catalog (its files stay: the index still
+        names them); ``False`` if there was none."""
+        from pyiceberg.exceptions import NoSuchTableError
+
+        try:
+            self.catalog.drop_table(self.identifier(topic))
+        except NoSuchTableError:
+            return False
+        return True
+
+    def close(self) -> None:
+        engine = getattr(self._catalog, "engine", None)
+        if engine is not None:
+            engine.dispose()
+        self._catalog = None
+
+    def __enter__(self) -> TableCatalog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
