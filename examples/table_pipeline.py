@@ -98,7 +98,7 @@ def duckdb_counts(cfg: LlogConfig, topic: str) -> dict[str, int]:
         print("DuckDB: skipped (the files are not local; use DuckDB's httpfs/iceberg extensions)")
         return {}
     rel = duckdb.sql(
-        "SELECT json_extract_string(CAST(value AS VARCHAR), '$.page') AS page, count(*) AS n "
+        "SELECT json_extract_string(decode(value), '$.page') AS page, count(*) AS n "
         f"FROM read_parquet({files!r}) GROUP BY page"
     )
     assert rel is not None

@@ -22,6 +22,7 @@ from llog.control import read_control
 from llog.errors import InvalidInput, LlogError
 from llog.names import check_partition, check_topic
 from llog.records import ConsumedRecord
+from llog.scan import parquet_ranges
 from llog.scan.fetching import FetchPipeline
 from llog.scan.iteration import ScanBatch, scan_batches, to_records
 from llog.scan.partition import PartitionScan
@@ -167,10 +168,15 @@ class Reader:
 
     def _get(self, f: Fetch) -> bytes:
         """The bytes of one range GET (run on the pool): small reads of WAL blobs through
-        the connection's blob cache, the rest from storage."""
+        the connection's blob cache, the row groups a scan needs of a Parquet file it
+        starts inside, the rest from storage."""
         cache = self.conn.blob_cache
         if cache.covers(f.data_key, f.byte_length):
             data = cache.read(f.data_key, f.byte_offset, f.byte_length)
+        elif f.skip_rows and parquet_ranges.worth_it(f.byte_length, f.slices[0].count, f.skip_rows):
+            data, fetched = parquet_ranges.fetch_from(self.conn.store, f.data_key, f.byte_length, f.skip_rows)
+            self.conn.metrics.read_bytes.inc(fetched)
+            return data
         else:
             data = self.conn.store.get_range(f.data_key, f.byte_offset, f.byte_length)
         self.conn.metrics.read_bytes.inc(len(data))

@@ -174,3 +174,31 @@ def test_the_cli_creates_alters_and_describes_the_format(config: LlogConfig, con
     assert conn.topic("cli-pq", refresh=True).compacted_format is None
     bad = llog_cli(config, "topics", "alter", "cli-pq", "--compacted-format", "orc", ok=False)
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
+
+
+def test_a_scan_from_inside_a_parquet_file_gets_only_the_row_groups_it_needs(pconn: Connection) -> None:
+    import os
+
+    Topics(pconn).create("rg", 1, compacted_format="parquet")
+    recs = [Record(os.urandom(1024), f"k{i}".encode(), T0 + i) for i in range(12_000)]
+    _write(pconn, "rg", 0, recs, groups=6)
+    with Connection(replace(pconn.config, compact_target_bytes=64 << 20)) as big:
+        assert compact_once(big, "rg", 0).outcome == "compacted"
+    data_key, _ = _first_compacted(pconn, "rg", 0)
+    size = pconn.store.head(data_key).size  # type: ignore[union-attr]
+    groups = pq.ParquetFile(pa.BufferReader(pconn.store.get(data_key))).metadata.num_row_groups
+    assert groups >= 3
+    want = _want(recs)
+    for start, most in ((9_000, 0.5 * size), (100, 1.01 * size)):
+        with Connection(pconn.config) as fresh, Reader(fresh) as r:
+            got = [(x.offset, x.timestamp, x.key, x.value, x.headers) for x in r.scan("rg", 0, start)]
+            fetched = fresh.metrics.read_bytes._value.get()
+        assert got == want[start:]
+        assert fetched <= most, (start, fetched, size)
+    # A damaged footer is CorruptBlob naming the object, not a wrong answer.
+    data = bytearray(pconn.store.get(data_key))
+    data[-8:-4] = (len(data) * 2).to_bytes(4, "little")
+    pconn.store.put(data_key, bytes(data))
+    with Connection(pconn.config) as fresh, Reader(fresh) as r, pytest.raises(CorruptBlob) as err:
+        list(r.scan("rg", 0, 9_000))
+    assert err.value.key == data_key

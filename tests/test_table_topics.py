@@ -24,7 +24,7 @@ from llog.errors import InvalidInput
 from llog.producer import BatchingProducer
 from llog.reader import Reader
 from llog.records import Record
-from llog.table import TableCatalog, sync_table
+from llog.table import TableCatalog, TableInfo, sync_table
 from llog.topics import Topics
 
 pytest.importorskip("pyiceberg")
@@ -251,3 +251,39 @@ def test_the_cli_creates_describes_and_drops_a_table(tconn: Connection) -> None:
     out = llog_cli(cfg, "topics", "alter", "cli-tb", "--table", "none")
     assert "dropped" in out.stdout
     assert json.loads(llog_cli(cfg, "topics", "describe", "cli-tb", "--json").stdout)["table"] is None
+
+
+def test_the_compactor_service_keeps_the_table_in_step(tconn: Connection) -> None:
+    """Records written before, during and after the service's compactions: the table
+    ends up holding exactly the compacted ones, and a consumer group reads every record
+    once from the Parquet files and the tail."""
+    from compactor.service import CompactorService
+    from llog.groups.consumer import Consumer
+    from tests.conftest import wait_until
+
+    cfg = replace(tconn.config, settle_after_ms=0, compactor_port=0, compactor_pass_interval_s=0.2,
+                  compactor_discovery_interval_s=0.3, vacuum_interval_s=0, iceberg_sync_interval_s=0.3)
+    Topics(tconn).create("svc", 2, table="iceberg")
+    before = _records(200)
+    for p in range(2):
+        _write(tconn, "svc", p, before, groups=4)
+    with CompactorService(cfg) as svc, TableCatalog(tconn) as tables:
+        wait_until(lambda: (tables.describe("svc") or _NO_TABLE).rows == 400, 60, "the first files in the table")
+        for p in range(2):
+            _write(tconn, "svc", p, _records(100, 200), groups=2)  # during: the service keeps going
+        wait_until(lambda: (tables.describe("svc") or _NO_TABLE).rows == 600, 60, "the later files in the table")
+        assert _table_rows(tables, "svc") == _compacted_rows(tconn, "svc", 2)
+        assert svc.metrics.table_files.labels("added")._value.get() >= 2
+        assert svc.metrics.table_syncs.labels("committed")._value.get() >= 2
+    for p in range(2):  # after: a tail the service never saw
+        _write(tconn, "svc", p, _fresh(20), groups=1)
+    got: list[tuple[int, int]] = []
+    with Consumer(tconn, "readers", ["svc"], exclusive=True) as c:
+        while len(got) < 640:
+            recs = c.poll(max_records=500, timeout_s=5)
+            assert recs, f"the group stopped after {len(got)} records"
+            got += [(r.partition, r.offset) for r in recs]
+    assert sorted(got) == [(p, o) for p in range(2) for o in range(320)]
+
+
+_NO_TABLE = TableInfo("", "", "", None, 0, 0, 0, 0)

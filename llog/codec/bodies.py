@@ -25,6 +25,14 @@ def decode(body: bytes | bytearray | memoryview, *, verify: bool = True) -> Batc
     return batch.decode(body, verify=verify)
 
 
+def decode_from(body: bytes | bytearray | memoryview, skip_rows: int) -> tuple[Batch, int]:
+    """``(records, the row they start at)``: a Parquet file's row groups from the one
+    holding ``skip_rows`` (the body may hold only those), any other body whole from row 0."""
+    if skip_rows and bytes(body[:4]) == parquet_body.MAGIC:
+        return parquet_body.decode_from(bytes(body), skip_rows)
+    return decode(body), 0
+
+
 def open_body(body: bytes | memoryview, *, verify: bool = True) -> Body:
     """:func:`decode`, except that Kafka batches are only checked (header and CRC) and
     decoded when their records are first asked for (:class:`KafkaBody`)."""
@@ -33,4 +41,4 @@ def open_body(body: bytes | memoryview, *, verify: bool = True) -> Body:
     return decode(body, verify=verify)
 
 
-__all__ = ["ENCODINGS", "BatchFormatError", "Body", "KafkaBody", "decode", "open_body"]
+__all__ = ["ENCODINGS", "BatchFormatError", "Body", "KafkaBody", "decode", "decode_from", "open_body"]

@@ -91,20 +91,70 @@ def encode(cols: batch.RecordColumns, partition: int, start_offset: int) -> byte
 def decode(body: bytes | memoryview) -> batch.Batch:
     """The file's records as a :class:`~llog.codec.batch.Batch` over Arrow's buffers;
     :class:`BatchFormatError` for anything that is not such a file."""
+    return decode_from(body, 0)[0]
+
+
+def decode_from(body: bytes | memoryview, skip_rows: int) -> tuple[batch.Batch, int]:
+    """``(records from the row group holding row skip_rows on, that group's first
+    row)``: only those row groups are read, so ``body`` may be a sparse copy holding
+    just them and the footer (:func:`row_group_span`)."""
     pa = _pa()
     data = bytes(body)
     if len(data) < 12 or data[:4] != MAGIC or data[-4:] != MAGIC:
         raise BatchFormatError("not a Parquet file (PAR1 magic missing)")
     try:
         # ParquetFile, not read_table: the dataset layer costs ~2.5 ms a file in set-up.
-        table = pa.parquet.ParquetFile(pa.BufferReader(data)).read(columns=["timestamp", "key", "value", "headers"])
+        f = pa.parquet.ParquetFile(pa.BufferReader(data))
+        first_group, first_row = _group_of(f.metadata, skip_rows)
+        cols = ["timestamp", "key", "value", "headers"]
+        groups = range(first_group, f.metadata.num_row_groups)
+        table = f.read(columns=cols) if first_group == 0 else f.read_row_groups(groups, columns=cols)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise BatchFormatError(f"Parquet file does not read: {exc}") from None
     if table.schema != schema().remove(1).remove(0):  # timestamp, key, value, headers
         raise BatchFormatError(f"unexpected Parquet schema: {table.schema}")
     if table.num_rows == 0:
         raise BatchFormatError("empty Parquet file")
-    return _batch(pa, table.combine_chunks())
+    return _batch(pa, table.combine_chunks()), first_row
+
+
+def _group_of(md: Any, row: int) -> tuple[int, int]:
+    """``(row group holding row, its first row)``; the last group for a row past the end."""
+    first = 0
+    for g in range(md.num_row_groups):
+        n = md.row_group(g).num_rows
+        if row < first + n or g == md.num_row_groups - 1:
+            return g, first
+        first += n
+    return 0, 0
+
+
+def footer_length(tail: bytes) -> int:
+    """Bytes of a Parquet file's footer (metadata, its length and ``PAR1``) from the
+    file's last bytes; :class:`BatchFormatError` if they do not end a Parquet file."""
+    if len(tail) < 8 or tail[-4:] != MAGIC:
+        raise BatchFormatError("not a Parquet file (PAR1 magic missing at its end)")
+    return int.from_bytes(tail[-8:-4], "little") + 8
+
+
+def row_group_span(sparse: bytes | bytearray, skip_rows: int) -> tuple[int, int] | None:
+    """For a buffer of the file's size holding its footer at the end: the byte range
+    ``[start, end)`` of the row groups from the one holding row ``skip_rows`` to the
+    last (``end`` is where the footer starts), or ``None`` if that is every group."""
+    pa = _pa()
+    try:
+        md = pa.parquet.ParquetFile(pa.BufferReader(sparse)).metadata
+    except (pa.ArrowException, OSError, ValueError) as exc:
+        raise BatchFormatError(f"Parquet footer does not read: {exc}") from None
+    group, _ = _group_of(md, skip_rows)
+    if group == 0:
+        return None
+    rg = md.row_group(group)
+    start = min(
+        c.dictionary_page_offset if c.has_dictionary_page and c.dictionary_page_offset else c.data_page_offset
+        for c in (rg.column(i) for i in range(rg.num_columns))
+    )
+    return start, len(sparse) - footer_length(bytes(sparse[-8:]))
 
 
 def _batch(pa: Any, table: Any) -> batch.Batch:

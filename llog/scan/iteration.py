@@ -56,22 +56,28 @@ def decode_fetch(sc: PartitionScan, f: Fetch, data: bytes, *, lazy_kafka: bool =
     for s in f.slices:
         rel = s.byte_offset - f.byte_offset
         body = memoryview(data)[rel : rel + s.byte_length]
+        first_row = 0
+        b: bodies.Body
         try:
-            b = bodies.open_body(body) if lazy_kafka else bodies.decode(body)
+            if f.skip_rows:  # only the row groups from the scan's start on (Fetch)
+                b, first_row = bodies.decode_from(body, f.skip_rows)
+            else:
+                b = bodies.open_body(body) if lazy_kafka else bodies.decode(body)
         except bodies.BatchFormatError as exc:
             raise CorruptBlob(s.data_key, s.byte_offset, s.byte_length, str(exc)) from exc
-        if len(b) != s.count:
+        if len(b) != s.count - first_row:
             raise CorruptBlob(
                 s.data_key, s.byte_offset, s.byte_length,
-                f"body holds {len(b)} records, index says {s.count}",
+                f"body holds {len(b) + first_row} records, index says {s.count}",
             )
+        first = s.first_offset + first_row
         # A compacted entry may overlap WAL entries already yielded (compaction
         # between its index overwrite and DELETING_OLD): skip the overlap.
-        lo = max(sc.done, s.first_offset)
+        lo = max(sc.done, first)
         top = min(sc.hi, s.first_offset + s.count)
         if lo < top:
             sc.done = top
-            yield sc, b, s.first_offset, lo, top
+            yield sc, b, first, lo, top
 
 
 def to_records(batches: Iterator[ScanBatch], read_records: Counter) -> Iterator[ConsumedRecord]:

@@ -53,7 +53,7 @@ class IndexWalk:
     def __iter__(self) -> Iterator[Fetch]:
         config = self.resolver.conn.config
         slices = self.resolver.slices(self.topic, self.partition, self.start, self.hi, self.resolution)
-        return coalesce(slices, config.read_coalesce_gap_bytes, config.read_max_fetch_bytes)
+        return coalesce(slices, config.read_coalesce_gap_bytes, config.read_max_fetch_bytes, self.start)
 
 
 @dataclass(frozen=True)
@@ -182,7 +182,7 @@ class Resolver:
                 if e_start > nxt:
                     # Only the pending tail may be missing from the index.
                     break
-                yield SliceRef(e_start, e.msg_count, e.data_key, e.byte_offset, e.byte_length)
+                yield SliceRef(e_start, e.msg_count, e.data_key, e.byte_offset, e.byte_length, e.encoding)
                 nxt = e_end + 1
                 if nxt >= hi:
                     return

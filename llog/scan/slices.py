@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
+from llog.codec.etcd_values import PARQUET_ENCODING
+
 
 @dataclass(frozen=True)
 class SliceRef:
@@ -15,6 +17,8 @@ class SliceRef:
     data_key: str
     byte_offset: int
     byte_length: int
+    #: The index entry's ``encoding`` (``"parquet-v1"`` for a Parquet file).
+    encoding: str | None = None
 
     @property
     def end_offset(self) -> int:
@@ -24,19 +28,30 @@ class SliceRef:
 @dataclass(frozen=True)
 class Fetch:
     """One range GET: ``byte_length`` bytes of ``data_key`` from ``byte_offset``,
-    holding ``slices`` in order."""
+    holding ``slices`` in order. ``skip_rows`` > 0: the one slice is a Parquet file of
+    which the scan needs only the rows from that one on, so the GET may fetch just the
+    footer and the row groups that hold them (``llog.scan.parquet_ranges``)."""
 
     data_key: str
     byte_offset: int
     byte_length: int
     slices: tuple[SliceRef, ...]
+    skip_rows: int = 0
 
 
-def coalesce(slices: Iterable[SliceRef], gap: int, cap: int) -> Iterator[Fetch]:
+def coalesce(slices: Iterable[SliceRef], gap: int, cap: int, start: int = 0) -> Iterator[Fetch]:
     """Group consecutive slices of one object, each starting at or within ``gap`` bytes
-    after the previous one's end, into one GET spanning at most ``cap`` bytes."""
+    after the previous one's end, into one GET spanning at most ``cap`` bytes. A
+    Parquet slice is a whole object, so always alone; the scan's ``start`` inside one
+    sets its fetch's ``skip_rows``."""
     group: list[SliceRef] = []
     for s in slices:
+        if s.encoding == PARQUET_ENCODING:
+            if group:
+                yield _fetch_of(group)
+                group = []
+            yield Fetch(s.data_key, s.byte_offset, s.byte_length, (s,), max(0, start - s.first_offset))
+            continue
         if group:
             first, last = group[0], group[-1]
             last_end = last.byte_offset + last.byte_length
