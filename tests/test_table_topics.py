@@ -17,15 +17,15 @@ from compactor import compact_once
 from compactor.retention import apply_retention
 from compactor.stages import StageEvent
 from compactor.vacuum import vacuum
-from llog.codec.etcd_values import PARQUET_ENCODING, IndexEntry, MetaFormatError, TopicMeta
+from llog.codec.etcd_values import PARQUET_ENCODING, MetaFormatError, TopicMeta
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import InvalidInput
-from llog.producer import BatchingProducer
 from llog.reader import Reader
 from llog.records import Record
 from llog.table import TableCatalog, TableInfo, sync_table
 from llog.topics import Topics
+from tests.test_parquet_compaction import _entries, _write
 
 pytest.importorskip("pyiceberg")
 pytest.importorskip("pyarrow")
@@ -55,13 +55,6 @@ def _records(n: int, start: int = 0) -> list[Record]:
 def _fresh(n: int) -> list[Record]:
     """Records the writer stamps now: retention keeps them."""
     return [Record(f"fresh-{i}".encode()) for i in range(n)]
-
-
-def _write(conn: Connection, topic: str, partition: int, records: list[Record], groups: int) -> None:
-    with BatchingProducer(conn) as prod:
-        step = len(records) // groups
-        for g in range(groups):
-            prod.send_group(topic, partition, records[g * step:(g + 1) * step]).result()
 
 
 def _sdk_rows(conn: Connection, topic: str, partition: int) -> list[Row]:
@@ -121,12 +114,6 @@ def test_the_table_holds_exactly_the_compacted_records(tconn: Connection, tables
     indexed = {tconn.store.object_uri(e.data_key) for p in range(2) for e in _entries(tconn, "events", p)
                if e.encoding == PARQUET_ENCODING}
     assert {t.file.file_path for t in table.scan().plan_files()} == indexed
-
-
-def _entries(conn: Connection, topic: str, partition: int) -> list[IndexEntry]:
-    keys = conn.keys
-    return [IndexEntry.decode(kv.value)
-            for kv in conn.etcd.scan(keys.index_prefix(topic, partition), keys.index_range_end(topic, partition))]
 
 
 @pytest.mark.parametrize("point", ["after_put", "after_record", "after_WRITING_COMPACTED_INDEX",

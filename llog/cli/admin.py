@@ -8,7 +8,7 @@ from typing import Any
 from llog.cli import values
 from llog.cli.common import connection_from_args, print_json
 from llog.connection import Connection
-from llog.errors import InvalidInput
+from llog.errors import InvalidInput, LlogError
 from llog.table import TableCatalog, sync_table
 from llog.topics import Topics
 
@@ -109,11 +109,15 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _table_info(conn: Connection, topic: str, sync: bool) -> dict[str, object] | None:
-    """The topic's table as ``describe`` shows it, synced first if asked."""
-    with TableCatalog(conn) as tables:
-        if sync:
-            sync_table(tables, topic)
-        info = tables.describe(topic)
+    """The topic's table as ``describe`` shows it, synced first if asked; a catalog that
+    fails is shown as ``{"error": ...}`` beside the partitions, which need no catalog."""
+    try:
+        with TableCatalog(conn) as tables:
+            if sync:
+                sync_table(tables, topic)
+            info = tables.describe(topic)
+    except LlogError as exc:
+        return {"error": str(exc)}
     return None if info is None else info.to_json()
 
 
@@ -146,7 +150,9 @@ def _describe(args: argparse.Namespace) -> int:
             "partition_info": rows,
         })
         return 0
-    if table is not None:
+    if table is not None and "error" in table:
+        print(f"table: {table['error']}")
+    elif table is not None:
         print(f"table: {table['identifier']} at {table['location']}, snapshot {table['snapshot_id']}, "
               f"{table['files']} files, {table['rows']} rows, {table['bytes']} bytes (catalog {table['catalog']})")
     elif desc.meta.table:
