@@ -202,3 +202,23 @@ def test_a_scan_from_inside_a_parquet_file_gets_only_the_row_groups_it_needs(pco
     with Connection(pconn.config) as fresh, Reader(fresh) as r, pytest.raises(CorruptBlob) as err:
         list(r.scan("rg", 0, 9_000))
     assert err.value.key == data_key
+
+
+def test_columns_every_row_leaves_empty_are_not_read_and_read_back_empty() -> None:
+    n = 3000
+    stamps, values = [T0 + i for i in range(n)], [b"v%d" % i for i in range(n)]
+    bare = parquet_body.encode((stamps, None, values, None), 0, 0)
+    ts, keys, vals, headers = parquet_body.decode(bare).columns()
+    assert (ts, keys, vals, headers) == (stamps, None, values, None)
+    # Keys and headers only in the last rows: a file of several row groups where the
+    # first groups have none; reading from the start or from the last group sees them.
+    keys_in = [None] * (n - 10) + [b"k%d" % i for i in range(10)]
+    hdrs_in: list[tuple[tuple[str, bytes], ...]] = [()] * (n - 10) + [(("h", b"%d" % i),) for i in range(10)]
+    big = [v.ljust(4096, b".") for v in values]  # ~12 MiB of values: three row groups
+    body = parquet_body.encode((stamps, keys_in, big, hdrs_in), 0, 0)
+    assert pq.ParquetFile(pa.BufferReader(body)).metadata.num_row_groups >= 3
+    ts, keys, vals, headers = parquet_body.decode(body).columns()
+    assert (keys, headers, vals) == (keys_in, hdrs_in, big)
+    b, first = parquet_body.decode_from(body, n - 5)
+    assert first > 0
+    assert b.columns()[1] == keys_in[first:] and b.columns()[3] == hdrs_in[first:]
