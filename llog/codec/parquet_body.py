@@ -35,6 +35,8 @@ MAGIC = b"PAR1"
 #: groups, so they stay a few MiB; Parquet's default (1M rows) would be one huge group.
 ROW_GROUP_BYTES = 4 * 1024 * 1024
 COLUMNS = ("partition", "offset", "timestamp", "key", "value", "headers")
+#: Uncompressed bytes of the row groups read from which decoding uses Arrow's threads.
+THREADED_DECODE_BYTES = 4 * 1024 * 1024
 
 
 class ParquetUnavailable(LlogError):
@@ -110,7 +112,10 @@ def decode_from(body: bytes | memoryview, skip_rows: int) -> tuple[batch.Batch, 
         first_group, first_row = _group_of(f.metadata, skip_rows)
         groups = range(first_group, f.metadata.num_row_groups)
         cols = _columns_to_read(f.metadata, groups)
-        table = f.read(columns=cols) if first_group == 0 else f.read_row_groups(groups, columns=cols)
+        # Arrow's thread pool pays for itself only on large row groups: below a few MiB
+        # its dispatch costs more than it saves (0.38 against 0.23 ms for 2,000 rows).
+        threads = sum(f.metadata.row_group(g).total_byte_size for g in groups) >= THREADED_DECODE_BYTES
+        table = f.read_row_groups(groups, columns=cols, use_threads=threads)
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise BatchFormatError(f"Parquet file does not read: {exc}") from None
     if table.schema != pa.schema([schema().field(c) for c in cols]):
