@@ -22,7 +22,7 @@ from llog.errors import ConfigError, OffsetOutOfRange
 from llog.etcd import Get
 from llog.names import TopicPartition
 from llog.reader import Reader
-from llog.spark.options import EARLIEST, LATEST, OffsetSpec, Subscription
+from llog.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, Subscription
 from llog.timelookup import offset_for_timestamp
 from llog.topics import Topics
 
@@ -117,6 +117,19 @@ def resolve_offsets(
         if reader is not None:
             reader.close()
     return out
+
+
+def batch_offsets(conn: Connection, o: SourceOptions) -> tuple[Offsets, Offsets]:
+    """``(start, end)`` per subscribed partition of a batch read: the options'
+    startingOffsets and endingOffsets resolved (:func:`resolve_offsets`);
+    :class:`ConfigError` where a start is past its end."""
+    controls = read_controls(conn, subscribed_partitions(conn, o.subscription))
+    start = resolve_offsets(conn, o.starting, controls, what="startingOffsets", fail_on_data_loss=o.fail_on_data_loss)
+    end = resolve_offsets(conn, o.ending, controls, what="endingOffsets", fail_on_data_loss=True)
+    for tp, s in start.items():
+        if s > end[tp]:
+            raise ConfigError(f"startingOffsets {s} of {tp[0]}/{tp[1]} is past its endingOffsets {end[tp]}")
+    return start, end
 
 
 # -- splitting -------------------------------------------------------------------------

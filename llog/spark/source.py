@@ -47,6 +47,7 @@ from llog.spark.options import (
 from llog.spark.planning import (
     OffsetRange,
     Offsets,
+    batch_offsets,
     offsets_from_json,
     offsets_to_json,
     plan,
@@ -112,16 +113,7 @@ class LlogBatchReader(DataSourceReader):  # type: ignore[misc,unused-ignore]
     def partitions(self) -> list[LlogInputPartition]:
         o = self.options
         with Connection(o.config) as conn:
-            controls = read_controls(conn, subscribed_partitions(conn, o.subscription))
-            start = resolve_offsets(
-                conn, o.starting, controls, what="startingOffsets", fail_on_data_loss=o.fail_on_data_loss
-            )
-            end = resolve_offsets(conn, o.ending, controls, what="endingOffsets", fail_on_data_loss=True)
-            for tp, s in start.items():
-                if s > end[tp]:
-                    raise ConfigError(
-                        f"startingOffsets {s} of {tp[0]}/{tp[1]} is past its endingOffsets {end[tp]}"
-                    )
+            start, end = batch_offsets(conn, o)
             ranges = plan(
                 conn, start, end, min_partitions=o.min_partitions, max_records=o.max_records_per_partition
             )

@@ -31,7 +31,7 @@ from llog.connection import Connection
 from llog.control import decode_index
 from llog.errors import ConfigError
 from llog.spark.options import parse_source_options
-from llog.spark.planning import Offsets, read_controls, resolve_offsets, subscribed_partitions
+from llog.spark.planning import Offsets, batch_offsets
 
 log = logging.getLogger(__name__)
 
@@ -56,12 +56,11 @@ class ParquetSlice:
 @dataclass(frozen=True)
 class TopicReadPlan:
     """Parquet files for the compacted prefix of each partition, and where the ``llog``
-    source takes over (``tail_start``) up to ``end``."""
+    source takes over (``tail_start``)."""
 
     topic: str
     files: tuple[ParquetSlice, ...]
     tail_start: Offsets
-    end: Offsets
 
 
 def plan_topic_read(conn: Connection, topic: str, start: Offsets, end: Offsets) -> TopicReadPlan:
@@ -83,21 +82,21 @@ def plan_topic_read(conn: Connection, topic: str, start: Offsets, end: Offsets) 
             files.append(ParquetSlice(conn.store.object_uri(entry.data_key), p, at, min(last + 1, e), first, last + 1))
             at = min(last + 1, e)
         tail[(t, p)] = at
-    return TopicReadPlan(topic, tuple(files), tail, dict(end))
+    return TopicReadPlan(topic, tuple(files), tail)
 
 
-def spark_path(uri: str, spark: Any) -> str | None:
-    """The path Spark reads ``uri`` at, or ``None`` if this Spark cannot (an S3 object
-    without the S3A filesystem on its classpath)."""
-    if uri.startswith("file://"):
-        return uri
-    if uri.startswith("s3://"):
-        try:
-            spark._jvm.java.lang.Class.forName("org.apache.hadoop.fs.s3a.S3AFileSystem")
-        except Exception:  # py4j raises its own error for a missing class
-            return None
-        return "s3a://" + uri[len("s3://"):]
-    return None
+def spark_paths(uris: list[str], spark: Any) -> list[str] | None:
+    """The paths Spark reads ``uris`` at, or ``None`` if this Spark cannot read them
+    all (S3 objects without the S3A filesystem on its classpath, asked once)."""
+    if all(u.startswith("file://") for u in uris):
+        return uris
+    if not all(u.startswith(("file://", "s3://")) for u in uris):
+        return None
+    try:
+        spark._jvm.java.lang.Class.forName("org.apache.hadoop.fs.s3a.S3AFileSystem")
+    except Exception:  # py4j raises its own error for a missing class
+        return None
+    return ["s3a://" + u[len("s3://"):] if u.startswith("s3://") else u for u in uris]
 
 
 def read_topic(
@@ -119,36 +118,32 @@ def read_topic(
     opts = {**options, "subscribe": topic}
     src = parse_source_options(opts, streaming=False)
     with Connection(src.config) as conn:
-        controls = read_controls(conn, subscribed_partitions(conn, src.subscription))
-        start = resolve_offsets(conn, src.starting, controls, what="startingOffsets",
-                                fail_on_data_loss=src.fail_on_data_loss)
-        end = resolve_offsets(conn, src.ending, controls, what="endingOffsets", fail_on_data_loss=True)
+        start, end = batch_offsets(conn, src)
         plan = plan_topic_read(conn, topic, start, end)
-        paths = [spark_path(f.uri, spark) for f in plan.files] if native is not False else []
-    use_native = bool(plan.files) and native is not False and all(paths)
-    if native and plan.files and not use_native:
+    paths = spark_paths([f.uri for f in plan.files], spark) if plan.files and native is not False else None
+    if native and plan.files and paths is None:
         raise ConfigError(f"Spark cannot read {plan.files[0].uri} natively (no S3A filesystem)")
-    frames = _parquet_frames(spark, plan, start, paths) if use_native else []
-    tail_start = plan.tail_start if use_native else start
+    frames = _parquet_frames(spark, plan, start, paths) if paths is not None else []
+    tail_start = plan.tail_start if paths is not None else start
     rest = {tp: s for tp, s in tail_start.items() if s < end[tp]}
     if rest or not frames:
         register(spark)
         frames.append(_source_frame(spark, topic, options, tail_start, end))
     log.info("read_topic %s: %d Parquet files read by Spark, %d partitions through the llog source",
-             topic, len(paths) if use_native else 0, len(rest))
+             topic, len(paths or ()), len(rest))
     out = frames[0]
     for f in frames[1:]:
         out = out.unionByName(f)
     return out
 
 
-def _parquet_frames(spark: Any, plan: TopicReadPlan, start: Offsets, paths: list[str | None]) -> list[Any]:
+def _parquet_frames(spark: Any, plan: TopicReadPlan, start: Offsets, paths: list[str]) -> list[Any]:
     """The files' rows in the source's columns: whole files as they are, files the
     offsets cut behind a filter on ``partition`` and ``offset``."""
     from pyspark.sql import functions as F
 
-    whole = sorted({p for f, p in zip(plan.files, paths, strict=True) if f.whole and p})
-    cut = sorted({p for f, p in zip(plan.files, paths, strict=True) if not f.whole and p})
+    whole = sorted({p for f, p in zip(plan.files, paths, strict=True) if f.whole})
+    cut = sorted({p for f, p in zip(plan.files, paths, strict=True) if not f.whole})
     frames = [spark.read.parquet(*whole)] if whole else []
     if cut:
         cond = None
@@ -180,4 +175,4 @@ def _source_frame(spark: Any, topic: str, options: Mapping[str, str], start: Off
             .option("endingOffsets", as_json(end)).load())
 
 
-__all__ = ["ParquetSlice", "TopicReadPlan", "plan_topic_read", "read_topic", "spark_path"]
+__all__ = ["ParquetSlice", "TopicReadPlan", "plan_topic_read", "read_topic", "spark_paths"]
