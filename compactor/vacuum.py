@@ -61,8 +61,6 @@ from llog.topics import Topics
 
 log = logging.getLogger(__name__)
 
-_COMPACTED_MARK = "/data/compacted/"
-
 #: Called at "after_listing", "after_sessions", "after_scan" and "after_tables" with the root prefix;
 #: tests stall or kill the vacuum there (the shape of the writer's fault hook).
 VacuumHook = Callable[[str, str], None]
@@ -109,7 +107,7 @@ def data_objects(conn: Connection) -> Iterator[ObjectInfo]:
     keys = conn.keys
     wal = keys.wal_prefix()
     for info in conn.store.list(keys.all_prefix()):
-        if info.key.startswith(wal) or (_COMPACTED_MARK in info.key and "/partitions/" in info.key):
+        if info.key.startswith(wal) or keys.topic_of_compacted(info.key) is not None:
             yield info
 
 

@@ -76,7 +76,6 @@ def _alter(args: argparse.Namespace) -> int:
         raise InvalidInput("give --compacted-format, --table or both")
     with connection_from_args(args) as conn:
         topics = Topics(conn)
-        meta = topics.get(args.topic)
         if args.table == "none":
             meta = topics.set_table(args.topic, None)
             with TableCatalog(conn) as tables:

@@ -12,6 +12,8 @@ from typing import Any, Final, Literal, cast
 
 import msgpack
 
+from llog.codec import parquet_body
+
 OPEN: Final = "OPEN"
 FENCED: Final = "FENCED"
 WAL: Final = "WAL"
@@ -210,7 +212,7 @@ TABLE_FORMATS = ("iceberg",)
 #: The ``encoding`` a COMPACTED index entry and a compaction record name for a Parquet
 #: file (absent: ``bytes-batch-v1``), so a table or a Parquet reader can find the files
 #: from the index alone.
-PARQUET_ENCODING = "parquet-v1"
+PARQUET_ENCODING: Final = parquet_body.ENCODING
 
 
 def _encoding(m: dict[str, Any]) -> str | None:

@@ -101,7 +101,7 @@ def decode(body: bytes | memoryview) -> batch.Batch:
 def decode_from(body: bytes | memoryview, skip_rows: int) -> tuple[batch.Batch, int]:
     """``(records from the row group holding row skip_rows on, that group's first
     row)``: only those row groups are read, so ``body`` may be a sparse copy holding
-    just them and the footer (:func:`row_group_span`)."""
+    just them and the footer (:func:`row_group_start`)."""
     pa = _pa()
     data = bytes(body)
     if len(data) < 12 or data[:4] != MAGIC or data[-4:] != MAGIC:
@@ -162,10 +162,10 @@ def footer_length(tail: bytes) -> int:
     return int.from_bytes(tail[-8:-4], "little") + 8
 
 
-def row_group_span(sparse: bytes | bytearray, skip_rows: int) -> tuple[int, int] | None:
-    """For a buffer of the file's size holding its footer at the end: the byte range
-    ``[start, end)`` of the row groups from the one holding row ``skip_rows`` to the
-    last (``end`` is where the footer starts), or ``None`` if that is every group."""
+def row_group_start(sparse: bytes | bytearray, skip_rows: int) -> int | None:
+    """For a buffer of the file's size holding its footer at the end: where the row
+    group holding row ``skip_rows`` starts (its first column chunk), or ``None`` if that
+    is the first group (nothing to skip)."""
     pa = _pa()
     try:
         md = pa.parquet.ParquetFile(pa.BufferReader(sparse)).metadata
@@ -175,11 +175,10 @@ def row_group_span(sparse: bytes | bytearray, skip_rows: int) -> tuple[int, int]
     if group == 0:
         return None
     rg = md.row_group(group)
-    start = min(
+    return int(min(
         c.dictionary_page_offset if c.has_dictionary_page and c.dictionary_page_offset else c.data_page_offset
         for c in (rg.column(i) for i in range(rg.num_columns))
-    )
-    return start, len(sparse) - footer_length(bytes(sparse[-8:]))
+    ))
 
 
 def _batch(pa: Any, table: Any) -> batch.Batch:

@@ -45,13 +45,13 @@ def fetch_from(store: ObjectStore, key: str, size: int, skip_rows: int) -> tuple
     sparse[:4] = parquet_body.MAGIC
     sparse[size - tail_len:] = tail
     try:
-        span = parquet_body.row_group_span(sparse, skip_rows)
+        start = parquet_body.row_group_start(sparse, skip_rows)
     except BatchFormatError as exc:
         raise CorruptBlob(key, size - need, need, str(exc)) from exc
-    if span is None:
+    if start is None:
         return store.get(key), size + tail_len
-    start, end = span
-    if not 4 <= start < end <= size - need:
+    end = size - need  # the row groups run up to the footer
+    if not 4 <= start < end:
         raise CorruptBlob(key, start, max(0, end - start), "row groups outside the file's data")
     sparse[start:end] = store.get_range(key, start, end - start)
     return bytes(sparse), tail_len + end - start

@@ -59,15 +59,15 @@ class SyncResult:
     committed: bool
 
 
-def indexed_files(conn: Connection, topic: str) -> dict[str, int]:
-    """Object URI → partition of every Parquet file the topic's index names now."""
+def indexed_files(conn: Connection, topic: str) -> set[str]:
+    """The object URIs of every Parquet file the topic's index names now."""
     etcd, keys, store = conn.etcd, conn.keys, conn.store
-    out: dict[str, int] = {}
+    out: set[str] = set()
     for p in range(conn.topic(topic, refresh=True).partitions):
         for kv in etcd.scan(keys.index_prefix(topic, p), keys.index_range_end(topic, p)):
             e = decode_index(kv.key, kv.value)
             if e.kind == COMPACTED and e.encoding == PARQUET_ENCODING:
-                out[store.object_uri(e.data_key)] = p
+                out.add(store.object_uri(e.data_key))
     return out
 
 
@@ -102,8 +102,8 @@ def _attempt(tables: TableCatalog, topic: str, fence: bool) -> SyncResult | None
     assert table is not None
     current = table_files(table)  # step 1, before the index read
     wanted = indexed_files(tables.conn, topic)
-    add = sorted(wanted.keys() - current.keys())
-    remove = [current[u] for u in sorted(current.keys() - wanted.keys())]
+    add = sorted(wanted - current.keys())
+    remove = [current[u] for u in sorted(current.keys() - wanted)]
     snap = table.current_snapshot()
     if not add and not remove and not fence:
         return SyncResult(topic, 0, 0, frozenset(current), snap.snapshot_id if snap else None, False)
