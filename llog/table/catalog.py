@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from llog.connection import Connection
@@ -57,9 +57,8 @@ def catalog_uri(conn: Connection) -> str:
     if conn.config.iceberg_catalog_uri:
         return conn.config.iceberg_catalog_uri
     store = conn.store
-    base = store.root if isinstance(store, LocalStore) else os.path.abspath(".")
-    name = "iceberg.db" if isinstance(store, LocalStore) else "llog-iceberg.db"
-    return f"sqlite:///{os.path.join(base, name)}"
+    path = store.root / "iceberg.db" if isinstance(store, LocalStore) else os.path.abspath("llog-iceberg.db")
+    return f"sqlite:///{path}"
 
 
 def io_properties(conn: Connection) -> dict[str, str]:
@@ -124,11 +123,7 @@ class TableInfo:
     bytes: int
 
     def to_json(self) -> dict[str, object]:
-        return {
-            "identifier": self.identifier, "location": self.location, "catalog": self.catalog,
-            "snapshot_id": self.snapshot_id, "snapshots": self.snapshots,
-            "files": self.files, "rows": self.rows, "bytes": self.bytes,
-        }
+        return asdict(self)
 
 
 class TableCatalog:
