@@ -90,6 +90,14 @@ class LlogConfig:
     batch_max_inflight: int = 2
     #: ... of which at most this many are being PUT at once (capped at batch_max_inflight).
     batch_max_inflight_puts: int = 2
+    #: A WAL blob PUT still unanswered after this quantile of the recent PUTs'
+    #: latencies is sent again, the first answer winning (llog/store/hedging.py); 0: never.
+    put_hedge_quantile: float = 0.9
+    #: ... while that quantile is at least this many milliseconds (faster stores: no hedging).
+    put_hedge_min_ms: float = 20.0
+    #: The broker process's first garbage-collector threshold (llog/gc_tuning.py;
+    #: Python's is 700); 0 leaves the collector as Python sets it.
+    gc_threshold: int = 20_000
     broker_host: str = "127.0.0.1"
     broker_port: int = 8080
     broker_token: str | None = None
@@ -220,13 +228,15 @@ class LlogConfig:
         for name in ("compact_min_age_ms", "vacuum_grace_s", "vacuum_interval_s",
                      "compactor_shutdown_timeout_s", "etcd_compact_interval_s", "max_uncompacted_keys",
                      "backpressure_check_s", "producer_state_ttl_s", "tail_cache_bytes", "read_cache_bytes",
-                     "iceberg_sync_interval_s"):
+                     "iceberg_sync_interval_s", "put_hedge_min_ms", "gc_threshold"):
             if getattr(self, name) < 0:
                 raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
         if (self.kafka_tls_cert_file is None) != (self.kafka_tls_key_file is None):
             raise ConfigError("kafka_tls_cert_file and kafka_tls_key_file go together")
         if self.kafka_port is not None and not 0 <= self.kafka_port <= 65535:
             raise ConfigError(f"kafka_port must be in [0, 65535], got {self.kafka_port!r}")
+        if not 0 <= self.put_hedge_quantile < 1:
+            raise ConfigError(f"put_hedge_quantile must be in [0, 1), got {self.put_hedge_quantile!r}")
         if self.compact_target_bytes > 1024**3:
             raise ConfigError("compact_target_bytes must be <= 1 GiB (one compacted body)")
 

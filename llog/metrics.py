@@ -45,6 +45,10 @@ class Metrics:
         self.commit_conflicts = Counter(
             "llog_commit_cas_conflicts", "commit CAS attempts that lost and were retried", registry=r
         )
+        self.put_hedges = Counter(
+            "llog_put_hedges", "WAL blob PUTs sent a second time (sent), and those answered first (won)",
+            ["outcome"], registry=r
+        )
         self.blob_bytes = Histogram(
             "llog_shared_blob_bytes", "shared WAL blob sizes", buckets=_SIZE_BUCKETS, registry=r
         )

@@ -38,6 +38,7 @@ from llog.errors import LlogError
 from llog.partition_commit import FaultHook
 from llog.records import AppendGroup, Record
 from llog.session import Sessions
+from llog.store.hedging import HedgedPuts
 from llog.validation import GroupInput, PreparedGroup, check_records, normalize_record, prepare_groups
 from llog.wal_blob import EncodedBlob, StagedBlob, pack_groups, pendings_of
 from llog.writer_caches import CACHE_PARTITIONS, WriterCaches
@@ -85,6 +86,9 @@ class Writer:
         # The clock is looked up at each call, so a test can shift this module's now_ms.
         self._runner = CommitRunner(self.conn, self._caches, self._pool, self._hook, lambda: now_ms())
         self._gate = UncompactedKeysGate(self.conn)
+        cfg = self.config
+        self._puts = HedgedPuts(self.conn.store, self.conn.metrics, quantile=cfg.put_hedge_quantile,
+                                min_delay_s=cfg.put_hedge_min_ms / 1000)
         self._closed = False
 
     # -- public API ------------------------------------------------------------
@@ -166,7 +170,7 @@ class Writer:
         try:
             if self._closed:
                 raise LlogError("writer is closed")
-            self.conn.store.put(encoded.data_key, encoded.data, crc32=encoded.crc32)
+            self._puts.put(encoded.data_key, encoded.data, crc32=encoded.crc32)
         except BaseException:
             self._sessions.release(encoded.session)
             raise
@@ -214,6 +218,7 @@ class Writer:
             self.settle_all()
         finally:
             self._pool.shutdown(wait=True)
+            self._puts.close()
             self._sessions.close()
             if self._owns_conn:
                 self.conn.close()

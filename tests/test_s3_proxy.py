@@ -150,6 +150,29 @@ def test_timeout_holds_the_request_until_the_client_gives_up(s3_proxy: ProxiedS3
     store.close()
 
 
+def test_clients_keep_their_connection_although_the_server_closes_each(
+    s3_proxy: ProxiedS3, root_prefix: str
+) -> None:
+    """moto's server closes every connection; S3 does not, and neither does the proxy
+    (a client reconnecting per request would pay what no S3 client pays)."""
+    import http.client
+    from urllib.parse import urlsplit
+
+    url = urlsplit(s3_proxy.proxy.url)
+    conn = http.client.HTTPConnection(url.hostname or "127.0.0.1", url.port)
+    conn.request("PUT", f"/{TEST_BUCKET}/{root_prefix}/keep-alive", body=b"v")
+    resp = conn.getresponse()
+    resp.read()
+    sock = conn.sock
+    assert resp.status == 200 and resp.getheader("connection") is None
+    conn.request("PUT", f"/{TEST_BUCKET}/{root_prefix}/keep-alive-2", body=b"w")
+    resp = conn.getresponse()
+    resp.read()
+    assert resp.status == 200
+    assert conn.sock is sock and sock is not None  # the same connection, not a new one
+    conn.close()
+
+
 def test_slow_response_is_delayed_then_answered(s3_proxy: ProxiedS3, root_prefix: str) -> None:
     proxy = s3_proxy.proxy
     store = _store(proxy.url, root_prefix)

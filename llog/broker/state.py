@@ -13,6 +13,7 @@ from typing import cast
 from starlette.requests import Request
 
 from llog.broker.filecache import FileTailCache
+from llog.broker.loop_inbox import LoopInbox
 from llog.broker.readiness import Readiness
 from llog.broker.tailcache import TailCache
 from llog.broker.wakeup import PartitionTails
@@ -52,6 +53,8 @@ class Broker:
         self.readiness = Readiness(config, self.conn.store, self.conn.keys.root, self.conn.metrics)
         self.reader = Reader(self.conn)
         self.tails: PartitionTails | None = None
+        #: Set by :meth:`start`: the loop's inbox, through which threads answer requests.
+        self.inbox: LoopInbox
         #: Partitions already validated (topic cached): produce to them never touches etcd.
         self.validated: set[TopicPartition] = set()
         self.producer = BatchingProducer(
@@ -60,8 +63,9 @@ class Broker:
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start watching partition tails, waking long-polls on ``loop``."""
+        self.inbox = LoopInbox(loop)
         self.tails = PartitionTails(
-            self.conn, loop, owns=self.producer.owns,
+            self.conn, self.inbox, owns=self.producer.owns,
             on_remote_commit=lambda p: self.reader.warm(p.data_key, p.byte_offset, p.byte_length),
         )
 

@@ -16,13 +16,13 @@ starts fetching it into the blob cache before the woken consumers ask).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from llog.broker.loop_inbox import LoopInbox
 from llog.codec.etcd_values import Control, MetaFormatError, Pending
 from llog.connection import Connection
 from llog.etcd import KV
@@ -43,7 +43,7 @@ class PartitionTails:
     def __init__(
         self,
         conn: Connection,
-        loop: asyncio.AbstractEventLoop,
+        inbox: LoopInbox,
         *,
         max_watches: int = 4096,
         trust_s: float = 5.0,
@@ -59,7 +59,7 @@ class PartitionTails:
         # before the woken consumers ask for it (the reader's blob cache keeps it).
         self._on_remote_commit = on_remote_commit
         self._trust_s = trust_s
-        self._loop = loop
+        self._inbox = inbox
         self._max_watches = max_watches
         self._lock = threading.Lock()
         self._watch_lock = threading.Lock()  # one registration at a time
@@ -150,8 +150,7 @@ class PartitionTails:
 
     def release_waiters(self) -> None:
         """Shutting down: end every long-poll now and skip future waits."""
-        with contextlib.suppress(RuntimeError):
-            self._loop.call_soon_threadsafe(self._release_all)
+        self._inbox.call(self._release_all)
 
     def _release_all(self) -> None:
         self._stopping = True
@@ -160,8 +159,7 @@ class PartitionTails:
         self._events.clear()
 
     def _signal(self, tp: TopicPartition) -> None:
-        with contextlib.suppress(RuntimeError):  # loop closed: nobody is waiting any more
-            self._loop.call_soon_threadsafe(self._fire, tp)
+        self._inbox.call(self._fire, tp)
 
     # -- waiting, loop thread ------------------------------------------------------------
     def _fire(self, tp: TopicPartition) -> None:

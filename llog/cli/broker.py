@@ -35,8 +35,10 @@ def register(subparsers: Any) -> None:
 
 def _run(args: argparse.Namespace) -> int:
     from llog.broker.server import serve
+    from llog.gc_tuning import tune_gc
 
     def ready(url: str, kafka_port: int | None) -> None:
+        tune_gc(config.gc_threshold)  # after start-up: its objects are frozen
         print(f"llog broker listening on {url}", flush=True)
         if kafka_port is not None:
             print(f"llog Kafka listener on port {kafka_port}", flush=True)

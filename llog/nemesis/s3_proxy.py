@@ -299,7 +299,10 @@ class S3Proxy:
                 writer.write(resp.encode() + body[: len(body) // 2])
                 await writer.drain()
             return False
-        writer.write(resp.encode())
+        # The client keeps its connection whenever the framing allows, as S3's do: the
+        # local server closes every one (Werkzeug), which would make each request pay
+        # a new connection that a client of S3 does not.
+        writer.write((resp if resp_framing.kind == "close" else resp.without("connection")).encode())
         await copy_body(resp_framing, up_reader, writer)
         await writer.drain()
         if resp_framing.kind == "close" or resp.wants_close:

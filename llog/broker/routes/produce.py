@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 from concurrent.futures import Future
 
 import anyio.to_thread
@@ -33,7 +32,7 @@ async def produce(request: Request) -> Response:
         try:
             if isinstance(item, LlogError):
                 raise item
-            res = await asyncio.wrap_future(item)
+            res = await b.inbox.wrap(item)
         except LlogError as exc:
             errors.append(exc)
             results.append(partition_error(ProduceResult, tp.topic, tp.partition, exc))

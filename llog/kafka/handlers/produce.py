@@ -11,7 +11,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable
 from concurrent.futures import Future
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.producer import ProduceResponse
 
@@ -21,6 +21,9 @@ from llog.errors import BackPressure, LlogError
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
 from llog.writer import AppendResult
+
+if TYPE_CHECKING:
+    from llog.broker.state import Broker
 
 _Outcome = Future[AppendResult] | LlogError | KafkaBatchError | ErrorCode
 
@@ -36,7 +39,7 @@ async def produce(ctx: Context, req: Any) -> Awaitable[ProduceResponse | None]:
         submitted.append((topic.name, parts))
     if req.acks == 0:
         return _none()
-    return _answer(req.API_VERSION, broker.conn.metrics, submitted)
+    return _answer(req.API_VERSION, broker, submitted)
 
 
 async def _none() -> None:
@@ -83,7 +86,7 @@ def _send_blocking(
 
 
 async def _answer(
-    version: int, metrics: Any, submitted: list[tuple[str, list[tuple[int, _Outcome]]]]
+    version: int, broker: Broker, submitted: list[tuple[str, list[tuple[int, _Outcome]]]]
 ) -> ProduceResponse:
     R = ProduceResponse
     topics = []
@@ -99,9 +102,9 @@ async def _answer(
                 elif isinstance(outcome, (LlogError, KafkaBatchError)):
                     raise outcome
                 else:
-                    res = await asyncio.wrap_future(outcome)
+                    res = await broker.inbox.wrap(outcome)
                     base = res.start_offset
-                    metrics.produce_records.inc(res.count)
+                    broker.conn.metrics.produce_records.inc(res.count)
             except (LlogError, KafkaBatchError) as exc:
                 code, message = error_code(exc), str(exc)
             answers.append(R.TopicProduceResponse.PartitionProduceResponse(
