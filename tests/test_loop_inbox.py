@@ -115,3 +115,39 @@ def test_calls_after_the_loop_closed_are_dropped() -> None:
     inbox = LoopInbox(loop)
     loop.close()
     inbox.call(print, "never")  # no error: nobody is waiting any more
+
+
+def test_calls_from_a_signal_handler_interrupting_a_call_do_not_deadlock() -> None:
+    """A broker's SIGTERM handler ends long-polls through the inbox while the loop's
+    thread may be inside a call of its own: nothing in a call may wait for it."""
+    import signal
+
+    async def main() -> tuple[int, int]:
+        inbox = LoopInbox(asyncio.get_running_loop())
+        counts = {"loop": 0, "signal": 0}
+
+        def count(who: str) -> None:
+            counts[who] += 1
+
+        signals = 0
+
+        def handler(_sig: int, _frame: object) -> None:
+            nonlocal signals
+            signals += 1
+            inbox.call(count, "signal")
+
+        previous = signal.signal(signal.SIGALRM, handler)
+        signal.setitimer(signal.ITIMER_REAL, 0.0002, 0.0002)
+        try:
+            for _ in range(50_000):
+                inbox.call(count, "loop")
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+        await asyncio.sleep(0)
+        await asyncio.sleep(0)
+        assert counts["loop"] == 50_000
+        return counts["signal"], signals
+
+    ran, sent = asyncio.run(main())
+    assert ran == sent > 0

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future
 from typing import Any, TypeVar
@@ -24,25 +24,31 @@ log = logging.getLogger(__name__)
 
 class LoopInbox:
     """Calls queued from any thread, run in order on ``loop`` in as few wake-ups as
-    the bursts allow."""
+    the bursts allow.
+
+    No lock: :meth:`call` also runs in signal handlers (a broker's SIGTERM ends its
+    long-polls through it), which interrupt the loop's thread wherever it is, so a
+    lock it might hold there would deadlock. ``deque`` appends and pops are atomic,
+    and the flag is cleared before the queue is drained, so a call that sees it set
+    is drained by the run that is coming (at worst a call schedules one run too many).
+    """
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._lock = threading.Lock()
-        self._queued: list[tuple[Callable[..., None], tuple[Any, ...]]] = []
+        self._queued: deque[tuple[Callable[..., None], tuple[Any, ...]]] = deque()
+        self._scheduled = False
 
     def call(self, fn: Callable[..., None], *args: Any) -> None:
         """Run ``fn(*args)`` on the loop soon; dropped once the loop is closed (nobody
         is waiting any more)."""
-        with self._lock:
-            self._queued.append((fn, args))
-            first = len(self._queued) == 1
-        if first:
-            try:
-                self._loop.call_soon_threadsafe(self._run)
-            except RuntimeError:  # the loop is closed: nobody is waiting any more
-                with self._lock:
-                    self._queued.clear()
+        self._queued.append((fn, args))
+        if self._scheduled:
+            return
+        self._scheduled = True
+        try:
+            self._loop.call_soon_threadsafe(self._run)
+        except RuntimeError:  # the loop is closed
+            self._queued.clear()
 
     def wrap(self, fut: Future[T]) -> asyncio.Future[T]:
         """An asyncio future resolved like ``fut`` (which is never cancelled through it:
@@ -52,9 +58,10 @@ class LoopInbox:
         return waiter
 
     def _run(self) -> None:
-        with self._lock:
-            calls, self._queued = self._queued, []
-        for fn, args in calls:
+        self._scheduled = False
+        # What was queued by now; later calls saw the flag cleared and scheduled a run.
+        for _ in range(len(self._queued)):
+            fn, args = self._queued.popleft()
             try:
                 fn(*args)
             except Exception:  # one bad call must not strand the others queued with it
