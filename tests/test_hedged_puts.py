@@ -18,6 +18,7 @@ from llog.metrics import Metrics
 from llog.reader import Reader
 from llog.store import open_store
 from llog.store.hedging import MIN_SAMPLES, HedgedPuts, LatencyWindow, race
+from llog.topics import Topics
 from llog.writer import Writer
 
 # -- race ------------------------------------------------------------------------------
@@ -158,8 +159,6 @@ def test_without_hedging_a_put_runs_on_the_callers_thread(config: LlogConfig) ->
 def test_writer_appends_read_back_with_hedging_on(config: LlogConfig) -> None:
     cfg = replace(config, put_hedge_quantile=0.5, put_hedge_min_ms=0.0)
     with Connection(cfg) as conn:
-        from llog.topics import Topics
-
         topic = "hedged-writes"
         Topics(conn).create(topic, 1)
         with Writer(conn) as w:

@@ -44,6 +44,9 @@ class HedgedPuts:
     def put(self, key: str, data: bytes, *, crc32: int | None = None) -> None:
         """PUT ``data`` at ``key``: returns once an attempt has succeeded; raises an
         attempt's error when both failed."""
+        if self._pool is None:  # hedging off: nothing to time either
+            self.store.put(key, data, crc32=crc32)
+            return
         delay = self.window.delay()
 
         def attempt() -> None:
@@ -55,7 +58,7 @@ class HedgedPuts:
             self.metrics.put_hedges.labels("sent").inc()
             attempt()
 
-        if self._pool is None or delay is None:
+        if delay is None:
             attempt()
             return
         if race(self._pool, attempt, hedge, delay):
