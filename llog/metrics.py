@@ -127,6 +127,11 @@ class Metrics:
         self.tail_wakeups = Counter(
             "llog_tail_wakeups", "partition change signals by source", ["source"], registry=r
         )
+        self.tail_remote_appends = Counter(
+            "llog_tail_remote_appends",
+            "other brokers' appends to watched partitions, by whether they were read into the tail cache",
+            ["outcome"], registry=r,
+        )
         self.kafka_requests = Counter(
             "llog_kafka_requests", "Kafka listener requests by API (UNSUPPORTED: not served)", ["api"], registry=r
         )

@@ -9,7 +9,6 @@ offset order. :class:`Reader` is the façade over the pipeline in :mod:`llog.sca
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Generator, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -19,7 +18,7 @@ from llog.codec.bodies import Body
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.control import read_control
-from llog.errors import InvalidInput, LlogError
+from llog.errors import InvalidInput
 from llog.names import check_partition, check_topic
 from llog.records import ConsumedRecord
 from llog.scan import parquet_ranges
@@ -119,22 +118,6 @@ class Reader:
         self.conn.check_partition(topic, partition)
         c = read_control(self.conn, topic, partition).control
         return c.log_start_offset, c.next_offset
-
-    def warm(self, data_key: str, byte_offset: int, byte_length: int) -> None:
-        """Start fetching a slice into the blob cache, in the background, if the cache
-        would keep it (a broker calls this when a watch tells it another broker
-        committed, so the consumer's read that follows finds the bytes, or the GET,
-        already under way). Failures are left for that read to meet."""
-        if self._closed or not self.conn.blob_cache.covers(data_key, byte_length):
-            return
-        with contextlib.suppress(RuntimeError):  # the pool shut down meanwhile: closing
-            self._pool.submit(self._warm, data_key, byte_offset, byte_length)
-
-    def _warm(self, data_key: str, byte_offset: int, byte_length: int) -> None:
-        try:
-            self.conn.blob_cache.read(data_key, byte_offset, byte_length)
-        except LlogError as exc:
-            log.debug("warming %s failed: %s", data_key, exc)
 
     def close(self) -> None:
         self._closed = True

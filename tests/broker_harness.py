@@ -66,10 +66,12 @@ class BrokerProcess:
     def post(self, path: str, body: Any, **kw: Any) -> tuple[int, Any]:
         return self.request("POST", path, body, **kw)
 
-    def metric(self, name: str) -> float:
+    def metric(self, name: str, **labels: str) -> float:
+        """The sum of ``name``'s samples whose labels include ``labels``."""
         status, snap = self.request("GET", "/metrics")
         assert status == 200
-        return sum(float(s["value"]) for s in snap.get(name, []))
+        return sum(float(s["value"]) for s in snap.get(name, [])
+                   if all(s["labels"].get(k) == v for k, v in labels.items()))
 
 
 @contextmanager

@@ -194,26 +194,13 @@ def test_scans_read_ahead_deeper_at_s3_latency(s3_proxy: ProxiedS3) -> None:
             assert r._ahead.depth > cfg.read_prefetch
 
 
-def test_warm_fetches_a_slice_before_it_is_read(s3_proxy: ProxiedS3) -> None:
-    with llog.Connection(s3_proxy.config) as conn:
-        key = _shared_blob(conn, "warm")
-        [kv] = list(conn.etcd.scan(conn.keys.index("warm", 3, 0), conn.keys.index_range_end("warm", 3)))
-        entry = decode_index(kv.key, kv.value)
-        before = s3_proxy.proxy.requests().get("GET", 0)
-        with llog.Reader(conn) as r:
-            r.warm(key, entry.byte_offset, entry.byte_length)
-            wait_until(lambda: conn.blob_cache.chunks == 1, 30, "the warmed chunk")
-            assert [x.value for x in r.scan("warm", 3, 0)] == _expected(3)
-        assert s3_proxy.proxy.requests().get("GET", 0) - before == 1
-        assert _hits(conn, "hit") == 1
-
-
 @pytest.mark.parametrize("peers", [False, True], ids=["from-s3", "from-the-writer"])
 def test_a_broker_fetches_another_brokers_commit_as_its_watch_reports_it(s3_proxy: ProxiedS3, peers: bool) -> None:
     """Consumers on broker B of records produced on broker A: B learns of each commit
-    from its etcd watch and starts the read then; the consumers' reads share it. With
+    from its etcd watch, reads it into its tail cache (one read of the blob for both
+    partitions) and only then wakes the consumers, who are served from memory. With
     peer reads B asks A, which holds the blob it wrote, and S3 sees no GET; without,
-    one GET of the blob however the warm-up and the reads race."""
+    one GET of the blob."""
     cfg = s3_proxy.config
     with llog.Connection(cfg) as conn:
         llog.Topics(conn).create("w", 2)
@@ -230,9 +217,10 @@ def test_a_broker_fetches_another_brokers_commit_as_its_watch_reports_it(s3_prox
             status, got = b.post("/consume", {"topic_partitions": [
                 {"topic": "w", "partition": p, "fetch_offset": 0}], "max_wait_ms": 10_000})
             assert status == 200 and [r["value"] for r in got["topic_partitions"][0]["records"]] == ["eA=="]
-        wait_until(lambda: b.metric("llog_read_cache_requests_total") >= 3, 30, "B's warm-up and reads")
         assert s3_proxy.proxy.requests().get("GET", 0) - gets == (0 if peers else 1)
         assert b.metric("llog_read_peer_requests_total") == (1 if peers else 0)
+        assert b.metric("llog_tail_remote_appends_total", outcome="cached") == 2
+        assert b.metric("llog_tail_cache_lookups_total", result="hit") == 2
 
 
 def _raw_get(url: str, path: str) -> tuple[int, bytes]:

@@ -15,6 +15,7 @@ from starlette.requests import Request
 from llog.broker.filecache import FileTailCache
 from llog.broker.loop_inbox import LoopInbox
 from llog.broker.readiness import Readiness
+from llog.broker.remote_commits import RemoteCommits
 from llog.broker.tailcache import TailCache
 from llog.broker.wakeup import PartitionTails
 from llog.codec.etcd_values import TopicMeta
@@ -53,6 +54,8 @@ class Broker:
         self.readiness = Readiness(config, self.conn.store, self.conn.keys.root, self.conn.metrics)
         self.reader = Reader(self.conn)
         self.tails: PartitionTails | None = None
+        #: Set by :meth:`start`: reads other brokers' appends into the tail cache.
+        self.remote: RemoteCommits | None = None
         #: Set by :meth:`start`: the loop's inbox, through which threads answer requests.
         self.inbox: LoopInbox
         #: Partitions already validated (topic cached): produce to them never touches etcd.
@@ -64,9 +67,14 @@ class Broker:
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start watching partition tails, waking long-polls on ``loop``."""
         self.inbox = LoopInbox(loop)
+        # Brokers sharing a tail-cache directory (one host) read each other's appends
+        # from its files when their consumers ask; others read them as announced.
+        if self.files is None:
+            self.remote = RemoteCommits(self.conn.blob_cache, self.cache, self.conn.metrics,
+                                        workers=self.config.read_max_inflight, announce=self._remote_cached)
         self.tails = PartitionTails(
             self.conn, self.inbox, owns=self.producer.owns,
-            on_remote_commit=lambda p: self.reader.warm(p.data_key, p.byte_offset, p.byte_length),
+            on_remote_commit=self.remote.add if self.remote is not None else lambda _tp, _p: False,
         )
 
     def topic(self, name: str, *, create: bool = True, refresh: bool = False) -> TopicMeta:
@@ -89,9 +97,15 @@ class Broker:
                 self.files.close()
             if self.tails is not None:
                 self.tails.close()
+            if self.remote is not None:
+                self.remote.close()
             self.readiness.close()
             self.reader.close()
             self.conn.close()
+
+    def _remote_cached(self, tp: TopicPartition, next_offset: int) -> None:
+        if self.tails is not None:
+            self.tails.remote_cached(tp, next_offset)
 
     def _committed(self, result: AppendResult, records: list[Record], body: memoryview) -> None:
         self.cache.put(result, records, body)

@@ -1,9 +1,12 @@
-"""A bounded in-process cache of records this broker committed, by partition and
-offset, so consumers at the tail are served without an etcd or S3 round trip.
+"""A bounded in-process cache of committed records, by partition and offset, so
+consumers at the tail are served without an etcd or S3 round trip: the appends this
+broker committed, and those other brokers committed to partitions its consumers watch
+(their bodies read once, as the watch announces each commit).
 
-Entries are exact (committed offsets from ``AppendResult``), but a partition's entries
-may have gaps where other brokers wrote; a lookup returns only the contiguous run that
-starts at the requested offset, and the caller reads the rest from storage.
+Entries are exact (committed offsets), but a partition's entries may have gaps (an
+append too large to keep, or one whose read failed); a lookup returns only the
+contiguous run that starts at the requested offset, and the caller reads the rest from
+storage.
 """
 
 from __future__ import annotations
@@ -11,35 +14,28 @@ from __future__ import annotations
 import bisect
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from llog.codec import batch
+from llog.codec.bodies import Body
 from llog.codec.kafka_body import KafkaBody, KafkaRun
 from llog.names import TopicPartition
 from llog.records import ConsumedRecord, Record, payload_size
+from llog.scan.iteration import records_of
 from llog.writer import AppendResult
 
 
 class _Segment:
-    """One committed append: its records as handed in and their stored timestamps (or,
-    for Kafka record batches, the stored body), and the :class:`ConsumedRecord`
-    objects built from them on the first read (a broker whose consumers are not at the
-    tail never pays for them)."""
+    """One committed append: its records, built into :class:`ConsumedRecord` objects
+    on the first read (a broker whose consumers are not at the tail never pays for
+    them), or for Kafka record batches the stored body."""
 
-    __slots__ = ("_consumed", "count", "kafka", "nbytes", "partition", "records", "start", "timestamps", "topic")
+    __slots__ = ("_build", "_consumed", "count", "kafka", "nbytes", "start")
 
-    def __init__(self, topic: str, partition: int, start: int, records: Sequence[Record], body: memoryview) -> None:
-        self.topic, self.partition, self.start = topic, partition, start
-        self.records = records
-        # The body is the one just PUT and committed: no need to check its CRC again.
-        self.kafka: KafkaBody | None = None
-        if records:
-            self.timestamps: list[int] = batch.decode(body, verify=False).timestamps.tolist()
-            self.nbytes = sum(map(payload_size, records))
-            self.count = len(records)
-        else:  # Kafka batches: framed once here, decoded on the first read that needs records
-            self.kafka, self.timestamps = KafkaBody(bytes(body), verify=False), []
-            self.nbytes, self.count = len(body), len(self.kafka)
+    def __init__(self, start: int, count: int, nbytes: int, build: Callable[[], tuple[ConsumedRecord, ...]],
+                 kafka: KafkaBody | None = None) -> None:
+        self.start, self.count, self.nbytes, self.kafka = start, count, nbytes, kafka
+        self._build: Callable[[], tuple[ConsumedRecord, ...]] | None = build
         self._consumed: tuple[ConsumedRecord, ...] | None = None
 
     @property
@@ -48,18 +44,34 @@ class _Segment:
 
     def consumed(self) -> tuple[ConsumedRecord, ...]:
         if self._consumed is None:
-            t, p, start = self.topic, self.partition, self.start
-            if self.kafka is not None:
-                self._consumed = tuple(
-                    ConsumedRecord(t, p, start + i, ts, key, value, headers)
-                    for i, (ts, key, value, headers) in enumerate(self.kafka.rows())
-                )
-            else:
-                self._consumed = tuple(
-                    ConsumedRecord(t, p, start + i, ts, r.key, r.value, r.headers)
-                    for i, (r, ts) in enumerate(zip(self.records, self.timestamps, strict=True))
-                )
+            assert self._build is not None
+            self._consumed, self._build = self._build(), None
         return self._consumed
+
+
+def _segment(topic: str, partition: int, start: int, body: Body) -> _Segment:
+    """A segment of a stored body: Kafka batches kept as they are; other records built
+    at once (this runs off the event loop, where the reads that follow would pay)."""
+    def build() -> tuple[ConsumedRecord, ...]:
+        return tuple(records_of(topic, partition, start, body.columns()))
+
+    if isinstance(body, KafkaBody):
+        return _Segment(start, len(body), body.nbytes, build, body)
+    rows = build()
+    return _Segment(start, len(rows), sum(map(payload_size, rows)), lambda: rows)
+
+
+def _appended(result: AppendResult, records: Sequence[Record], body: memoryview) -> _Segment:
+    """A segment of a local append: the records as handed in, with the timestamps the
+    body stores (a record sent without one was stamped with append time by the
+    writer). The body is the one just PUT and committed: its CRC is not checked again."""
+    t, p, start = result.topic, result.partition, result.start_offset
+    if not records:  # Kafka batches: framed once here, decoded on the first read that needs records
+        return _segment(t, p, start, KafkaBody(bytes(body), verify=False))
+    stamps = batch.decode(body, verify=False).timestamps.tolist()
+    return _Segment(start, len(records), sum(map(payload_size, records)), lambda: tuple(
+        ConsumedRecord(t, p, start + i, ts, r.key, r.value, r.headers)
+        for i, (r, ts) in enumerate(zip(records, stamps, strict=True))))
 
 
 class TailCache:
@@ -78,11 +90,16 @@ class TailCache:
         return self._bytes
 
     def put(self, result: AppendResult, records: list[Record], body: memoryview) -> None:
-        """Cache a committed append: its records (none for Kafka batches) and the body
-        as stored, whose timestamps are the stored ones (a record sent without one was
-        stamped with append time by the writer)."""
-        tp = (result.topic, result.partition)
-        seg = _Segment(result.topic, result.partition, result.start_offset, records, body)
+        """Cache a committed local append: its records (none for Kafka batches) and the
+        body as stored."""
+        self._insert((result.topic, result.partition), _appended(result, records, body))
+
+    def put_stored(self, topic: str, partition: int, start: int, body: Body) -> None:
+        """Cache another broker's committed append, ``start`` being its first offset,
+        from its body as read from storage or a peer and checked (CRC and count)."""
+        self._insert((topic, partition), _segment(topic, partition, start, body))
+
+    def _insert(self, tp: TopicPartition, seg: _Segment) -> None:
         if seg.nbytes > self.max_bytes:
             return
         with self._lock:
@@ -90,7 +107,7 @@ class TailCache:
             i = bisect.bisect_left(starts, seg.start)
             if i < len(starts) and starts[i] == seg.start:
                 return  # already cached
-            starts.insert(i, seg.start)  # commits arrive in offset order: i is the end
+            starts.insert(i, seg.start)  # commits mostly arrive in offset order: i is the end
             segs.insert(i, seg)
             self._order.append((tp, seg))
             self._bytes += seg.nbytes

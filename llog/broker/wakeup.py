@@ -9,8 +9,9 @@ control value (commits by any broker, fences, retention), and local commits rais
 taking the maximum makes the order of those two sources irrelevant. Every change wakes
 the consumers long-polling on that partition; their waiting happens on the event loop.
 A watch event for this broker's own in-flight commit is left to ``local_commit``; one
-for another broker's commit also hands its slice to ``on_remote_commit`` (the broker
-starts fetching it into the blob cache before the woken consumers ask).
+for another broker's new append goes to ``on_remote_commit``, which reads its records
+into the tail cache and then announces it (``remote_cached``), so the consumers it
+wakes are served from memory (llog/broker/remote_commits.py).
 """
 
 from __future__ import annotations
@@ -48,15 +49,15 @@ class PartitionTails:
         max_watches: int = 4096,
         trust_s: float = 5.0,
         owns: Callable[[str], bool] = lambda _data_key: False,
-        on_remote_commit: Callable[[Pending], None] = lambda _pending: None,
+        on_remote_commit: Callable[[TopicPartition, Pending], bool] = lambda _tp, _pending: False,
     ) -> None:
         self._conn = conn
         # This broker's own commits reach local_commit right after the txn, with the
         # records already in the tail cache; their watch event can arrive first, and
         # waking consumers then would send them to S3 for records about to be cached.
         self._owns = owns
-        # Another broker's commit of a watched partition: its slice can be fetched
-        # before the woken consumers ask for it (the reader's blob cache keeps it).
+        # Another broker's commit of a watched partition: True when its records are
+        # being read into the tail cache and remote_cached() will announce it.
         self._on_remote_commit = on_remote_commit
         self._trust_s = trust_s
         self._inbox = inbox
@@ -104,11 +105,20 @@ class PartitionTails:
             t.confirmed_at = time.monotonic()
 
     def local_commit(self, tp: TopicPartition, next_offset: int) -> None:
+        """This broker committed ``tp`` up to ``next_offset`` (its records are cached)."""
+        self._advance(tp, next_offset, "local")
+
+    def remote_cached(self, tp: TopicPartition, next_offset: int) -> None:
+        """Another broker's append to ``tp``, announced to ``on_remote_commit``, is now
+        in the tail cache (or its read failed): consumers may read up to ``next_offset``."""
+        self._advance(tp, next_offset, "watch")
+
+    def _advance(self, tp: TopicPartition, next_offset: int, source: str) -> None:
         with self._lock:
             t = self._tails.get(tp)
             if t is not None and t.next_offset is not None:
                 t.next_offset = max(t.next_offset, next_offset)
-        self._conn.metrics.tail_wakeups.labels("local").inc()
+        self._conn.metrics.tail_wakeups.labels(source).inc()
         self._signal(tp)
 
     def _remote(self, tp: TopicPartition, kv: KV | None) -> None:
@@ -118,6 +128,9 @@ class PartitionTails:
                 ctl = Control.decode(kv.value)
             except MetaFormatError as exc:
                 log.warning("undecodable control value for %s/%s: %s", *tp, exc)
+        pending = ctl.pending if ctl is not None else None
+        ours = pending is not None and self._owns(pending.data_key)
+        read = False  # hand the pending to on_remote_commit
         with self._lock:
             t = self._tails.setdefault(tp, _Tail())
             if ctl is None:
@@ -130,11 +143,21 @@ class PartitionTails:
             elif t.next_offset is not None:
                 t.confirmed_at = time.monotonic()
                 t.log_start_offset = max(t.log_start_offset, ctl.log_start_offset)
-                if ctl.pending is not None and self._owns(ctl.pending.data_key):
-                    return  # ours: local_commit follows (see __init__)
-                t.next_offset = max(t.next_offset, ctl.next_offset)
-        if ctl is not None and ctl.pending is not None:
-            self._on_remote_commit(ctl.pending)
+                if ours:
+                    return  # local_commit follows (see __init__)
+                read = pending is not None and pending.end_offset >= t.next_offset
+                if not read:
+                    t.next_offset = max(t.next_offset, ctl.next_offset)
+            else:
+                read = pending is not None and not ours
+        # Another broker's new append: announced once its records are in the tail cache
+        # (remote_cached), so the consumers it wakes find them there.
+        if read and pending is not None and self._on_remote_commit(tp, pending):
+            return
+        if read and ctl is not None:
+            with self._lock:
+                if t.next_offset is not None:
+                    t.next_offset = max(t.next_offset, ctl.next_offset)
         self._conn.metrics.tail_wakeups.labels("watch").inc()
         self._signal(tp)
 

@@ -249,6 +249,11 @@ class KafkaBody:
     def __len__(self) -> int:
         return self.count
 
+    @property
+    def nbytes(self) -> int:
+        """The stored batches' bytes."""
+        return sum(len(raw) for _, raw in self._framing)
+
     def decoded(self) -> batch.Batch:
         """The records, decoded from the framing read at creation."""
         from kafka.errors import CorruptRecordError, UnsupportedCodecError

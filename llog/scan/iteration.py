@@ -9,6 +9,7 @@ from itertools import count, repeat
 from prometheus_client import Counter
 
 from llog.codec import bodies
+from llog.codec.batch import Columns
 from llog.errors import CorruptBlob, ObjectNotFound
 from llog.records import ConsumedRecord
 from llog.scan.fetching import FetchPipeline
@@ -83,16 +84,23 @@ def decode_fetch(sc: PartitionScan, f: Fetch, data: bytes, *, lazy_kafka: bool =
 def to_records(batches: Iterator[ScanBatch], read_records: Counter) -> Iterator[ConsumedRecord]:
     """The records of ``batches``, counted in ``read_records``."""
     for sc, b, first, lo, hi in batches:
-        ts, keys, values, headers = b.columns(lo - first, hi - first)
-        # map() over the columns builds the records without a Python-level loop.
-        yield from map(
-            ConsumedRecord,
-            repeat(sc.topic),
-            repeat(sc.partition),
-            count(lo),
-            ts,
-            keys if keys is not None else repeat(None),
-            values,
-            headers if headers is not None else repeat(()),
-        )
-        read_records.inc(len(ts))
+        cols = b.columns(lo - first, hi - first)
+        yield from records_of(sc.topic, sc.partition, lo, cols)
+        read_records.inc(len(cols[0]))
+
+
+def records_of(topic: str, partition: int, first_offset: int, cols: Columns) -> Iterator[ConsumedRecord]:
+    """``cols`` (a body's :meth:`~llog.codec.batch.Batch.columns`) as records, the
+    first at ``first_offset``."""
+    ts, keys, values, headers = cols
+    # map() over the columns builds the records without a Python-level loop.
+    return map(
+        ConsumedRecord,
+        repeat(topic),
+        repeat(partition),
+        count(first_offset),
+        ts,
+        keys if keys is not None else repeat(None),
+        values,
+        headers if headers is not None else repeat(()),
+    )

@@ -1,0 +1,132 @@
+"""Another broker's appends read into the tail cache as the watch announces them
+(llog/broker/remote_commits.py), against the real etcd and S3 servers; GETs are counted
+on the nemesis proxy in front of the S3 server."""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+
+import llog
+from llog.broker.remote_commits import RemoteCommits
+from llog.broker.tailcache import TailCache
+from llog.codec import kafka_body
+from llog.codec.bodies import KafkaBody
+from llog.codec.etcd_values import Pending
+from llog.control import read_control
+from llog.names import TopicPartition
+from llog.records import AppendGroup, ConsumedRecord
+from tests.conftest import ProxiedS3, wait_until
+
+PARTS = 8
+
+
+class _Announced:
+    """What ``announce`` was called with, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[TopicPartition, int]] = []
+        self._lock = threading.Lock()
+
+    def __call__(self, tp: TopicPartition, next_offset: int) -> None:
+        with self._lock:
+            self.calls.append((tp, next_offset))
+
+
+def _pendings(conn: llog.Connection, topic: str) -> list[Pending]:
+    """One flush of 3 records per partition; each partition's pending."""
+    llog.Topics(conn).create(topic, PARTS)
+    with llog.Writer(conn) as w:
+        outs = w.append_shared([AppendGroup(topic, p, [b"v%d-%d" % (p, i) for i in range(3)]) for p in range(PARTS)])
+        assert all(o.ok for o in outs)
+        pendings = [read_control(conn, topic, p).control.pending for p in range(PARTS)]  # a closing writer settles
+    assert all(p is not None for p in pendings)
+    return [p for p in pendings if p is not None]
+
+
+def _values(got: list[ConsumedRecord] | None) -> list[tuple[int, bytes]]:
+    assert got is not None
+    return [(r.offset, r.value) for r in got]
+
+
+def _remote(conn: llog.Connection, cache: TailCache, announced: _Announced) -> RemoteCommits:
+    return RemoteCommits(conn.blob_cache, cache, conn.metrics, workers=4, announce=announced)
+
+
+def _outcome(conn: llog.Connection, outcome: str) -> float:
+    return conn.metrics.value("llog_tail_remote_appends_total", outcome=outcome)
+
+
+def test_one_flushs_appends_are_read_with_one_get_then_announced(s3_proxy: ProxiedS3) -> None:
+    with llog.Connection(s3_proxy.config) as conn:
+        pendings = _pendings(conn, "flush")
+        assert len({p.data_key for p in pendings}) == 1  # one shared blob
+        cache, announced = TailCache(1 << 20), _Announced()
+        before = s3_proxy.proxy.requests().get("GET", 0)
+        remote = _remote(conn, cache, announced)
+        try:
+            assert all(remote.add(("flush", p), pend) for p, pend in enumerate(pendings))
+            wait_until(lambda: len(announced.calls) == PARTS, 30, "every append announced")
+        finally:
+            remote.close()
+        assert sorted(announced.calls) == [(("flush", p), 3) for p in range(PARTS)]
+        assert s3_proxy.proxy.requests().get("GET", 0) - before == 1
+        for p in range(PARTS):
+            assert _values(cache.get("flush", p, 0, 1 << 20)) == [(i, b"v%d-%d" % (p, i)) for i in range(3)]
+        assert _outcome(conn, "cached") == PARTS
+
+
+def test_a_damaged_or_missing_body_is_announced_and_not_cached(s3_proxy: ProxiedS3) -> None:
+    with llog.Connection(s3_proxy.config) as conn:
+        [good, *_] = _pendings(conn, "bad")
+        damaged_key = good.data_key + "-damaged"
+        data = bytearray(conn.store.get(good.data_key))
+        data[good.byte_offset + good.byte_length - 1] ^= 0xFF  # inside partition 0's slice: its CRC fails
+        conn.store.put(damaged_key, bytes(data))
+        cache, announced = TailCache(1 << 20), _Announced()
+        remote = _remote(conn, cache, announced)
+        try:
+            assert remote.add(("bad", 0), replace(good, data_key=damaged_key))
+            assert remote.add(("bad", 1), replace(good, data_key=good.data_key + "-gone"))
+            # A count the body does not hold: the pending is not that body's.
+            assert remote.add(("bad", 2), replace(good, msg_count=4, end_offset=3))
+            wait_until(lambda: len(announced.calls) == 3, 30, "the three announcements")
+        finally:
+            remote.close()
+        assert sorted(announced.calls) == [(("bad", 0), 3), (("bad", 1), 3), (("bad", 2), 4)]
+        assert all(cache.get("bad", p, 0, 100) is None for p in range(3))
+        assert conn.blob_cache.peek(damaged_key, 0, 16) is None  # its chunks dropped: a read goes to storage
+        assert _outcome(conn, "failed") == 3
+        # Nothing damaged was kept anywhere: a scan of the good blob is whole.
+        with llog.Reader(conn) as r:
+            assert [x.value for x in r.scan("bad", 0, 0)] == [b"v0-%d" % i for i in range(3)]
+
+
+def test_appends_too_large_for_the_blob_cache_are_left_to_the_caller(s3_proxy: ProxiedS3) -> None:
+    cfg = replace(s3_proxy.config, read_cache_chunk_bytes=16)
+    with llog.Connection(cfg) as conn:
+        [pend, *_] = _pendings(conn, "large")
+        cache, announced = TailCache(1 << 20), _Announced()
+        remote = _remote(conn, cache, announced)
+        try:
+            assert not remote.add(("large", 0), pend)
+        finally:
+            remote.close()
+        assert not remote.add(("large", 0), pend)  # closed
+        assert announced.calls == [] and _outcome(conn, "skipped") == 2
+
+
+def test_the_tail_cache_keeps_stored_kafka_batches_as_they_are() -> None:
+    from kafka.record.default_records import DefaultRecordBatchBuilder
+
+    builder = DefaultRecordBatchBuilder(magic=2, compression_type=0, is_transactional=False, producer_id=-1,
+                                        producer_epoch=-1, base_sequence=-1, batch_size=1 << 20)
+    for i in range(3):
+        builder.append(i, timestamp=1000 + i, key=None, value=b"k%d" % i, headers=[])
+    raw = bytes(builder.build())
+    body = kafka_body.encode_body(kafka_body.check_batches(raw)).tobytes()
+    cache = TailCache(1 << 20)
+    cache.put_stored("k", 0, 10, KafkaBody(body))
+    run = cache.get_batches("k", 0, 10, 1 << 20)
+    assert run is not None and run.count == 3
+    assert _values(cache.get("k", 0, 11, 100)) == [(11, b"k1"), (12, b"k2")]
