@@ -140,8 +140,9 @@ def _producer(url: str, topic: str, partitions: int, rate: float, seconds: float
 
 
 def _consumer(url: str, topic: str, partitions: int, stop: Any, out: Any) -> None:
-    """In its own process: one long-polling thread per partition on ``url``; puts
-    ``(key, monotonic time seen)`` per record, then ``None``."""
+    """In its own process: one long-polling thread per partition on ``url``; puts a
+    list of ``(key, monotonic time seen)`` per answer with records (one queue item per
+    answer, not per record: the harness shares the brokers' cores), then ``None``."""
     ready = threading.Barrier(partitions + 1)
 
     def poll(p: int) -> None:
@@ -152,8 +153,8 @@ def _consumer(url: str, topic: str, partitions: int, stop: Any, out: Any) -> Non
                 {"topic": topic, "partition": p, "fetch_offset": offset}], "max_wait_ms": 500})
             now = time.monotonic()
             [part] = resp["topic_partitions"]
-            for r in part["records"]:
-                out.put((r["value"], now))
+            if part["records"]:
+                out.put([(r["value"], now) for r in part["records"]])
             offset = part.get("next_offset", offset)
         client.close()
 
@@ -161,7 +162,7 @@ def _consumer(url: str, topic: str, partitions: int, stop: Any, out: Any) -> Non
     for t in threads:
         t.start()
     ready.wait()
-    out.put(("", 0.0))
+    out.put([])
     for t in threads:
         t.join()
     out.put(None)
@@ -176,7 +177,7 @@ def run_row(url_a: str, url_b: str, proxy: str, profile: str, rate: float, secon
     stop, seen_q, prod_q = ctx.Event(), ctx.Queue(), ctx.Queue()
     consumer = ctx.Process(target=_consumer, args=(url_b, topic, partitions, stop, seen_q))
     consumer.start()
-    assert seen_q.get(timeout=60) == ("", 0.0)
+    assert seen_q.get(timeout=60) == []
     before = proxy_state(proxy)["requests"]
     producer = ctx.Process(target=_producer, args=(url_a, topic, partitions, rate, seconds, warmup, prod_q))
     producer.start()
@@ -197,8 +198,8 @@ def run_row(url_a: str, url_b: str, proxy: str, profile: str, rate: float, secon
             item = seen_q.get(timeout=0.2)
         except Exception:  # queue.Empty
             continue
-        if item is not None:
-            seen.setdefault(item[0], item[1])
+        for key, at in item or ():
+            seen.setdefault(key, at)
     producer.join()
     after = proxy_state(proxy)["requests"]
     stop.set()

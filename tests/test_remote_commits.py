@@ -4,16 +4,21 @@ on the nemesis proxy in front of the S3 server."""
 
 from __future__ import annotations
 
+import asyncio
 import threading
 from dataclasses import replace
 
 import llog
+from llog.broker.fetch import PartitionRead, read_partitions
 from llog.broker.remote_commits import RemoteCommits
+from llog.broker.state import Broker
 from llog.broker.tailcache import TailCache
 from llog.codec import kafka_body
 from llog.codec.bodies import KafkaBody
 from llog.codec.etcd_values import Pending
+from llog.config import LlogConfig
 from llog.control import read_control
+from llog.errors import LlogError, OffsetOutOfRange
 from llog.names import TopicPartition
 from llog.records import AppendGroup, ConsumedRecord
 from tests.conftest import ProxiedS3, wait_until
@@ -130,3 +135,34 @@ def test_the_tail_cache_keeps_stored_kafka_batches_as_they_are() -> None:
     run = cache.get_batches("k", 0, 10, 1 << 20)
     assert run is not None and run.count == 3
     assert _values(cache.get("k", 0, 11, 100)) == [(11, b"k1"), (12, b"k2")]
+
+
+def test_a_fetch_past_the_end_a_broker_knows_is_checked_against_etcd(config: LlogConfig, conn: llog.Connection) -> None:
+    """While another broker's append is being read, this broker's known end trails
+    etcd's; a Kafka fetch (past the end is an error there) at the true end must not be
+    told it is out of range, so the broker checks etcd before it says so."""
+    llog.Topics(conn).create("late", 1)
+    loop = asyncio.new_event_loop()
+    b = Broker(config, host="127.0.0.1", port=0)
+    try:
+        b.start(loop)
+        assert b.tails is not None
+        announced = threading.Event()
+        b.tails._on_remote_commit = lambda _tp, _p: announced.set() or True  # a read that never ends
+
+        def fetch(offset: int) -> PartitionRead | LlogError:
+            [got], _ = read_partitions(b, [("late", 0, offset, 1 << 20)], 1 << 20, io=True, past_end_is_error=True)
+            return got
+
+        first = fetch(0)
+        assert isinstance(first, PartitionRead) and first.high_watermark == 0  # watched from here on
+        with llog.Writer(conn) as w:  # another broker (a closing writer settles: keep it open)
+            w.append("late", 0, [b"a", b"b"])
+            assert announced.wait(30)
+            assert b.tails.known(("late", 0)) == (0, 0)  # the append is "being read"
+            at_end = fetch(2)
+            assert isinstance(at_end, PartitionRead) and (at_end.high_watermark, at_end.records) == (2, [])
+            assert isinstance(fetch(3), OffsetOutOfRange)
+    finally:
+        b.close()
+        loop.close()

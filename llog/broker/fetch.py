@@ -95,7 +95,8 @@ def read_partitions(
             out.append(start)
             continue
         try:
-            part = read_partition(broker, topic, partition, start, min(limit, budget), io, kafka=kafka)
+            part = read_partition(broker, topic, partition, start, min(limit, budget), io, kafka=kafka,
+                                  confirm_past_end=past_end_is_error)
             if past_end_is_error and start > part.high_watermark:
                 raise OffsetOutOfRange(topic, partition, start, part.log_start_offset)
         except LlogError as exc:
@@ -108,12 +109,15 @@ def read_partitions(
 
 
 def read_partition(
-    broker: Broker, topic: str, partition: int, offset: int, limit: int, io: bool, *, kafka: bool = False
+    broker: Broker, topic: str, partition: int, offset: int, limit: int, io: bool, *, kafka: bool = False,
+    confirm_past_end: bool = False,
 ) -> PartitionRead:
     """Records of ``topic/partition`` from ``offset``, about ``limit`` payload bytes
     (at least one record when any is there and ``limit`` > 0), from the tail caches or
     the log. Without ``io`` (on the event loop) raise :class:`NeedsIO` as soon as it
-    needs etcd or S3. ``kafka``: as v2 record batches."""
+    needs etcd or S3. ``kafka``: as v2 record batches. ``confirm_past_end``: an
+    ``offset`` past the end this broker knows is checked against etcd (the caller
+    makes it an error)."""
     tp = (topic, partition)
     assert broker.tails is not None
     known = broker.tails.known(tp)
@@ -125,6 +129,14 @@ def read_partition(
         known = broker.reader.high_watermark(topic, partition)
         broker.tails.learn(tp, *known)
     log_start, hwm = known
+    if confirm_past_end and offset > hwm:
+        # The end this broker knows trails etcd while a watch event is on its way or
+        # another broker's append is being read (remote_commits.py): a client that
+        # read up to the true end elsewhere must not be told it is out of range.
+        if not io:
+            raise NeedsIO
+        log_start, hwm = broker.reader.high_watermark(topic, partition)
+        broker.tails.learn(tp, log_start, hwm)
     if offset < log_start:
         raise OffsetOutOfRange(topic, partition, offset, log_start)
     args = (topic, partition, offset, limit)
