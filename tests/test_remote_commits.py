@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from dataclasses import replace
+from typing import Any
 
 import llog
 from llog.broker.fetch import PartitionRead, read_partitions
@@ -21,6 +22,7 @@ from llog.control import read_control
 from llog.errors import LlogError, OffsetOutOfRange
 from llog.names import TopicPartition
 from llog.records import AppendGroup, ConsumedRecord
+from tests.broker_harness import broker_process
 from tests.conftest import ProxiedS3, wait_until
 
 PARTS = 8
@@ -166,3 +168,51 @@ def test_a_fetch_past_the_end_a_broker_knows_is_checked_against_etcd(config: Llo
     finally:
         b.close()
         loop.close()
+
+
+def test_a_consumer_on_another_broker_gets_the_records_whole_from_memory(config: LlogConfig) -> None:
+    """Records produced on A with keys, headers and binary values, tailed on B: B
+    serves them from its tail cache (no lookup misses) exactly as A and the SDK serve
+    them, offsets and timestamps included."""
+    with llog.Connection(config) as conn:
+        llog.Topics(conn).create("whole", 2)
+    records = [
+        {"value": "v0", "key": "k0", "headers": [["h", "x"], ["bin", {"base64": "AP8="}]]},
+        {"value": {"base64": "/w=="}},
+        {"value": "v2", "key": None, "headers": []},
+    ]
+    with broker_process(config) as a, broker_process(config) as b:
+        got: dict[int, list[Any]] = {0: [], 1: []}
+
+        def tail(p: int) -> None:
+            offset = 0
+            while offset < 3 * len(records):
+                status, resp = b.post("/consume", {"topic_partitions": [
+                    {"topic": "whole", "partition": p, "fetch_offset": offset}], "max_wait_ms": 10_000})
+                assert status == 200
+                part = resp["topic_partitions"][0]
+                got[p] += part["records"]
+                offset = part["next_offset"]
+
+        for p in (0, 1):  # watched on B before anything is produced
+            assert b.post("/consume", {"topic_partitions": [
+                {"topic": "whole", "partition": p, "fetch_offset": 0}], "max_wait_ms": 0})[0] == 200
+        tails = [threading.Thread(target=tail, args=(p,)) for p in (0, 1)]
+        for t in tails:
+            t.start()
+        for _ in range(3):
+            status, _ = a.post("/produce", {"topic_partitions": [
+                {"topic": "whole", "partition": p, "records": records} for p in (0, 1)]})
+            assert status == 200
+        for t in tails:
+            t.join(60)
+        for p in (0, 1):
+            status, from_a = a.post("/consume", {"topic_partitions": [
+                {"topic": "whole", "partition": p, "fetch_offset": 0}], "max_wait_ms": 0})
+            assert status == 200 and got[p] == from_a["topic_partitions"][0]["records"]
+            assert [r["offset"] for r in got[p]] == list(range(9))
+        assert b.metric("llog_tail_cache_lookups_total", result="miss") == 0  # every read from memory
+        assert b.metric("llog_tail_remote_appends_total", outcome="cached") == 6
+    with llog.Connection(config) as conn, llog.Reader(conn) as r:
+        stored = [(x.offset, x.timestamp, x.key, x.value, list(x.headers)) for x in r.scan("whole", 0, 0)]
+    assert [r["timestamp"] for r in got[0]] == [s[1] for s in stored]
