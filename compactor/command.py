@@ -15,7 +15,7 @@ from typing import Any
 
 from compactor.claims import claimed
 from compactor.compact import COMPACTED, Compactor
-from compactor.service import CompactorService
+from compactor.service import CompactorService, stop_signals
 from compactor.vacuum import vacuum
 from llog.cli import values
 from llog.config import LlogConfig
@@ -67,9 +67,12 @@ def run_service(args: argparse.Namespace) -> int:
         compactor_claim_ttl_s=args.claim_ttl,
         vacuum_interval_s=args.vacuum_interval,
     )
-    svc = CompactorService(cfg).start()
-    print(f"compactor serving on http://{cfg.compactor_host}:{svc.http_port}", flush=True)
-    svc.wait()
+    # The handlers go in before the readiness line: a SIGTERM sent as soon as it is read
+    # must stop the service cleanly, not kill it.
+    with stop_signals() as signalled:
+        svc = CompactorService(cfg).start()
+        print(f"compactor serving on http://{cfg.compactor_host}:{svc.http_port}", flush=True)
+        svc.wait(signalled)
     return 0
 
 

@@ -41,6 +41,7 @@ import random
 import signal
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -85,6 +86,19 @@ def parse_targets(text: str | None) -> list[tuple[str, int | None]]:
         except (LlogError, ValueError) as exc:
             raise ConfigError(f"compactor target {item!r}: {exc}") from exc
     return out
+
+
+@contextlib.contextmanager
+def stop_signals() -> Iterator[threading.Event]:
+    """An event that SIGTERM or SIGINT sets while the block runs (main thread only);
+    the previous handlers again after it."""
+    got = threading.Event()
+    previous = {s: signal.signal(s, lambda *_: got.set()) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        yield got
+    finally:
+        for s, h in previous.items():
+            signal.signal(s, h)
 
 
 class CompactorService:
@@ -183,16 +197,14 @@ class CompactorService:
             self._stopped.set()
         log.info("compactor %s stopped", self.owner)
 
-    def wait(self) -> None:
-        """Block until SIGTERM or SIGINT (main thread only), then :meth:`stop`."""
-        got = threading.Event()
-        previous = {s: signal.signal(s, lambda *_: got.set()) for s in (signal.SIGTERM, signal.SIGINT)}
-        try:
+    def wait(self, signalled: threading.Event | None = None) -> None:
+        """Block until SIGTERM or SIGINT (main thread only), then :meth:`stop`.
+        ``signalled``: the event of a :func:`stop_signals` block the caller entered
+        before :meth:`start` (so a signal right after start-up is not missed)."""
+        with contextlib.ExitStack() as stack:
+            got = signalled if signalled is not None else stack.enter_context(stop_signals())
             while not got.wait(0.5) and not self._stopping.is_set():
                 pass
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
         self.stop()
 
     def __enter__(self) -> CompactorService:

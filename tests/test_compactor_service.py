@@ -163,6 +163,24 @@ def test_graceful_stop_finishes_or_safely_abandons_inflight_work(
             assert [c.value for c in r.scan("g", 0)] == [b"%d" % i for i in range(4)]
 
 
+def test_the_service_stops_cleanly_on_a_sigterm_sent_as_it_reports_ready(config: llog.LlogConfig) -> None:
+    """A supervisor may stop the service the moment it prints its address: the signal
+    handlers are in place before that line, so it exits 0 after stopping, never killed."""
+    env = config_env(config) | {"LLOG_COMPACTOR_PORT": "0"}
+    for _ in range(3):
+        svc = subprocess.Popen([sys.executable, "-m", "llog", "compactor"], env=env, text=True,
+                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+        try:
+            assert svc.stdout is not None
+            assert svc.stdout.readline().startswith("compactor serving on http://")
+            svc.send_signal(signal.SIGTERM)
+            assert svc.wait(60) == 0
+        finally:
+            if svc.poll() is None:
+                svc.kill()
+                svc.wait()
+
+
 def test_cli_commands(config: llog.LlogConfig) -> None:
     """``llog compact``, ``llog vacuum --dry-run``, ``llog topics describe`` and the
     ``llog compactor`` service, as child processes (``python -m compactor compact``
