@@ -12,6 +12,8 @@ import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -168,17 +170,26 @@ def test_the_service_stops_cleanly_on_a_sigterm_sent_as_it_reports_ready(config:
     handlers are in place before that line, so it exits 0 after stopping, never killed."""
     env = config_env(config) | {"LLOG_COMPACTOR_PORT": "0"}
     for _ in range(3):
-        svc = subprocess.Popen([sys.executable, "-m", "llog", "compactor"], env=env, text=True,
-                               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        try:
-            assert svc.stdout is not None
-            assert svc.stdout.readline().startswith("compactor serving on http://")
+        with _service(env) as (svc, _port):
             svc.send_signal(signal.SIGTERM)
             assert svc.wait(60) == 0
-        finally:
-            if svc.poll() is None:
-                svc.kill()
-                svc.wait()
+
+
+@contextmanager
+def _service(env: dict[str, str], *args: str) -> Iterator[tuple[subprocess.Popen[str], int]]:
+    """``llog compactor ARGS`` once it has printed its address: the process and its port;
+    killed on the way out if the test left it running."""
+    svc = subprocess.Popen([sys.executable, "-m", "llog", "compactor", *args], env=env, text=True,
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    try:
+        assert svc.stdout is not None
+        line = svc.stdout.readline()
+        assert line.startswith("compactor serving on http://"), line
+        yield svc, int(line.rsplit(":", 1)[1])
+    finally:
+        if svc.poll() is None:
+            svc.kill()
+            svc.wait()
 
 
 def test_cli_commands(config: llog.LlogConfig) -> None:
@@ -220,21 +231,11 @@ def test_cli_commands(config: llog.LlogConfig) -> None:
         bad = run("compact", "no-such-topic", module="compactor")
         assert bad.returncode != 0 and "no-such-topic" in bad.stderr
 
-        svc = subprocess.Popen([sys.executable, "-m", "llog", "compactor", "--vacuum-interval", "0"],
-                               env=env, text=True, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-        try:
-            assert svc.stdout is not None
-            line = svc.stdout.readline()
-            assert line.startswith("compactor serving on http://"), line
-            port = int(line.rsplit(":", 1)[1])
+        with _service(env, "--vacuum-interval", "0") as (svc, port):
             status, body = _get(port, "/health")
             assert status == 200 and json.loads(body)["status"] == "ok"
             svc.send_signal(signal.SIGTERM)
             assert svc.wait(60) == 0
-        finally:
-            if svc.poll() is None:
-                svc.kill()
-                svc.wait()
 
 
 def _start(
