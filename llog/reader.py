@@ -46,7 +46,6 @@ class Reader:
         self.config = self.conn.config
         self._resolver = Resolver(self.conn, settle_pending=settle_pending)
         cfg = self.config
-        self._closed = False
         self._pool = ThreadPoolExecutor(cfg.read_max_inflight, thread_name_prefix="llog-read")
         self._ahead = ReadAhead(cfg.read_prefetch, cfg.read_max_inflight, self.conn.metrics.read_ahead_depth)
 
@@ -120,7 +119,6 @@ class Reader:
         return c.log_start_offset, c.next_offset
 
     def close(self) -> None:
-        self._closed = True
         self._pool.shutdown(wait=True, cancel_futures=True)
         if self._owns_conn:
             self.conn.close()

@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from itertools import count, repeat
+from itertools import islice
 from typing import TypeVar, cast
 
 import anyio.to_thread
@@ -19,6 +19,7 @@ from llog.broker.state import Broker
 from llog.codec.kafka_body import KafkaBody, KafkaRun
 from llog.errors import LlogError, OffsetOutOfRange
 from llog.records import ConsumedRecord, payload_size
+from llog.scan.iteration import records_of
 
 _T = TypeVar("_T")
 
@@ -194,7 +195,8 @@ def _read_batches(broker: Broker, topic: str, partition: int, offset: int, hwm: 
                 pending, pending_bytes = [], 0
                 run.add_body(first, body, lo, hi)
             else:
-                ts, keys, values, headers = body.columns(lo - first, hi - first)
+                cols = body.columns(lo - first, hi - first)
+                keys, values = cols[1], cols[2]
                 # Up to the budget (at least one record in all): a compacted body can
                 # hold far more than one fetch returns.
                 left, take = limit - run.bytes - pending_bytes, 0
@@ -204,9 +206,7 @@ def _read_batches(broker: Broker, topic: str, partition: int, offset: int, hwm: 
                         break
                     left -= size
                     take += 1
-                pending.extend(map(ConsumedRecord, repeat(topic), repeat(partition), count(lo), ts[:take],
-                                   keys[:take] if keys is not None else repeat(None), values[:take],
-                                   headers[:take] if headers is not None else repeat(())))
+                pending.extend(islice(records_of(topic, partition, lo, cols), take))
                 pending_bytes = limit - run.bytes - left
                 if take < len(values):
                     break
