@@ -39,7 +39,7 @@ from pathlib import Path
 
 from llog.codec import batch, bodies
 from llog.metrics import Metrics
-from llog.records import ConsumedRecord
+from llog.records import ConsumedRecord, new_consumed_record
 from llog.writer import AppendResult
 
 log = logging.getLogger(__name__)
@@ -190,7 +190,7 @@ class FileTailCache:
                 size = len(value) + (len(key) if key is not None else 0)
                 if out and used + size > max_bytes:
                     return out
-                out.append(ConsumedRecord(topic, partition, i, ts, key, value, headers))
+                out.append(new_consumed_record(topic, partition, i, ts, key, value, headers))
                 used += size
             want = holder + count
             holder = want if want in spans else None

@@ -20,7 +20,7 @@ from llog.codec import batch
 from llog.codec.bodies import Body
 from llog.codec.kafka_body import KafkaBody, KafkaRun
 from llog.names import TopicPartition
-from llog.records import ConsumedRecord, Record, payload_size
+from llog.records import ConsumedRecord, Record, new_consumed_record, payload_size
 from llog.scan.iteration import records_of
 from llog.writer import AppendResult
 
@@ -70,7 +70,7 @@ def _appended(result: AppendResult, records: Sequence[Record], body: memoryview)
         return _segment(t, p, start, KafkaBody(bytes(body), verify=False))
     stamps = batch.decode(body, verify=False).timestamps.tolist()
     return _Segment(start, len(records), sum(map(payload_size, records)), lambda: tuple(
-        ConsumedRecord(t, p, start + i, ts, r.key, r.value, r.headers)
+        new_consumed_record(t, p, start + i, ts, r.key, r.value, r.headers)
         for i, (r, ts) in enumerate(zip(records, stamps, strict=True))))
 
 

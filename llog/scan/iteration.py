@@ -11,7 +11,7 @@ from prometheus_client import Counter
 from llog.codec import bodies
 from llog.codec.batch import Columns
 from llog.errors import CorruptBlob, ObjectNotFound
-from llog.records import ConsumedRecord
+from llog.records import ConsumedRecord, new_consumed_record
 from llog.scan.fetching import FetchPipeline
 from llog.scan.partition import PartitionScan
 from llog.scan.resolution import Resolver
@@ -95,7 +95,7 @@ def records_of(topic: str, partition: int, first_offset: int, cols: Columns) -> 
     ts, keys, values, headers = cols
     # map() over the columns builds the records without a Python-level loop.
     return map(
-        ConsumedRecord,
+        new_consumed_record,
         repeat(topic),
         repeat(partition),
         count(first_offset),
