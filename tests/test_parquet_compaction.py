@@ -229,7 +229,11 @@ def test_any_row_range_of_a_parquet_body_reads_as_of_the_same_records_in_bytes_b
     records = _records(500)
     cols = batch.columns_of(records)
     stamps = [r.timestamp for r in records]
-    pq_body = parquet_body.decode(parquet_body.encode((stamps, *cols[1:]), 3, 0))
+    file = parquet_body.encode((stamps, *cols[1:]), 3, 0)
+    chunks = pq.ParquetFile(pa.BufferReader(file)).metadata.row_group(0)
+    encodings = {chunks.column(i).path_in_schema: chunks.column(i).encodings for i in range(chunks.num_columns)}
+    assert "DELTA_BINARY_PACKED" in encodings["offset"] and "DELTA_BINARY_PACKED" in encodings["timestamp"]
+    pq_body = parquet_body.decode(file)
     llb1 = batch.decode(batch.encode(records))
     assert isinstance(pq_body, parquet_body.ArrowBatch)
     for start, stop in ((0, None), (0, 1), (3, 4), (7, 499), (250, 900), (499, 500), (500, 600), (9, 3)):

@@ -7,11 +7,11 @@ object store, while llog's own readers serve its offsets from it like any body.
 
 Columns, in this order: ``partition`` int32, ``offset`` int64, ``timestamp`` int64
 (ms since the epoch), ``key`` binary (nullable), ``value`` binary, ``headers``
-list<struct<key: string, value: binary>>; zstd; row groups of about
-``ROW_GROUP_BYTES`` of values and keys. A Parquet file starts and ends with ``PAR1``,
-which is how a reader tells it from the other encodings. Decoding hands the Arrow
-buffers to a :class:`~llog.codec.batch.Batch` without a per-record loop (the two
-layouts are Arrow's).
+list<struct<key: string, value: binary>>; zstd, offsets and timestamps delta-packed;
+row groups of about ``ROW_GROUP_BYTES`` of values and keys. A Parquet file starts and
+ends with ``PAR1``, which is how a reader tells it from the other encodings. Decoding
+hands the Arrow buffers to an :class:`ArrowBatch` without a per-record loop (the two
+layouts are Arrow's), and Arrow turns its values and keys into ``bytes``.
 
 pyarrow is an optional dependency (``pip install 'llog[parquet]'``): a process that
 meets a Parquet body without it raises :class:`ParquetUnavailable` naming the fix.
