@@ -25,19 +25,30 @@ Each trial writes and compacts two topics, one compacted to ``bytes-batch-v1`` a
 to Parquet (``compacted_format="parquet"``, spec §7.6), alternating which goes first,
 and then scans them after compaction in turn, ``--runs`` times each, so both see the
 machine at the same speed; the JSON adds ``parquet_scan_mib_s_after``,
-``parquet_over_bytes_batch_scan`` (scan after compaction, Parquet / ``bytes-batch-v1``;
-issue 21 asks >= 1) and the compacted bytes per record of each
+``parquet_over_bytes_batch_scan`` (scan after compaction, Parquet / ``bytes-batch-v1``)
+and the compacted bytes per record of each
 (``compacted_bytes_per_record``, ``parquet_bytes_per_record``).
+
+Last, a range of ``--range-records`` (140,000) JSON events of about 100 bytes, written
+2,000 to an append, is compacted into one body of each format, just under the
+compactor's default 16 MiB target, and scanned ``--runs`` times each way in turn: the
+scan of a compacted range as large as the compactor makes them. The JSON adds
+``range_parquet_over_bytes_batch_scan`` and both formats' bytes per record. Issue 21
+asks the Parquet scan to be at least as fast as the ``bytes-batch-v1`` one.
 
 ``--quick`` (under a minute) measures a partition of 2,000 appends, one trial, five
 scans each way (full: 10,000 appends, three trials, nine scans). A Parquet file costs a
-fixed ~0.2 ms more to open than a ``bytes-batch-v1`` body and saves ~0.1 ms per 1,000
-records in decoding, so the ratio grows with the records per compacted file (2,000 is
-near where the two meet; a compacted file holds up to the compactor's run bounds).
+fixed few tenths of a millisecond more to open (pyarrow) than a ``bytes-batch-v1`` body,
+and less per record after that (Arrow turns its values into ``bytes``), so the ratio
+grows with the records per compacted file: the small appends' files of 2,000 and
+10,000 records sit near where the two meet, the large range is where compacted
+history mostly lives.
 """
 
 from __future__ import annotations
 
+import json
+import random
 import sys
 import time
 from dataclasses import dataclass
@@ -64,6 +75,12 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 
 PER_BLOB = 50
+#: Records per append when writing a range to compact into one large body.
+RANGE_APPEND = 2_000
+#: Events (:func:`_event`) that make one ``bytes-batch-v1`` body just under the
+#: compactor's default ``compact_target_bytes`` (16 MiB).
+RANGE_RECORDS = 140_000
+EVENTS = ("view", "click", "add_to_cart", "purchase", "search")
 
 
 @dataclass(frozen=True)
@@ -177,16 +194,54 @@ def trial(stack: LocalStack, appends: int, value_bytes: int, runs: int,
     cfg = stack.config("s3", compact_min_age_ms=0, settle_after_ms=0, read_coalesce_gap_bytes=0)
     with Connection(cfg) as conn:
         done = {fmt: _write_and_compact(conn, appends, value_bytes, runs, fmt) for fmt in formats}
-        scans: dict[str | None, list[Scan]] = {fmt: [] for fmt in formats}
-        for _ in range(runs):
-            for fmt in formats:
-                scans[fmt].append(_scan(conn, done[fmt].topic, appends))
-        trials = {}
-        for fmt, c in done.items():
-            after = _median_scan(scans[fmt])
-            trials[fmt] = Trial(c.keys_before, c.keys_after, c.before, after, c.compact_seconds, c.compactions,
-                                after.payload, _compacted_bytes(conn, c.topic))
-        return trials
+        afters = _scans_in_turn(conn, {fmt: c.topic for fmt, c in done.items()}, appends, runs)
+        return {
+            fmt: Trial(c.keys_before, c.keys_after, c.before, afters[fmt], c.compact_seconds, c.compactions,
+                       afters[fmt].payload, _compacted_bytes(conn, c.topic))
+            for fmt, c in done.items()
+        }
+
+
+def _scans_in_turn(conn: Connection, topics: dict[str | None, str], expect: int, runs: int) -> dict[str | None, Scan]:
+    """The median of ``runs`` scans of each topic, taken in turn, so a machine that speeds
+    up or slows down meanwhile moves every topic's scans alike."""
+    scans: dict[str | None, list[Scan]] = {fmt: [] for fmt in topics}
+    for _ in range(runs):
+        for fmt, topic in topics.items():
+            scans[fmt].append(_scan(conn, topic, expect))
+    return {fmt: _median_scan(s) for fmt, s in scans.items()}
+
+
+def _event(rng: random.Random, i: int) -> bytes:
+    """A JSON event of about 100 bytes, as an event topic holds: repeated field names
+    and words, ids from ten thousand users, a random session id (the small appends'
+    padded values shrink 40x in Parquet; these about 5x, closer to real data)."""
+    return json.dumps({
+        "user": rng.randrange(10_000), "event": EVENTS[i % len(EVENTS)], "page": f"/p/{rng.randrange(100_000)}",
+        "ms": 1_700_000_000_000 + i, "session": f"{rng.getrandbits(64):016x}",
+    }, separators=(",", ":")).encode()
+
+
+def range_trial(stack: LocalStack, records: int, runs: int) -> dict[str | None, tuple[Scan, int]]:
+    """``(scan, compacted bytes)`` of a partition of ``records`` JSON events, written
+    2,000 to an append and compacted into one body of each format: the scan of a
+    compacted range as large as the compactor makes them."""
+    cfg = stack.config("s3", compact_min_age_ms=0, settle_after_ms=0)
+    topics: dict[str | None, str] = {}
+    with Connection(cfg) as conn:
+        for fmt in (None, "parquet"):
+            rng = random.Random(1)
+            topic = topics[fmt] = f"bench-range-{fmt or 'llb1'}-{time.monotonic_ns() % 10**6}"
+            Topics(conn).create(topic, 2, compacted_format=fmt)
+            with Writer(conn) as w:
+                for base in range(0, records, RANGE_APPEND):
+                    w.append(topic, 0, [_event(rng, i) for i in range(base, min(records, base + RANGE_APPEND))])
+            with Compactor(conn) as c:
+                while c.compact_once(topic, 0).outcome == COMPACTED:
+                    pass
+            assert _index_keys(conn, topic) == 1, "the range did not compact into one body: lower --range-records"
+        scans = _scans_in_turn(conn, topics, records, runs)
+        return {fmt: (scans[fmt], _compacted_bytes(conn, topic)) for fmt, topic in topics.items()}
 
 
 def main() -> None:
@@ -195,6 +250,8 @@ def main() -> None:
                    help="appends to the measured partition (default 10,000; --quick: 2,000)")
     p.add_argument("--value-bytes", type=int, default=100, help="bytes per record value")
     p.add_argument("--trials", type=int, default=None, help="write-scan-compact-scan repetitions")
+    p.add_argument("--range-records", type=int, default=RANGE_RECORDS,
+                   help="records of the range compacted into one large body of each format (0: skip)")
     args = p.parse_args()
     runs = args.runs or (5 if args.quick else 9)
     trials = args.trials or (1 if args.quick else 3)
@@ -208,15 +265,23 @@ def main() -> None:
             done = trial(stack, appends, args.value_bytes, runs, (None, "parquet") if i % 2 == 0 else ("parquet", None))
             results.append(done[None])
             parquet.append(done["parquet"])
+        ranged = range_trial(stack, args.range_records, runs) if args.range_records else None
+    print(f"{appends} appends of {args.value_bytes} B to one partition, {PER_BLOB} per shared blob; "
+          f"{trials} trial(s), {runs} scan(s) each; medians")
+    figures = _small_appends(results, parquet, appends)
+    if ranged is not None:
+        figures |= _large_range(ranged, args.range_records, runs)
+    emit_json(figures)
+
+
+def _small_appends(results: list[Trial], parquet: list[Trial], appends: int) -> dict[str, float]:
+    """The small-appends trials' table and lines, and their JSON figures."""
     pq_after = _median_scan([t.after for t in parquet])
     before = _median_scan([t.before for t in results])
     after = _median_scan([t.after for t in results])
     compact_s = median([t.compact_seconds for t in results])
-    payload = results[0].payload
     keys_before = int(median([t.keys_before for t in results]))
     keys_after = int(median([t.keys_after for t in results]))
-    print(f"{appends} appends of {args.value_bytes} B to one partition, {PER_BLOB} per shared blob; "
-          f"{trials} trial(s), {runs} scan(s) each; medians")
     print_table(
         ["", "index keys", "scan MiB/s", "GETs", "GETs per MiB"],
         [
@@ -229,10 +294,10 @@ def main() -> None:
     llb1_bpr = median([t.compacted_bytes for t in results]) / appends
     pq_bpr = median([t.compacted_bytes for t in parquet]) / appends
     print(f"compacted bytes per record: bytes-batch-v1 {llb1_bpr:.1f}, Parquet {pq_bpr:.1f}")
-    print(f"compaction: {mib_s(payload, compact_s):.3f} MiB/s, {keys_before / compact_s:.0f} slices/s "
+    print(f"compaction: {mib_s(results[0].payload, compact_s):.3f} MiB/s, {keys_before / compact_s:.0f} slices/s "
           f"({compact_s:.2f} s, {results[0].compactions} compacted blob(s))")
-    emit_json({
-        "compaction_mib_s": mib_s(payload, compact_s),
+    return {
+        "compaction_mib_s": mib_s(results[0].payload, compact_s),
         "compaction_seconds": compact_s,
         "compaction_slices_s": keys_before / compact_s,
         "index_keys_before": keys_before,
@@ -249,7 +314,28 @@ def main() -> None:
         "compacted_bytes_per_record": llb1_bpr,
         "parquet_bytes_per_record": pq_bpr,
         "parquet_compaction_seconds": median([t.compact_seconds for t in parquet]),
-    })
+    }
+
+
+def _large_range(ranged: dict[str | None, tuple[Scan, int]], records: int, runs: int) -> dict[str, float]:
+    """The large range's lines and JSON figures."""
+    (llb1, llb1_bytes), (pq, pq_bytes) = ranged[None], ranged["parquet"]
+    print(f"a range of {records} records compacted into one body, {runs} scan(s) each way; medians")
+    print_table(
+        ["compacted to", "body MiB", "scan MiB/s", "records/s"],
+        [
+            ["bytes-batch-v1", llb1_bytes / MIB, llb1.mib_s, records / llb1.seconds],
+            ["Parquet", pq_bytes / MIB, pq.mib_s, records / pq.seconds],
+        ],
+    )
+    return {
+        "range_records": records,
+        "range_scan_mib_s": llb1.mib_s,
+        "range_parquet_scan_mib_s": pq.mib_s,
+        "range_parquet_over_bytes_batch_scan": ratio(pq.mib_s, llb1.mib_s),
+        "range_compacted_bytes_per_record": llb1_bytes / records,
+        "range_parquet_bytes_per_record": pq_bytes / records,
+    }
 
 
 if __name__ == "__main__":
