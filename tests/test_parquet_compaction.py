@@ -238,3 +238,38 @@ def test_any_row_range_of_a_parquet_body_reads_as_of_the_same_records_in_bytes_b
     assert isinstance(pq_body, parquet_body.ArrowBatch)
     for start, stop in ((0, None), (0, 1), (3, 4), (7, 499), (250, 900), (499, 500), (500, 600), (9, 3)):
         assert pq_body.columns(start, stop) == llb1.columns(start, stop), (start, stop)
+
+
+def test_a_file_of_several_row_groups_is_read_group_by_group(pconn: Connection) -> None:
+    import os
+
+    Topics(pconn).create("groups", 1, compacted_format="parquet")
+    recs = [Record(os.urandom(1024), f"k{i}".encode(), T0 + i, (("i", b"%d" % i),) if i % 7 == 0 else ())
+            for i in range(12_000)]
+    _write(pconn, "groups", 0, recs, groups=6)
+    with Connection(replace(pconn.config, compact_target_bytes=64 << 20)) as big:
+        assert compact_once(big, "groups", 0).outcome == "compacted"
+    data_key, _ = _first_compacted(pconn, "groups", 0)
+    md = pq.ParquetFile(pa.BufferReader(pconn.store.get(data_key))).metadata
+    rows = [md.row_group(g).num_rows for g in range(md.num_row_groups)]
+    assert len(rows) >= 3
+    want = _want(recs)
+    first_end, last_start = rows[0], sum(rows[:-1])
+    with Reader(pconn) as r:
+        for start, end in ((0, None), (first_end - 5, first_end + 5), (10, first_end - 10), (last_start + 1, None)):
+            got = [(x.offset, x.timestamp, x.key, x.value, x.headers) for x in r.scan("groups", 0, start, end)]
+            assert got == want[start:end], (start, end)
+    # Damage in the last row group: a scan that ends before it never decodes it; one
+    # that reaches it gets CorruptBlob naming the object after the groups before it.
+    last = md.row_group(len(rows) - 1)
+    [col] = [last.column(i) for i in range(last.num_columns) if last.column(i).path_in_schema == "value"]
+    data = bytearray(pconn.store.get(data_key))
+    data[col.data_page_offset:col.data_page_offset + 64] = bytes(64)  # its first page header
+    pconn.store.put(data_key, bytes(data))
+    with Connection(pconn.config) as fresh, Reader(fresh) as r:
+        assert [x.offset for x in r.scan("groups", 0, 0, first_end)] == list(range(first_end))
+        seen: list[int] = []
+        with pytest.raises(CorruptBlob) as err:
+            seen.extend(x.offset for x in r.scan("groups", 0, 0))
+        assert err.value.key == data_key
+        assert seen == list(range(len(seen))) and len(seen) >= last_start

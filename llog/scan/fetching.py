@@ -8,12 +8,15 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import TypeVar
 
 from llog.connection import Connection
 from llog.errors import CorruptBlob, LlogError, ObjectNotFound, StoreError
 from llog.scan.partition import PartitionScan
 from llog.scan.read_ahead import ReadAhead
 from llog.scan.slices import Fetch
+
+T = TypeVar("T")
 
 #: A GET in flight: the scan it serves, what it fetches, its bytes to come.
 InFlight = tuple[PartitionScan, Fetch, Future[bytes]]
@@ -75,6 +78,11 @@ class FetchPipeline:
             if short is None:
                 raise
             raise short from exc
+
+    def submit(self, fn: Callable[..., T], *args: object) -> Future[T]:
+        """``fn(*args)`` on the pipeline's thread pool (decoding that can run beside
+        the consumer)."""
+        return self._pool.submit(fn, *args)
 
     def restart_from(self, sc: PartitionScan) -> None:
         """Drop every GET in flight and feed again from ``sc``; the scans after it
