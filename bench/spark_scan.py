@@ -25,7 +25,7 @@ partition per shared append):
   the ``bytes-batch-v1`` topic are reported too.
 
 Every scan is forced through all columns with the ``noop`` sink. Figures are medians
-of repeated, interleaved runs (the table frames at least seven, their scans being
+of repeated, interleaved runs (the table frames at least eleven, their scans being
 short); ``moto CPU s`` is the S3 server's CPU per scan. The
 last line is one JSON object (``llog_rows_s`` is the compacted layout, named by
 ``llog_layout``; ``llog_wal_rows_s`` the WAL-only one).
@@ -82,7 +82,7 @@ MIXED_TOPIC = "bench-mixed"
 PARTITIONS = 16
 #: The table frames' scans take under a second: they run at least this many times (the
 #: others ``--runs``), so one scan that pays the JVM's warm-up does not set the median.
-TABLE_RUNS = 7
+TABLE_RUNS = 11
 TABLE_FRAMES = ("table", "table_parquet", "mixed")
 #: The ratio to the ceiling the llog scan must reach (issue 6; the goal is 0.8).
 TARGET_RATIO = 0.6
