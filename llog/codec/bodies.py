@@ -21,7 +21,7 @@ def decode(body: bytes | bytearray | memoryview, *, verify: bool = True) -> Batc
     if magic == kafka_body.MAGIC:
         return kafka_body.decode(body if not isinstance(body, bytearray) else bytes(body), verify=verify)
     if magic == parquet_body.MAGIC:
-        return parquet_body.decode(bytes(body))  # Parquet checks its own pages (CRCs are optional there)
+        return parquet_body.decode(body)  # Parquet checks its own pages (CRCs are optional there)
     return batch.decode(body, verify=verify)
 
 
@@ -29,7 +29,7 @@ def decode_from(body: bytes | bytearray | memoryview, skip_rows: int) -> tuple[B
     """``(records, the row they start at)``: a Parquet file's row groups from the one
     holding ``skip_rows`` (the body may hold only those), any other body whole from row 0."""
     if skip_rows and bytes(body[:4]) == parquet_body.MAGIC:
-        return parquet_body.decode_from(bytes(body), skip_rows)
+        return parquet_body.decode_from(body, skip_rows)
     return decode(body), 0
 
 

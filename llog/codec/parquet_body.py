@@ -116,13 +116,13 @@ def encode(cols: batch.RecordColumns, partition: int, start_offset: int) -> byte
     return bytes(sink.getvalue())
 
 
-def decode(body: bytes | memoryview) -> batch.Batch:
+def decode(body: bytes | bytearray | memoryview) -> batch.Batch:
     """The file's records as a :class:`~llog.codec.batch.Batch` over Arrow's buffers;
     :class:`BatchFormatError` for anything that is not such a file."""
     return decode_from(body, 0)[0]
 
 
-def decode_from(body: bytes | memoryview, skip_rows: int) -> tuple[batch.Batch, int]:
+def decode_from(body: bytes | bytearray | memoryview, skip_rows: int) -> tuple[batch.Batch, int]:
     """``(records from the row group holding row skip_rows on, that group's first
     row)``: only those row groups are read, so ``body`` may be a sparse copy holding
     just them and the footer (:func:`row_group_start`)."""
@@ -149,7 +149,7 @@ def decode_group(body: bytes | memoryview, group: int, metadata: Any) -> batch.B
     return _read_groups(_open(body, metadata), range(group, group + 1))
 
 
-def _open(body: bytes | memoryview, metadata: Any = None) -> Any:
+def _open(body: bytes | bytearray | memoryview, metadata: Any = None) -> Any:
     """The body as a ``pyarrow.parquet.ParquetFile`` (over the same memory, no copy);
     with its footer already read, the footer is not parsed again."""
     pa = _pa()

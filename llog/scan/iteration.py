@@ -92,14 +92,20 @@ def decode_fetch(
                 s.data_key, s.byte_offset, s.byte_length,
                 f"body holds {len(b) + first_row} records, index says {s.count}",
             )
-        first = s.first_offset + first_row
-        # A compacted entry may overlap WAL entries already yielded (compaction
-        # between its index overwrite and DELETING_OLD): skip the overlap.
-        lo = max(sc.done, first)
-        top = min(sc.hi, s.first_offset + s.count)
-        if lo < top:
-            sc.done = top
-            yield sc, b, first, lo, top
+        if (got := _unseen(sc, b, s.first_offset + first_row, s.first_offset + s.count)) is not None:
+            yield got
+
+
+def _unseen(sc: PartitionScan, b: bodies.Body, first: int, end: int) -> ScanBatch | None:
+    """Records ``[first, end)`` of ``b`` (its first at ``first``) less those ``sc``
+    already yielded or will not yield, marked as yielded; ``None`` if nothing is left.
+    A compacted entry may overlap WAL entries already yielded (compaction between its
+    index overwrite and DELETING_OLD): the overlap is skipped."""
+    lo, top = max(sc.done, first), min(sc.hi, end)
+    if lo >= top:
+        return None
+    sc.done = top
+    return sc, b, first, lo, top
 
 
 def _row_groups(s: SliceRef, body: memoryview) -> tuple[Any, list[int]]:
@@ -145,10 +151,8 @@ def _parquet_groups(
             if len(b) != rows[g]:
                 raise CorruptBlob(s.data_key, s.byte_offset, s.byte_length,
                                   f"row group {g} holds {len(b)} records, its footer says {rows[g]}")
-            lo, top = max(sc.done, starts[g]), min(sc.hi, starts[g + 1])
-            if lo < top:
-                sc.done = top
-                yield sc, b, starts[g], lo, top
+            if (got := _unseen(sc, b, starts[g], starts[g + 1])) is not None:
+                yield got
     finally:
         for _, fut in window:
             fut.cancel()
