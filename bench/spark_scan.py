@@ -25,8 +25,10 @@ partition per shared append):
   the ``bytes-batch-v1`` topic are reported too.
 
 Every scan is forced through all columns with the ``noop`` sink. Figures are medians
-of repeated, interleaved runs (the table frames at least eleven, their scans being
-short); ``moto CPU s`` is the S3 server's CPU per scan. The
+of repeated, interleaved runs (the table frames at least 21 times, their scans being
+short, after three untimed ones; the two table ratios are medians of each round's
+ratio, the rounds alternating the order of the scans); ``moto CPU s`` is the S3
+server's CPU per scan. The
 last line is one JSON object (``llog_rows_s`` is the compacted layout, named by
 ``llog_layout``; ``llog_wal_rows_s`` the WAL-only one).
 
@@ -58,6 +60,7 @@ from bench.common import (
     bench_args,
     emit_json,
     median,
+    median_ratio,
     print_table,
     ratio,
     seconds,
@@ -82,8 +85,10 @@ MIXED_TOPIC = "bench-mixed"
 PARTITIONS = 16
 #: The table frames' scans take under a second: they run at least this many times (the
 #: others ``--runs``), so one scan that pays the JVM's warm-up does not set the median.
-TABLE_RUNS = 11
+TABLE_RUNS = 21
 TABLE_FRAMES = ("table", "table_parquet", "mixed")
+#: Untimed scans of each table frame first.
+WARMUPS = 3
 #: The ratio to the ceiling the llog scan must reach (issue 6; the goal is 0.8).
 TARGET_RATIO = 0.6
 VALUE_BYTES = 100
@@ -310,16 +315,23 @@ def main() -> None:
                 raise RuntimeError(f"the llog scan returned {got} rows, not {args.records}")
 
             def scan(df: Any) -> float:
+                # Each scan starts on a collected JVM heap: a collection that one scan's
+                # garbage forces would otherwise land in whichever scan comes next.
+                spark._jvm.java.lang.System.gc()
                 return seconds(lambda: df.write.format("noop").mode("overwrite").save())
 
             for name, df in frames.items():
-                # --quick relies on the Parquet write above to warm the llog frame up.
+                # --quick relies on the Parquet write above to warm the llog frame up;
+                # the short table scans get a few, for the JVM's compiler.
                 if name != "llog" and (not args.quick or name in TABLE_FRAMES):
-                    scan(df)
+                    for _ in range(WARMUPS if name in TABLE_FRAMES else 1):
+                        scan(df)
             times: dict[str, list[float]] = {k: [] for k in frames}
             server_s: dict[str, float] = dict.fromkeys(frames, 0.0)
             for i in range(max(runs, TABLE_RUNS)):
-                for name, df in frames.items():
+                # Every other round runs the frames backwards, so neither side of a
+                # ratio always scans right after the other.
+                for name, df in list(frames.items())[:: 1 if i % 2 == 0 else -1]:
                     if i >= runs and name not in TABLE_FRAMES:
                         continue
                     before = moto_cpu() if moto_cpu else 0.0
@@ -375,8 +387,9 @@ def main() -> None:
         "table_rows_s": rows_s["table"],
         "table_parquet_rows_s": rows_s["table_parquet"],
         "mixed_rows_s": rows_s["mixed"],
-        "table_ratio_to_parquet": ratio(rows_s["table"], rows_s["table_parquet"]),
-        "mixed_ratio_to_parquet": ratio(rows_s["mixed"], rows_s["table_parquet"]),
+        # Each round's scan against the Parquet scan of the same round, then the median.
+        "table_ratio_to_parquet": median_ratio(1, times["table"], 1, times["table_parquet"]),
+        "mixed_ratio_to_parquet": median_ratio(1, times["mixed"], 1, times["table_parquet"]),
         "parquet_bytes_per_record": table_bytes / args.records,
         "bytes_batch_bytes_per_record": batch_bytes / args.records,
     })

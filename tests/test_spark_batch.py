@@ -142,8 +142,32 @@ def test_batch_read_returns_exactly_the_written_records(
     got = rows(df)
     assert len(got) == len(written) == len(TOPICS) * PARTITIONS * ROUNDS * PER_ROUND
     assert set(got) == written
-    # One input partition per topic-partition without split options.
-    assert df.rdd.getNumPartitions() == len(TOPICS) * PARTITIONS
+    # Small ranges share input partitions (minRecordsPerPartition, default 65,536): these
+    # 720 records are one task; minRecordsPerPartition=1 reads each topic-partition alone.
+    assert df.rdd.getNumPartitions() == 1
+    alone = load(spark, cfg, topics="a,b,c", minRecordsPerPartition="1")
+    assert alone.rdd.getNumPartitions() == len(TOPICS) * PARTITIONS
+    assert set(rows(alone)) == written
+
+
+def test_small_partitions_are_packed_whole_and_in_order(
+    spark: SparkSession, cfg: LlogConfig, written: set[Row]
+) -> None:
+    # 30 records per topic-partition: two fit in 70, so 24 ranges make 12 tasks.
+    df = load(spark, cfg, topics="a,b,c", minRecordsPerPartition="70")
+    assert df.rdd.getNumPartitions() == len(TOPICS) * PARTITIONS // 2
+    per_task = (
+        df.select(spark_partition_id().alias("sp"), "topic", "partition", "offset").collect()
+    )
+    tasks: dict[int, list[tuple[str, int, int]]] = {}
+    for r in per_task:
+        tasks.setdefault(r.sp, []).append((r.topic, r.partition, r.offset))
+    tps = sorted((t, p) for t in TOPICS for p in range(PARTITIONS))
+    for sp, got in tasks.items():
+        # Task sp reads topic-partitions 2sp and 2sp+1, each whole and in offset order.
+        want = [(t, p, o) for t, p in tps[2 * sp : 2 * sp + 2] for o in range(ROUNDS * PER_ROUND)]
+        assert got == want
+    assert set(rows(df)) == written
 
 
 def test_all_columns_match_the_sdk_reader(spark: SparkSession, cfg: LlogConfig, written: set[Row]) -> None:

@@ -38,6 +38,8 @@ from llog.spark.planning import (
     cut,
     offsets_from_json,
     offsets_to_json,
+    pack,
+    pack_size,
     rate_limit,
     split,
     split_size,
@@ -207,6 +209,39 @@ def test_split_size_and_min_partitions() -> None:
     assert len(out) >= 6
     assert sum(r.count for r in out) == 120
     assert all(r.count > 0 for r in out)
+
+
+@given(
+    counts=st.lists(st.integers(1, 50), min_size=1, max_size=30),
+    size=st.integers(0, 120),
+)
+def test_pack_groups_consecutive_ranges_up_to_the_size(counts: list[int], size: int) -> None:
+    ranges = [OffsetRange("t", p, 0, n) for p, n in enumerate(counts)]
+    groups = pack(ranges, size)
+    assert [r for g in groups for r in g] == ranges  # every range once, in order
+    for g in groups:
+        # A group holds at most `size` records, unless it is one range bigger than that.
+        assert len(g) == 1 or sum(r.count for r in g) <= size
+    for a, b in pairwise(groups):
+        # Greedy: the next group's first range did not fit into this one.
+        assert sum(r.count for r in a) + b[0].count > size
+
+
+def test_pack_size_yields_to_min_partitions_and_max_records() -> None:
+    ranges = [OffsetRange("t", p, 0, 30) for p in range(8)]  # 240 records
+    assert pack_size(ranges, min_records=100, min_partitions=None, max_records=None) == 100
+    assert pack_size(ranges, min_records=100, min_partitions=None, max_records=40) == 40
+    assert pack_size(ranges, min_records=100, min_partitions=6, max_records=None) == 40
+    assert len(pack(ranges, 40)) == 8 >= 6
+    assert len(pack(ranges, pack_size(ranges, min_records=1000, min_partitions=None, max_records=None))) == 1
+
+
+def test_min_records_per_partition_option() -> None:
+    assert parse_source_options({"topic": "a"}, streaming=False).min_records_per_partition == 65_536
+    o = parse_source_options({"topic": "a", "minRecordsPerPartition": "1"}, streaming=False)
+    assert o.min_records_per_partition == 1
+    with pytest.raises(ConfigError, match="minRecordsPerPartition must be >= 1"):
+        parse_source_options({"topic": "a", "minRecordsPerPartition": "0"}, streaming=False)
 
 
 # -- streaming offsets ---------------------------------------------------------------------

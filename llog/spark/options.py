@@ -4,10 +4,11 @@ Source options follow Spark's Kafka source (``subscribe``/``topic``/``topics``,
 ``subscribePattern``/``topicPattern``, ``startingOffsets``/``endingOffsets`` as
 ``earliest``/``latest`` or ``{"topic": {"0": 23, "1": -2}}``, ``startingTimestamp``,
 ``startingOffsetsByTimestamp``, ``minPartitions``, ``maxRecordsPerPartition``,
-``maxOffsetsPerTrigger``, ``failOnDataLoss``). Any :class:`~llog.config.LlogConfig` field
-is also an option, by its name in snake_case or camelCase (``etcd_endpoints`` or
-``etcdEndpoints``, ``object_store``, ``s3_endpoint_url``, ``root_prefix``, ...); fields
-not given come from the ``LLOG_*`` environment of the driver, then the defaults.
+``maxOffsetsPerTrigger``, ``failOnDataLoss``), plus llog's ``minRecordsPerPartition``.
+Any :class:`~llog.config.LlogConfig` field is also an option, by its name in snake_case
+or camelCase (``etcd_endpoints`` or ``etcdEndpoints``, ``object_store``,
+``s3_endpoint_url``, ``root_prefix``, ...); fields not given come from the ``LLOG_*``
+environment of the driver, then the defaults.
 
 Spark hands options over with lower-cased names, so every name here is matched
 case-insensitively. An unknown option is a :class:`ConfigError`: a typo must not
@@ -39,9 +40,14 @@ _SOURCE_OPTIONS = frozenset(
     {
         "topic", "topics", "subscribe", "topicpattern", "subscribepattern",
         "startingoffsets", "endingoffsets", "startingtimestamp", "startingoffsetsbytimestamp",
-        "minpartitions", "maxrecordsperpartition", "maxoffsetspertrigger", "failondataloss",
+        "minpartitions", "maxrecordsperpartition", "minrecordsperpartition", "maxoffsetspertrigger",
+        "failondataloss",
     }
 )
+#: Default of ``minRecordsPerPartition``: ranges smaller than this share input
+#: partitions of up to this many records (a Python task costs tens of milliseconds
+#: however little it reads).
+PACK_RECORDS = 65_536
 _SINK_OPTIONS = frozenset({"topic"})
 
 
@@ -107,6 +113,7 @@ class SourceOptions:
     max_offsets_per_trigger: int | None
     fail_on_data_loss: bool
     config: LlogConfig
+    min_records_per_partition: int = PACK_RECORDS
 
 
 @dataclass(frozen=True)
@@ -187,6 +194,9 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
         max_offsets_per_trigger=max_per_trigger,
         fail_on_data_loss=_bool(opts.get("failondataloss", "true"), "failOnDataLoss"),
         config=config,
+        min_records_per_partition=_int(
+            opts.get("minrecordsperpartition", str(PACK_RECORDS)), "minRecordsPerPartition", 1
+        ),
     )
 
 

@@ -5,7 +5,9 @@ Controls (``next_offset``, ``log_start_offset``, ``pending``) of every partition
 read in a few multi-key read transactions (one consistent snapshot per chunk). Big
 ranges are cut at index-entry boundaries — the end offsets in the partition's index
 keys — so a task reads whole slices; only an entry larger than the split size is cut
-inside. No object is read, except for a timestamp start (one slice per partition).
+inside. Small ranges are packed together, several to an input partition: a Python task
+costs tens of milliseconds however little it reads. No object is read, except for a
+timestamp start (one slice per partition).
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from llog.errors import ConfigError, OffsetOutOfRange
 from llog.etcd import Get
 from llog.names import TopicPartition
 from llog.reader import Reader
-from llog.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, Subscription
+from llog.spark.options import EARLIEST, LATEST, PACK_RECORDS, OffsetSpec, SourceOptions, Subscription
 from llog.timelookup import offset_for_timestamp
 from llog.topics import Topics
 
@@ -196,6 +198,34 @@ def split(
     return out
 
 
+def pack_size(
+    ranges: Sequence[OffsetRange], *, min_records: int, min_partitions: int | None, max_records: int | None
+) -> int:
+    """Most records an input partition of several ranges may hold: ``min_records``,
+    less where ``minPartitions`` or ``maxRecordsPerPartition`` ask for smaller ones."""
+    size = min_records if max_records is None else min(min_records, max_records)
+    if min_partitions is not None:
+        size = min(size, sum(r.count for r in ranges) // min_partitions)
+    return size
+
+
+def pack(ranges: Sequence[OffsetRange], size: int) -> list[tuple[OffsetRange, ...]]:
+    """``ranges`` in order, consecutive ones grouped while together they hold at most
+    ``size`` records; a range of more stays alone."""
+    out: list[tuple[OffsetRange, ...]] = []
+    group: list[OffsetRange] = []
+    held = 0
+    for r in ranges:
+        if group and held + r.count > size:
+            out.append(tuple(group))
+            group, held = [], 0
+        group.append(r)
+        held += r.count
+    if group:
+        out.append(tuple(group))
+    return out
+
+
 def plan(
     conn: Connection,
     start: Offsets,
@@ -203,16 +233,21 @@ def plan(
     *,
     min_partitions: int | None,
     max_records: int | None,
-) -> list[OffsetRange]:
+    min_records: int = PACK_RECORDS,
+) -> list[tuple[OffsetRange, ...]]:
     """Input partitions covering ``[start, end)`` of every partition in ``end`` (a
-    partition missing from ``start`` contributes nothing)."""
+    partition missing from ``start`` contributes nothing): each the ranges one task
+    reads, in order. The same offsets always give the same plan (a stream's replayed
+    micro-batch reads what the first attempt read)."""
     ranges = [OffsetRange(t, p, start[(t, p)], e) for (t, p), e in sorted(end.items()) if (t, p) in start]
-    return split(
+    pieces = split(
         ranges,
         lambda r: index_boundaries(conn, r),
         min_partitions=min_partitions,
         max_records=max_records,
     )
+    size = pack_size(pieces, min_records=min_records, min_partitions=min_partitions, max_records=max_records)
+    return pack(pieces, size)
 
 
 # -- streaming offsets -------------------------------------------------------------------

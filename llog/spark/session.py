@@ -39,6 +39,9 @@ def local_session(app_name: str = "llog", *, cores: int = 2, conf: Mapping[str, 
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")
         .config("spark.sql.shuffle.partitions", str(cores))
+        # Python workers over Unix sockets (Spark 4.1+; older ones ignore it): over
+        # loopback TCP every Python task waits ~40 ms for its last bytes (delayed ACKs).
+        .config("spark.python.unix.domain.socket.enabled", "true")
     )
     for k, v in (conf or {}).items():
         builder = builder.config(k, v)

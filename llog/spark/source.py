@@ -63,14 +63,11 @@ log = logging.getLogger(__name__)
 
 
 class LlogInputPartition(InputPartition):  # type: ignore[misc,unused-ignore]
-    """Records ``[start, end)`` of one topic-partition, and how to connect."""
+    """The offset ranges one task reads, in order, and how to connect."""
 
-    def __init__(self, topic: str, partition: int, start: int, end: int, config: dict[str, Any]) -> None:
-        super().__init__((topic, partition, start, end))
-        self.topic = topic
-        self.partition = partition
-        self.start = start
-        self.end = end
+    def __init__(self, ranges: tuple[OffsetRange, ...], config: dict[str, Any]) -> None:
+        super().__init__(tuple((r.topic, r.partition, r.start, r.end) for r in ranges))
+        self.ranges = ranges
         self.config = config
 
 
@@ -80,21 +77,22 @@ def read_partition(part: InputPartition) -> Iterator[pa.RecordBatch]:
         return
     conn = worker_connection(part.config)
     with Reader(conn, settle_pending=False) as reader:
-        rows = 0
-        scan = reader.scan_batches(part.topic, part.partition, part.start, part.end)
-        for b in coalesce(record_batch(part.topic, part.partition, *s) for s in scan):
-            rows += b.num_rows
-            yield b
-    if rows != part.end - part.start:
-        raise CorruptMetadata(
-            conn.keys.control(part.topic, part.partition),
-            f"read {rows} records of [{part.start}, {part.end}); the partition ends earlier",
-        )
+        for r in part.ranges:
+            rows = 0
+            scan = reader.scan_batches(r.topic, r.partition, r.start, r.end)
+            for b in coalesce(record_batch(r.topic, r.partition, *s) for s in scan):
+                rows += b.num_rows
+                yield b
+            if rows != r.count:
+                raise CorruptMetadata(
+                    conn.keys.control(r.topic, r.partition),
+                    f"read {rows} records of [{r.start}, {r.end}); the partition ends earlier",
+                )
 
 
-def _input_partitions(ranges: list[OffsetRange], options: SourceOptions) -> list[LlogInputPartition]:
+def _input_partitions(plan: list[tuple[OffsetRange, ...]], options: SourceOptions) -> list[LlogInputPartition]:
     cfg = config_to_dict(options.config)
-    return [LlogInputPartition(r.topic, r.partition, r.start, r.end, cfg) for r in ranges]
+    return [LlogInputPartition(ranges, cfg) for ranges in plan]
 
 
 def _check_schema(schema: StructType) -> None:
@@ -115,7 +113,8 @@ class LlogBatchReader(DataSourceReader):  # type: ignore[misc,unused-ignore]
         with Connection(o.config) as conn:
             start, end = batch_offsets(conn, o)
             ranges = plan(
-                conn, start, end, min_partitions=o.min_partitions, max_records=o.max_records_per_partition
+                conn, start, end, min_partitions=o.min_partitions, max_records=o.max_records_per_partition,
+                min_records=o.min_records_per_partition,
             )
         log.info("llog batch read: %d input partitions over %d topic-partitions", len(ranges), len(end))
         return _input_partitions(ranges, o)
@@ -208,7 +207,8 @@ class LlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
                      for tp, off in begin.items()}
             stop = {tp: max(off, begin.get(tp, off)) for tp, off in stop.items()}
         ranges = plan(
-            conn, begin, stop, min_partitions=o.min_partitions, max_records=o.max_records_per_partition
+            conn, begin, stop, min_partitions=o.min_partitions, max_records=o.max_records_per_partition,
+            min_records=o.min_records_per_partition,
         )
         return _input_partitions(ranges, o)
 
