@@ -24,11 +24,11 @@ partition per shared append):
   (``mixed_ratio_to_parquet``). Compacted bytes per record of the Parquet files and of
   the ``bytes-batch-v1`` topic are reported too.
 
-Every scan is forced through all columns with the ``noop`` sink. Figures are medians
-of repeated, interleaved runs (the table frames at least 21 times, their scans being
-short, after three untimed ones; the two table ratios are medians of each round's
-ratio, the rounds alternating the order of the scans); ``moto CPU s`` is the S3
-server's CPU per scan. The
+Every scan is forced through all columns with the ``noop`` sink, on a collected JVM
+heap. Figures are medians of repeated, interleaved runs, every other round in reverse
+order; the table frames run after the others, on their own, 21 rounds after three
+untimed scans each (their scans are short), and the two table ratios are medians of
+each round's ratio. ``moto CPU s`` is the S3 server's CPU per scan. The
 last line is one JSON object (``llog_rows_s`` is the compacted layout, named by
 ``llog_layout``; ``llog_wal_rows_s`` the WAL-only one).
 
@@ -83,8 +83,8 @@ WAL_TOPIC = "bench-wal"
 TABLE_TOPIC = "bench-table"
 MIXED_TOPIC = "bench-mixed"
 PARTITIONS = 16
-#: The table frames' scans take under a second: they run at least this many times (the
-#: others ``--runs``), so one scan that pays the JVM's warm-up does not set the median.
+#: The table frames' scans take under a second: they run this many times (the others
+#: ``--runs``), so one scan that pays the JVM's warm-up does not set the median.
 TABLE_RUNS = 21
 TABLE_FRAMES = ("table", "table_parquet", "mixed")
 #: Untimed scans of each table frame first.
@@ -253,6 +253,28 @@ def _process_cpu(stat: Path) -> float:
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
+def _rounds(
+    frames: dict[str, Any],
+    runs: int,
+    scan: Callable[[Any], float],
+    moto_cpu: Callable[[], float] | None,
+    warm: list[Any],
+) -> tuple[dict[str, list[float]], dict[str, float]]:
+    """Untimed scans of ``warm``, then ``runs`` rounds of every frame; every other round
+    runs backwards, so neither side of a ratio always scans right after the other.
+    (Seconds per scan per frame, the S3 server's mean CPU seconds per scan.)"""
+    for df in warm:
+        scan(df)
+    times: dict[str, list[float]] = {k: [] for k in frames}
+    server_s = dict.fromkeys(frames, 0.0)
+    for i in range(runs):
+        for name, df in list(frames.items())[:: 1 if i % 2 == 0 else -1]:
+            before = moto_cpu() if moto_cpu else 0.0
+            times[name].append(scan(df))
+            server_s[name] += moto_cpu() - before if moto_cpu else float("nan")
+    return times, {k: v / runs for k, v in server_s.items()}
+
+
 def source_options(cfg: LlogConfig) -> dict[str, str]:
     return {
         "etcdEndpoints": ",".join(cfg.etcd_endpoints),
@@ -320,24 +342,16 @@ def main() -> None:
                 spark._jvm.java.lang.System.gc()
                 return seconds(lambda: df.write.format("noop").mode("overwrite").save())
 
-            for name, df in frames.items():
-                # --quick relies on the Parquet write above to warm the llog frame up;
-                # the short table scans get a few, for the JVM's compiler.
-                if name != "llog" and (not args.quick or name in TABLE_FRAMES):
-                    for _ in range(WARMUPS if name in TABLE_FRAMES else 1):
-                        scan(df)
-            times: dict[str, list[float]] = {k: [] for k in frames}
-            server_s: dict[str, float] = dict.fromkeys(frames, 0.0)
-            for i in range(max(runs, TABLE_RUNS)):
-                # Every other round runs the frames backwards, so neither side of a
-                # ratio always scans right after the other.
-                for name, df in list(frames.items())[:: 1 if i % 2 == 0 else -1]:
-                    if i >= runs and name not in TABLE_FRAMES:
-                        continue
-                    before = moto_cpu() if moto_cpu else 0.0
-                    times[name].append(scan(df))
-                    server_s[name] += moto_cpu() - before if moto_cpu else float("nan")
-            server_s = {k: v / len(times[k]) for k, v in server_s.items()}
+            # --quick relies on the Parquet write above to warm the llog frame up.
+            heavy = {k: df for k, df in frames.items() if k not in TABLE_FRAMES}
+            warm = [] if args.quick else [df for k, df in heavy.items() if k != "llog"]
+            times, server_s = _rounds(heavy, runs, scan, moto_cpu, warm)
+            # The short table scans run after the heavy ones, on their own: the Python
+            # scans' garbage and page-cache churn would otherwise set their medians.
+            table = {k: frames[k] for k in TABLE_FRAMES}
+            more, more_s = _rounds(table, TABLE_RUNS, scan, moto_cpu, list(table.values()) * WARMUPS)
+            times.update(more)
+            server_s.update(more_s)
         finally:
             spark.stop()
             shutil.rmtree(parquet_dir, ignore_errors=True)
