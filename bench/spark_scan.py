@@ -25,7 +25,8 @@ partition per shared append):
   the ``bytes-batch-v1`` topic are reported too.
 
 Every scan is forced through all columns with the ``noop`` sink, on a collected JVM
-heap. Figures are medians of repeated, interleaved runs, every other round in reverse
+heap; Spark reads Parquet in 16 MiB splits (one file per task, balanced over the two
+cores). Figures are medians of repeated, interleaved runs, every other round in reverse
 order; the table frames run after the others, on their own, 21 rounds after three
 untimed scans each (their scans are short), and the two table ratios are medians of
 each round's ratio. ``moto CPU s`` is the S3 server's CPU per scan. The
@@ -310,7 +311,11 @@ def main() -> None:
               f"(bytes-batch-v1: {batch_bytes / args.records:.1f})", flush=True)
         moto_cpu = server_cpu(stack.s3_endpoint)
 
-        spark = local_session("llog-bench-spark-scan", conf={"spark.driver.memory": "2g"})
+        # One Parquet file (~13 MiB) per task: Spark's default 128 MiB splits would make
+        # 3 tasks of 16 files on 2 cores, whose unbalanced last task sets a scan's time.
+        spark = local_session("llog-bench-spark-scan", conf={
+            "spark.driver.memory": "2g", "spark.sql.files.maxPartitionBytes": str(16 * MIB),
+        })
         parquet_dir = stack.workdir / "parquet"
         try:
             spark.dataSource.register(CeilingSource)
