@@ -273,3 +273,25 @@ def test_a_file_of_several_row_groups_is_read_group_by_group(pconn: Connection) 
             seen.extend(x.offset for x in r.scan("groups", 0, 0))
         assert err.value.key == data_key
         assert seen == list(range(len(seen))) and len(seen) >= last_start
+
+
+def test_a_file_of_one_row_group_over_the_grouped_size_reads_whole_and_from_inside(pconn: Connection) -> None:
+    import os
+
+    from llog.scan.iteration import GROUPED_MIN_BYTES
+
+    # One row group (well under the ~4 MiB target) but past GROUPED_MIN_BYTES: the
+    # reader reads its footer first, then decodes the file with that footer.
+    Topics(pconn).create("onegroup", 1, compacted_format="parquet")
+    recs = [Record(os.urandom(100), None if i % 3 else f"k{i}".encode(), T0 + i) for i in range(2_000)]
+    _write(pconn, "onegroup", 0, recs, groups=4)
+    assert compact_once(pconn, "onegroup", 0).outcome == "compacted"
+    data_key, _ = _first_compacted(pconn, "onegroup", 0)
+    body = pconn.store.get(data_key)
+    assert len(body) >= GROUPED_MIN_BYTES
+    assert pq.ParquetFile(pa.BufferReader(body)).metadata.num_row_groups == 1
+    want = _want(recs)
+    with Reader(pconn) as r:
+        for start, end in ((0, None), (1_500, None), (7, 1_200)):
+            got = [(x.offset, x.timestamp, x.key, x.value, x.headers) for x in r.scan("onegroup", 0, start, end)]
+            assert got == want[start:end], (start, end)

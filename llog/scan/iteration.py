@@ -73,6 +73,7 @@ def decode_fetch(
     for s in f.slices:
         rel = s.byte_offset - f.byte_offset
         body = memoryview(data)[rel : rel + s.byte_length]
+        footer = None
         if submit is not None and len(body) >= GROUPED_MIN_BYTES and bytes(body[:4]) == parquet_body.MAGIC:
             footer, rows = _row_groups(s, body)
             if len(rows) > 1:
@@ -81,7 +82,9 @@ def decode_fetch(
         first_row = 0
         b: bodies.Body
         try:
-            if f.skip_rows:  # only the row groups from the scan's start on (Fetch)
+            if footer is not None:  # a Parquet file of one row group, its footer read above
+                b = parquet_body.decode_group(body, 0, footer)
+            elif f.skip_rows:  # only the row groups from the scan's start on (Fetch)
                 b, first_row = bodies.decode_from(body, f.skip_rows)
             else:
                 b = bodies.open_body(body) if lazy_kafka else bodies.decode(body)
