@@ -24,7 +24,7 @@ from llog.errors import ConfigError, OffsetOutOfRange
 from llog.etcd import Get
 from llog.names import TopicPartition
 from llog.reader import Reader
-from llog.spark.options import EARLIEST, LATEST, PACK_RECORDS, OffsetSpec, SourceOptions, Subscription
+from llog.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, Subscription
 from llog.timelookup import offset_for_timestamp
 from llog.topics import Topics
 
@@ -233,7 +233,7 @@ def plan(
     *,
     min_partitions: int | None,
     max_records: int | None,
-    min_records: int = PACK_RECORDS,
+    min_records: int,
 ) -> list[tuple[OffsetRange, ...]]:
     """Input partitions covering ``[start, end)`` of every partition in ``end`` (a
     partition missing from ``start`` contributes nothing): each the ranges one task

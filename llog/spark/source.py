@@ -90,9 +90,12 @@ def read_partition(part: InputPartition) -> Iterator[pa.RecordBatch]:
                 )
 
 
-def _input_partitions(plan: list[tuple[OffsetRange, ...]], options: SourceOptions) -> list[LlogInputPartition]:
-    cfg = config_to_dict(options.config)
-    return [LlogInputPartition(ranges, cfg) for ranges in plan]
+def _input_partitions(conn: Connection, start: Offsets, end: Offsets, o: SourceOptions) -> list[LlogInputPartition]:
+    """The input partitions of ``[start, end)`` as ``o``'s split and pack options plan them."""
+    cfg = config_to_dict(o.config)
+    ranges = plan(conn, start, end, min_partitions=o.min_partitions, max_records=o.max_records_per_partition,
+                  min_records=o.min_records_per_partition)
+    return [LlogInputPartition(group, cfg) for group in ranges]
 
 
 def _check_schema(schema: StructType) -> None:
@@ -112,12 +115,9 @@ class LlogBatchReader(DataSourceReader):  # type: ignore[misc,unused-ignore]
         o = self.options
         with Connection(o.config) as conn:
             start, end = batch_offsets(conn, o)
-            ranges = plan(
-                conn, start, end, min_partitions=o.min_partitions, max_records=o.max_records_per_partition,
-                min_records=o.min_records_per_partition,
-            )
-        log.info("llog batch read: %d input partitions over %d topic-partitions", len(ranges), len(end))
-        return _input_partitions(ranges, o)
+            parts = _input_partitions(conn, start, end, o)
+        log.info("llog batch read: %d input partitions over %d topic-partitions", len(parts), len(end))
+        return parts
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
@@ -206,11 +206,7 @@ class LlogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):  # 
             begin = {tp: max(off, controls[tp].log_start_offset) if tp in controls else off
                      for tp, off in begin.items()}
             stop = {tp: max(off, begin.get(tp, off)) for tp, off in stop.items()}
-        ranges = plan(
-            conn, begin, stop, min_partitions=o.min_partitions, max_records=o.max_records_per_partition,
-            min_records=o.min_records_per_partition,
-        )
-        return _input_partitions(ranges, o)
+        return _input_partitions(conn, begin, stop, o)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
