@@ -4,11 +4,11 @@ committed append's result is made and counted (protocol/README.md §8.1, step W3
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from llog.codec.etcd_values import Pending, ProducerState
+from llog.codec.etcd_values import Pending, ProducerState, SequencedBatch
 from llog.connection import Connection
-from llog.control import ControlState
+from llog.control import ControlState, decode_index, read_control
 from llog.errors import LlogError
 from llog.writer_caches import WriterCaches
 
@@ -26,6 +26,9 @@ class AppendResult:
     data_key: str
     append_id: str
     ok: bool = True
+    #: A retried idempotent batch: these are its first commit's offsets, and nothing
+    #: was written now (``data_key``/``append_id`` are the first commit's too).
+    duplicate: bool = False
 
 
 @dataclass(frozen=True)
@@ -54,10 +57,36 @@ def acknowledge(conn: Connection, caches: WriterCaches, acks: list[Ack]) -> list
     return [result_of(conn, topic, partition, p) for topic, partition, p, _ in acks]
 
 
-def duplicate(conn: Connection, topic: str, partition: int, ps: ProducerState) -> AppendResult:
-    """A retried batch that already committed: its original result, nothing written."""
+def duplicate(
+    conn: Connection, topic: str, partition: int, ps: ProducerState, batch: SequencedBatch
+) -> AppendResult:
+    """A retry of ``batch``, one of the batches producer state ``ps`` remembers, which
+    committed already: its original result, nothing written."""
     conn.metrics.appends.labels("duplicate").inc()
-    return result_of(conn, topic, partition, ps)
+    if batch == ps.last:
+        return replace(result_of(conn, topic, partition, ps), duplicate=True)
+    # An earlier batch of the window: the state keeps its offsets, not its slice, which
+    # its index entry (or the control's pending) names.
+    data_key, append_id = _slice_of(conn, topic, partition, batch.end_offset)
+    return AppendResult(
+        topic=topic, partition=partition, start_offset=batch.start_offset, end_offset=batch.end_offset,
+        count=batch.msg_count, index_key=conn.keys.index(topic, partition, batch.end_offset),
+        data_key=data_key, append_id=append_id, duplicate=True,
+    )
+
+
+def _slice_of(conn: Connection, topic: str, partition: int, end_offset: int) -> tuple[str, str]:
+    """The data key and append id of the append ending at ``end_offset``: ``""`` for
+    what retention removed, and for an append id that compaction replaced."""
+    key = conn.keys.index(topic, partition, end_offset)
+    kv = conn.etcd.get(key)
+    if kv is not None:
+        entry = decode_index(key, kv.value)
+        return entry.data_key, entry.append_id or ""
+    pending = read_control(conn, topic, partition).control.pending
+    if pending is not None and pending.end_offset == end_offset:
+        return pending.data_key, pending.append_id
+    return "", ""
 
 
 def result_of(conn: Connection, topic: str, partition: int, p: Pending | ProducerState) -> AppendResult:

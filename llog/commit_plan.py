@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llog.codec.etcd_values import Control, Pending, ProducerState
+from llog.codec.etcd_values import PRODUCER_WINDOW, Control, Pending, ProducerState, SequencedBatch
 from llog.connection import Connection
 from llog.control import ControlState, materialize_ops
-from llog.errors import SequenceError
+from llog.errors import ProducerFenced, SequenceError, SequenceReused
 from llog.etcd import Compare, Get, Op, Put, mod_revision_is
 from llog.validation import ProducerSequence
 from llog.writer_caches import ProducerSnapshot
@@ -58,7 +58,11 @@ def plan_txn(
     new_ps: ProducerState | None = None
     if producer is not None and ps is not None:
         pkey = keys.producer(topic, partition, producer.id)
-        new_ps = ProducerState(producer.sequence, start, start + n - 1, pending.append_id, pending.data_key, now)
+        prev = ps.state
+        # The window holds one epoch's batches: a new epoch starts it over.
+        recent = () if prev is None or prev.epoch != producer.epoch else prev.window()[-(PRODUCER_WINDOW - 1):]
+        new_ps = ProducerState(producer.sequence, start, start + n - 1, pending.append_id, pending.data_key, now,
+                               producer.epoch, producer.digest, recent)
         compares.append(mod_revision_is(pkey, ps.mod_revision))
         ops.append(Put(pkey, new_ps.encode()))
         failure.append(Get(pkey))
@@ -67,17 +71,27 @@ def plan_txn(
 
 def sequence_verdict(
     topic: str, partition: int, producer: ProducerSequence, last: ProducerState | None, n: int
-) -> ProducerState | SequenceError | None:
-    """``None``: append; the last state: a retry of the committed batch; else the error.
+) -> SequencedBatch | SequenceError | ProducerFenced | None:
+    """``None``: append; a remembered batch: this is a retry of it, committed already;
+    else the error (spec §8.7, "Verdict").
 
-    An unknown producer may start at any sequence."""
+    An unknown producer may start at any sequence; a new epoch starts at 0."""
     if last is None:
         return None
+    if producer.epoch < last.epoch:
+        return ProducerFenced(topic, partition, producer.id, producer.epoch, last.epoch)
+    if producer.epoch > last.epoch:
+        if producer.sequence == 0:
+            return None
+        return SequenceError(topic, partition, producer.id, 0, producer.sequence)
     expected = next_sequence(producer.id, last)
     if producer.sequence == expected:
         return None
-    if producer.sequence == last.sequence and n == last.msg_count:
-        return last
+    for b in last.window():
+        if b.sequence == producer.sequence:
+            if b.msg_count == n and (b.digest is None or b.digest == producer.digest):
+                return b
+            return SequenceReused(topic, partition, producer.id, producer.sequence, b.start_offset, b.end_offset)
     return SequenceError(topic, partition, producer.id, expected, producer.sequence)
 
 

@@ -116,6 +116,38 @@ class LlogConfig:
     #: (``SSL``, or ``SASL_SSL`` with ``broker_token``).
     kafka_tls_cert_file: str | None = None
     kafka_tls_key_file: str | None = None
+    #: Largest request frame the Kafka listener reads from an authenticated client
+    #: (Kafka's ``socket.request.max.bytes``); a larger one closes the connection.
+    kafka_max_frame_bytes: int = 100 * 1024 * 1024
+    #: Largest frame read before a client has authenticated (with ``broker_token``
+    #: set; Kafka's ``sasl.server.max.receive.size``).
+    kafka_max_preauth_frame_bytes: int = 512 * 1024
+    #: Bytes of request frames the listener holds at once, read and not yet answered,
+    #: over all connections (Kafka's ``queued.max.request.bytes``): past it, the
+    #: listener stops reading until answers free room. At least ``kafka_max_frame_bytes``.
+    kafka_max_queued_bytes: int = 256 * 1024 * 1024
+    #: Open Kafka connections the listener keeps, in all and from one client address;
+    #: connections past either are closed at once.
+    kafka_max_connections: int = 10_000
+    kafka_max_connections_per_ip: int = 1_000
+    #: Requests one connection may have read and not yet answered; the listener stops
+    #: reading it at this many.
+    kafka_max_inflight_requests: int = 64
+    #: A connection with no request in progress for this long is closed (Kafka's
+    #: ``connections.max.idle.ms``).
+    kafka_idle_timeout_s: float = 600.0
+    #: A request frame must arrive whole within this many seconds of its size, and a
+    #: client must authenticate within it (with ``broker_token``): a client trickling
+    #: bytes is cut off.
+    kafka_frame_timeout_s: float = 30.0
+    #: A produced record batch's records may inflate to at most this many bytes
+    #: (decompression stops there and the batch is refused); unset: 4 x ``max_record_bytes``.
+    kafka_max_batch_inflated_bytes: int | None = None
+    #: Records one produced record batch may hold.
+    kafka_max_batch_records: int = 1_000_000
+    #: Threads checking produced record batches (decompression, every record), off the
+    #: event loop; each holds at most one batch's inflated records.
+    kafka_check_threads: int = 2
     tail_cache_dir: str | None = None
     #: Bytes of recently committed records a broker keeps for tail consumers (in
     #: memory, and in ``tail_cache_dir`` when set); 0 turns the cache off.
@@ -189,6 +221,13 @@ class LlogConfig:
     s3_price_get_per_1000: float = 0.0004
     s3_price_gib_month: float = 0.023
 
+    @property
+    def kafka_inflate_cap(self) -> int:
+        """What a produced batch's records may inflate to (``kafka_max_batch_inflated_bytes``)."""
+        if self.kafka_max_batch_inflated_bytes is not None:
+            return self.kafka_max_batch_inflated_bytes
+        return 4 * self.max_record_bytes
+
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> LlogConfig:
         """Build a config from ``LLOG_*`` variables, then apply ``overrides`` (non-None)."""
@@ -222,7 +261,10 @@ class LlogConfig:
                      "compactor_claim_ttl_s", "compactor_pass_interval_s", "compactor_discovery_interval_s",
                      "compactor_max_runs_per_task", "session_ttl_s", "session_rotate_s",
                      "broker_max_request_bytes", "broker_send_timeout_s", "read_peer_timeout_s",
-                     "iceberg_snapshots_kept"):
+                     "iceberg_snapshots_kept", "kafka_max_frame_bytes", "kafka_max_preauth_frame_bytes",
+                     "kafka_max_queued_bytes", "kafka_max_connections", "kafka_max_connections_per_ip",
+                     "kafka_max_inflight_requests", "kafka_idle_timeout_s", "kafka_frame_timeout_s",
+                     "kafka_max_batch_records", "kafka_check_threads"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("compact_min_age_ms", "vacuum_grace_s", "vacuum_interval_s",
@@ -235,6 +277,14 @@ class LlogConfig:
             raise ConfigError("kafka_tls_cert_file and kafka_tls_key_file go together")
         if self.kafka_port is not None and not 0 <= self.kafka_port <= 65535:
             raise ConfigError(f"kafka_port must be in [0, 65535], got {self.kafka_port!r}")
+        if self.kafka_max_queued_bytes < self.kafka_max_frame_bytes:
+            raise ConfigError(f"kafka_max_queued_bytes ({self.kafka_max_queued_bytes}) must be at least "
+                              f"kafka_max_frame_bytes ({self.kafka_max_frame_bytes})")
+        if self.kafka_max_batch_inflated_bytes is not None and (
+            self.kafka_max_batch_inflated_bytes < self.max_record_bytes
+        ):
+            raise ConfigError(f"kafka_max_batch_inflated_bytes ({self.kafka_max_batch_inflated_bytes}) must be at "
+                              f"least max_record_bytes ({self.max_record_bytes})")
         if not 0 <= self.put_hedge_quantile < 1:
             raise ConfigError(f"put_hedge_quantile must be in [0, 1), got {self.put_hedge_quantile!r}")
         if self.compact_target_bytes > 1024**3:

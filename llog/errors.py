@@ -260,6 +260,44 @@ class SequenceError(LlogError):
         self.got = got
 
 
+class SequenceReused(SequenceError):
+    """An idempotent producer sent a batch under a sequence it already used for another
+    batch (other records, or another count): not a retry. Refused, so the records of
+    the first batch stay the only ones under that sequence."""
+
+    def __init__(
+        self, topic: str, partition: int, producer_id: str, sequence: int, start_offset: int, end_offset: int
+    ) -> None:
+        LlogError.__init__(
+            self,
+            f"producer {producer_id!r} sent sequence {sequence} to {topic}/{partition} with other records than "
+            f"the batch it committed under that sequence (offsets {start_offset}..{end_offset}): not a retry",
+        )
+        self.topic = topic
+        self.partition = partition
+        self.producer_id = producer_id
+        self.expected = sequence
+        self.got = sequence
+        self.start_offset = start_offset
+        self.end_offset = end_offset
+
+
+class ProducerFenced(LlogError):
+    """A batch of an idempotent producer's older epoch, after a newer epoch committed
+    to the partition: a zombie instance of the producer, refused."""
+
+    def __init__(self, topic: str, partition: int, producer_id: str, epoch: int, current: int) -> None:
+        super().__init__(
+            f"producer {producer_id!r} sent epoch {epoch} to {topic}/{partition}, which has seen epoch {current}: "
+            "an older instance of the producer is fenced"
+        )
+        self.topic = topic
+        self.partition = partition
+        self.producer_id = producer_id
+        self.epoch = epoch
+        self.current = current
+
+
 class EtcdSpaceExhausted(CoordinationError):
     """etcd refused a write: its database reached ``--quota-backend-bytes`` (the NOSPACE
     alarm). The write was definitely not applied; nothing will be until an operator

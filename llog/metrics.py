@@ -140,6 +140,23 @@ class Metrics:
             buckets=_LATENCY_BUCKETS, registry=r,
         )
         self.kafka_connections = Gauge("llog_kafka_connections", "open Kafka client connections", registry=r)
+        self.kafka_connections_refused = Counter(
+            "llog_kafka_connections_refused",
+            "Kafka connections closed on arrival: max_connections or max_connections_per_ip reached",
+            ["reason"], registry=r,
+        )
+        self.kafka_connections_closed = Counter(
+            "llog_kafka_connections_closed",
+            "Kafka connections the listener closed for breaking a limit or the protocol, by reason",
+            ["reason"], registry=r,
+        )
+        self.kafka_queued_bytes = Gauge(
+            "llog_kafka_queued_request_bytes", "bytes of Kafka request frames read and not yet answered",
+            registry=r,
+        )
+        self.kafka_batches_refused = Counter(
+            "llog_kafka_batches_refused", "produced Kafka record batches refused, by error", ["error"], registry=r
+        )
 
     def value(self, name: str, **labels: str) -> float:
         """Current value of a sample (e.g. ``value("llog_etcd_ops_total", op="txn")``)."""

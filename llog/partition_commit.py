@@ -13,7 +13,7 @@ from enum import Enum
 from typing import TypeVar
 
 from llog.append_outcome import AppendResult, acknowledge, duplicate
-from llog.codec.etcd_values import FENCED, Pending, ProducerState
+from llog.codec.etcd_values import FENCED, Pending, SequencedBatch
 from llog.commit_plan import PartitionTxn, plan_txn, sequence_verdict
 from llog.commit_resolution import find_committed
 from llog.connection import Connection
@@ -129,10 +129,11 @@ class PartitionCommit:
                 # behind another writer (or our own lost reply).
                 self.ps, self.pfresh = self._producer_state(cached=False), True
                 return _Next.RETRY
-            if isinstance(verdict, ProducerState):
+            if isinstance(verdict, SequencedBatch):
                 if self.fresh:
                     self.caches.remember(topic, partition, st)
-                return duplicate(self.conn, topic, partition, verdict)
+                assert self.ps.state is not None
+                return duplicate(self.conn, topic, partition, self.ps.state, verdict)
             if verdict is not None:
                 raise verdict
         else:
@@ -233,9 +234,10 @@ class PartitionCommit:
         topic, partition, pending = self.topic, self.partition, self.pending
         if self.producer is not None and self.ps is not None:
             verdict = sequence_verdict(topic, partition, self.producer, self.ps.state, pending.msg_count)
-            if isinstance(verdict, ProducerState):
+            if isinstance(verdict, SequencedBatch):
+                assert self.ps.state is not None
                 self.caches.remember(topic, partition, self.st)
-                return duplicate(self.conn, topic, partition, verdict)
+                return duplicate(self.conn, topic, partition, self.ps.state, verdict)
         else:
             found = self._find_committed()
             if found is not None:

@@ -62,9 +62,12 @@ new_consumed_record: Callable[..., ConsumedRecord] = _fast_builder(ConsumedRecor
 class AppendGroup:
     """Records for one topic-partition inside one ``append_shared`` call.
 
-    With ``producer_id`` and ``sequence`` the append is idempotent: a retry of the same
-    (producer_id, sequence) on the partition returns the original offsets instead of
-    appending again. Sequences of one producer on one partition go up by one per batch.
+    With ``producer_id`` and ``sequence`` the append is idempotent: a retry of one of
+    the producer's last 5 batches on the partition (same sequence, same records)
+    returns the original offsets instead of appending again, and another batch under a
+    sequence already used is refused. Sequences of one producer on one partition go up
+    by one per batch. ``producer_epoch`` (default 0) fences older instances of the
+    producer: once a batch of a newer epoch committed, an older epoch's are refused.
     ``records`` may be Kafka record batches, stored as they are (``kafka-batch-v2``).
     """
 
@@ -73,6 +76,7 @@ class AppendGroup:
     records: Sequence[Record | bytes] | KafkaBatches
     producer_id: str | None = None
     sequence: int | None = None
+    producer_epoch: int | None = None
 
 
 def payload_size(r: Record | ConsumedRecord) -> int:

@@ -22,10 +22,13 @@ GroupInput = AppendGroup | tuple[str, int, Sequence[Record | bytes]]
 
 @dataclass(frozen=True)
 class ProducerSequence:
-    """An idempotent group's producer id and sequence."""
+    """An idempotent group's producer id, sequence and epoch, and (from step W1 on) the
+    digest of its records' content, by which a retry is told from another batch."""
 
     id: str
     sequence: int
+    epoch: int = 0
+    digest: int | None = None
 
 
 @dataclass(frozen=True)
@@ -69,7 +72,7 @@ def _prepare(conn: Connection, g: GroupInput, now: int, records_checked: bool) -
     topic = check_topic(g.topic)
     partition = check_partition(topic, g.partition)
     if isinstance(g.records, KafkaBatches):
-        producer = check_producer(topic, partition, g.producer_id, g.sequence)
+        producer = check_producer(topic, partition, g.producer_id, g.sequence, g.producer_epoch)
         conn.check_partition(topic, partition)
         max_ts = g.records.max_timestamp if g.records.max_timestamp >= 0 else now
         return PreparedGroup(topic, partition, (), ([], [], [], None), None, max_ts, now, producer, g.records)
@@ -82,16 +85,19 @@ def _prepare(conn: Connection, g: GroupInput, now: int, records_checked: bool) -
         cols = batch.columns_of(recs)
     else:
         recs, cols, lengths = check_records(topic, partition, g.records, conn.config.max_record_bytes)
-    producer = check_producer(topic, partition, g.producer_id, g.sequence)
+    producer = check_producer(topic, partition, g.producer_id, g.sequence, g.producer_epoch)
     conn.check_partition(topic, partition)
     stamps = cols[0]
     max_ts = now if stamps.count(None) == len(stamps) else max([now if t is None else t for t in stamps])
     return PreparedGroup(topic, partition, recs, cols, lengths, max_ts, now, producer)
 
 
-def check_producer(topic: str, partition: int, producer_id: object, sequence: object) -> ProducerSequence | None:
-    """The group's producer id and sequence, checked; ``None`` for a group without."""
-    if producer_id is None and sequence is None:
+def check_producer(
+    topic: str, partition: int, producer_id: object, sequence: object, epoch: object = None
+) -> ProducerSequence | None:
+    """The group's producer id, sequence and epoch (``None``: 0), checked; ``None`` for
+    a group without."""
+    if producer_id is None and sequence is None and epoch is None:
         return None
     # The id becomes an etcd key segment, so it follows the topic naming rule.
     if not isinstance(producer_id, str) or TOPIC_NAME_RE.fullmatch(producer_id) is None:
@@ -100,7 +106,11 @@ def check_producer(topic: str, partition: int, producer_id: object, sequence: ob
         )
     if isinstance(sequence, bool) or not isinstance(sequence, int) or not 0 <= sequence < 2**63:
         raise InvalidInput(f"sequence for {topic}/{partition} must be an int >= 0 with a producer_id, got {sequence!r}")
-    return ProducerSequence(producer_id, sequence)
+    if epoch is None:
+        epoch = 0
+    if isinstance(epoch, bool) or not isinstance(epoch, int) or not 0 <= epoch < 2**31:
+        raise InvalidInput(f"producer_epoch for {topic}/{partition} must be an int in [0, 2^31), got {epoch!r}")
+    return ProducerSequence(producer_id, sequence, epoch)
 
 
 def normalize_record(topic: str, partition: int, r: object, limit: int) -> Record:

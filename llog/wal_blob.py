@@ -6,7 +6,7 @@ value, first in memory (:class:`EncodedBlob`), then PUT (:class:`StagedBlob`).""
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from llog.codec import batch, blob, kafka_body
 from llog.codec.etcd_values import Pending
@@ -69,6 +69,20 @@ def pack_groups(prepared: Sequence[PreparedGroup], created: int, max_blob_bytes:
             f"shared blob of {len(packed.data)} bytes exceeds max_blob_bytes {max_blob_bytes}; split the call"
         )
     return packed
+
+
+def with_digests(prepared: Sequence[PreparedGroup], packed: blob.PackedBlob) -> tuple[PreparedGroup, ...]:
+    """The groups, each idempotent one's producer sequence given its body's content
+    digest (spec §8.7), by which a retry is told from another batch."""
+    view = memoryview(packed.data)
+    out = []
+    for g, part in zip(prepared, packed.parts, strict=True):
+        if g.producer is not None:
+            body = view[part.body_offset : part.body_offset + part.body_length]
+            codec = kafka_body if g.kafka is not None else batch
+            g = replace(g, producer=replace(g.producer, digest=codec.content_digest(body)))
+        out.append(g)
+    return tuple(out)
 
 
 def pendings_of(

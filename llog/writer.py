@@ -40,7 +40,7 @@ from llog.records import AppendGroup, Record
 from llog.session import Sessions
 from llog.store.hedging import HedgedPuts
 from llog.validation import GroupInput, PreparedGroup, check_records, normalize_record, prepare_groups
-from llog.wal_blob import EncodedBlob, StagedBlob, pack_groups, pendings_of
+from llog.wal_blob import EncodedBlob, StagedBlob, pack_groups, pendings_of, with_digests
 from llog.writer_caches import CACHE_PARTITIONS, WriterCaches
 
 __all__ = [
@@ -163,7 +163,7 @@ class Writer:
         blob_id = uuid.uuid4().hex
         data_key = self.conn.keys.wal_blob(session.id, blob_id)
         pendings = pendings_of(prepared, packed, blob_id, data_key, created)
-        return EncodedBlob(tuple(prepared), pendings, packed.data, session, packed.crc32)
+        return EncodedBlob(with_digests(prepared, packed), pendings, packed.data, session, packed.crc32)
 
     def put_encoded(self, encoded: EncodedBlob) -> StagedBlob:
         """PUT an encoded blob (protocol step W1); it is ready for :meth:`commit_staged`."""

@@ -35,6 +35,7 @@ from llog.codec.etcd_values import (
     IndexEntry,
     Pending,
     ProducerState,
+    SequencedBatch,
     TopicMeta,
 )
 from llog.keys import KeyLayout
@@ -297,6 +298,12 @@ def _orders0_pending() -> Pending:
     )
 
 
+def _orders0_digest() -> int:
+    """The content digest (spec §8.7) of the blob's orders/0 body."""
+    part = packed_blob().parts[0]
+    return batch.content_digest(packed_blob().data[part.body_offset : part.body_offset + part.body_length])
+
+
 _COMPACTED_KEY = KEYS.compacted_blob("orders", 0, SESSION_ID, COMPACTED_ID)
 _COMPACTED_LENGTH = 3_912
 _PARQUET_KEY = KEYS.compacted_blob("events", 0, SESSION_ID, COMPACTED_ID)
@@ -346,10 +353,13 @@ def meta_vectors() -> list[Vector]:
          {"topic": "events"}, TopicMeta("events", 8, T0 - 86_400_000, None, None, "parquet", "iceberg")),
         ("compaction-cursor", "compaction cursor after compacting [0, 41]", "compaction_cursor",
          {"topic": "orders", "partition": 0}, CompactionCursor(42)),
-        ("producer-state", "idempotent producer whose batch 7 is control-pending's append (offsets 40..41)",
+        ("producer-state", "idempotent producer (epoch 2) whose batch 7 is control-pending's append (offsets "
+         "40..41), its digest that body's, and batches 3..6 before it in its window",
          "producer", {"topic": "orders", "partition": 0, "producer_id": PRODUCER_ID},
          ProducerState(7, pending.start_offset, pending.end_offset, pending.append_id, pending.data_key,
-                       T0 + 11)),
+                       T0 + 11, 2, _orders0_digest(),
+                       (SequencedBatch(3, 30, 31, 0x1B3D5F71), SequencedBatch(4, 32, 34, 0x2A4C6E80),
+                        SequencedBatch(5, 35, 35, 0x39517395), SequencedBatch(6, 36, 39, 0x4862A4B6)))),
     ]
     for stage in ("WRITING_COMPACTED_INDEX", "DELETING_OLD", "UPDATING_CURSOR"):
         cases.append((

@@ -1,19 +1,22 @@
 """Idempotent produce (protocol/README.md, "Idempotent produce"): a producer id and a
-per-partition sequence ride in the commit transaction, so a retry of a batch whose
-acknowledgement was lost returns the original offsets instead of appending again."""
+per-partition sequence ride in the commit transaction, so a retry of one of the last 5
+batches whose acknowledgement was lost returns the original offsets instead of
+appending again; another batch under a used sequence, a gap, a batch older than the
+window and an older epoch are refused with nothing written."""
 
 from __future__ import annotations
 
 import itertools
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import pytest
 
 import llog
 from llog import AppendGroup
 from llog.codec.etcd_values import ProducerState
-from llog.errors import AmbiguousCommit, InvalidInput, SequenceError
+from llog.errors import AmbiguousCommit, InvalidInput, ProducerFenced, SequenceError, SequenceReused
 from llog.etcd import KV
 from llog.keys import prefix_range_end
 from llog.writer import AppendFailure, AppendResult
@@ -56,8 +59,11 @@ def _scan(conn: llog.Connection, topic: str, partition: int) -> list[tuple[int, 
         return [(rec.offset, rec.value) for rec in r.scan(topic, partition)]
 
 
-def _append(w: llog.Writer, topic: str, partition: int, records: list[bytes], pid: str, seq: int) -> AppendResult:
-    [out] = w.append_shared([AppendGroup(topic, partition, records, pid, seq)])
+def _append(
+    w: llog.Writer, topic: str, partition: int, records: list[bytes] | list[llog.Record], pid: str, seq: int,
+    epoch: int | None = None,
+) -> AppendResult:
+    [out] = w.append_shared([AppendGroup(topic, partition, records, pid, seq, epoch)])
     if isinstance(out, AppendFailure):
         raise out.error
     return out
@@ -120,20 +126,104 @@ def test_out_of_order_sequence_is_rejected_and_writes_nothing(conn: llog.Connect
         for seq in range(3):
             _append(w, "seq", 0, [b"x%d" % seq], "p", seq)
         before = _partition_keys(conn, "seq", 0)
-        for bad in (4, 1, 0):
-            with pytest.raises(SequenceError) as err:
-                _append(w, "seq", 0, [b"bad"], "p", bad)
-            assert (err.value.topic, err.value.partition, err.value.producer_id) == ("seq", 0, "p")
-            assert (err.value.expected, err.value.got) == (3, bad)
-            assert "seq/0" in str(err.value) and "'p'" in str(err.value)
-        # The last sequence again but with a different batch size is not a retry.
+        with pytest.raises(SequenceError) as err:  # a gap
+            _append(w, "seq", 0, [b"bad"], "p", 4)
+        assert type(err.value) is SequenceError
+        assert (err.value.topic, err.value.partition, err.value.producer_id) == ("seq", 0, "p")
+        assert (err.value.expected, err.value.got) == (3, 4)
+        assert "seq/0" in str(err.value) and "'p'" in str(err.value)
+        # A sequence already used, for other records (or another count): not a retry.
+        for seq, records in ((1, [b"bad"]), (0, [b"bad"]), (2, [b"x2", b"extra"]), (2, [b"X2"])):
+            with pytest.raises(SequenceReused) as reused:
+                _append(w, "seq", 0, records, "p", seq)
+            assert (reused.value.got, reused.value.start_offset, reused.value.end_offset) == (seq, seq, seq)
+            assert "other records" in str(reused.value)
+    # A writer without cached state reaches the same verdicts from etcd.
+    with llog.Writer(conn) as fresh:
         with pytest.raises(SequenceError):
-            _append(w, "seq", 0, [b"x2", b"extra"], "p", 2)
-    # A writer without cached state reaches the same verdict from etcd.
-    with llog.Writer(conn) as fresh, pytest.raises(SequenceError):
-        _append(fresh, "seq", 0, [b"bad"], "p", 5)
+            _append(fresh, "seq", 0, [b"bad"], "p", 5)
+        with pytest.raises(SequenceReused):
+            _append(fresh, "seq", 0, [b"bad"], "p", 1)
     assert _partition_keys(conn, "seq", 0) == before
     assert [v for _, v in _scan(conn, "seq", 0)] == [b"x0", b"x1", b"x2"]
+
+
+def test_a_retry_of_any_of_the_last_five_batches_gets_its_offsets(conn: llog.Connection) -> None:
+    llog.Topics(conn).create("window", 1)
+    with llog.Writer(conn) as w:
+        first = [_append(w, "window", 0, _batch("p", seq), "p", seq) for seq in range(7)]
+    before = _partition_keys(conn, "window", 0)
+    for writer_cached in (True, False):
+        with llog.Writer(conn) as w:
+            if writer_cached:  # a writer that knows the producer's state from its own commit
+                _append(w, "window", 0, _batch("p", 6), "p", 6)
+            for seq in range(2, 7):  # in any order: the client's retries of in-flight batches
+                retry = _append(w, "window", 0, _batch("p", seq), "p", seq)
+                assert retry.duplicate and not first[seq].duplicate
+                assert (retry.start_offset, retry.end_offset, retry.count) == (
+                    first[seq].start_offset, first[seq].end_offset, first[seq].count)
+                assert (retry.data_key, retry.append_id) == (first[seq].data_key, first[seq].append_id)
+            # Older than the window: refused, as Kafka does (OUT_OF_ORDER_SEQUENCE_NUMBER).
+            for seq in (0, 1):
+                with pytest.raises(SequenceError) as err:
+                    _append(w, "window", 0, _batch("p", seq), "p", seq)
+                assert type(err.value) is SequenceError and err.value.expected == 7
+    assert _partition_keys(conn, "window", 0) == before
+    assert [v for _, v in _scan(conn, "window", 0)] == [v for seq in range(7) for v in _batch("p", seq)]
+
+
+def test_a_retry_is_told_by_its_records_not_their_timestamps(conn: llog.Connection) -> None:
+    llog.Topics(conn).create("stamps", 1)
+    records = [llog.Record(b"v", b"k", None, (("h", b"1"),)), llog.Record(b"w")]
+    with llog.Writer(conn) as w:
+        first = _append(w, "stamps", 0, records, "p", 0)
+        # Unset timestamps are stamped at append time, which differs in the retry.
+        stamped = [replace(r, timestamp=1_700_000_000_000) for r in records]
+        assert _append(w, "stamps", 0, stamped, "p", 0) == replace(first, duplicate=True)
+        for other in ([llog.Record(b"v", b"K"), records[1]], [llog.Record(b"v", b"k", None, (("h", b"2"),)),
+                                                              records[1]]):
+            with pytest.raises(SequenceReused):
+                _append(w, "stamps", 0, other, "p", 0)
+    assert [(r.key, r.value) for r in llog.Reader(conn).scan("stamps", 0)] == [(b"k", b"v"), (None, b"w")]
+
+
+def test_an_older_epoch_is_fenced_and_a_new_one_starts_at_zero(conn: llog.Connection) -> None:
+    llog.Topics(conn).create("epochs", 1)
+    with llog.Writer(conn) as w:
+        _append(w, "epochs", 0, [b"e0"], "p", 0)  # epoch 0, the default
+        _append(w, "epochs", 0, [b"e1"], "p", 0, epoch=1)
+        with pytest.raises(ProducerFenced) as fenced:
+            _append(w, "epochs", 0, [b"zombie"], "p", 1, epoch=0)
+        assert (fenced.value.epoch, fenced.value.current) == (0, 1) and "'p'" in str(fenced.value)
+        with pytest.raises(SequenceError) as err:
+            _append(w, "epochs", 0, [b"e2"], "p", 5, epoch=2)
+        assert err.value.expected == 0
+        _append(w, "epochs", 0, [b"e2"], "p", 0, epoch=2)
+        # A new epoch's window holds its own batches only.
+        assert _append(w, "epochs", 0, [b"e2"], "p", 0, epoch=2).duplicate
+        with pytest.raises(ProducerFenced):
+            _append(w, "epochs", 0, [b"e1"], "p", 0, epoch=1)
+    with llog.Writer(conn) as fresh, pytest.raises(ProducerFenced):
+        _append(fresh, "epochs", 0, [b"zombie"], "p", 1, epoch=1)
+    assert [v for _, v in _scan(conn, "epochs", 0)] == [b"e0", b"e1", b"e2"]
+
+
+def test_state_written_before_digests_still_recognises_a_retry(conn: llog.Connection) -> None:
+    """A producer key of an older llog (no epoch, digest or window fields) decodes, and
+    a retry of its last batch is still answered with its offsets."""
+    import msgpack
+
+    llog.Topics(conn).create("compat", 1)
+    with llog.Writer(conn) as w:
+        first = _append(w, "compat", 0, [b"a"], "p", 0)
+    key = conn.keys.producer("compat", 0, "p")
+    old = {k: v for k, v in msgpack.unpackb(conn.etcd.get(key).value).items()  # type: ignore[union-attr]
+           if k not in ("epoch", "digest", "recent")}
+    conn.etcd.put(key, msgpack.packb(old))
+    with llog.Writer(conn) as w:
+        assert _append(w, "compat", 0, [b"a"], "p", 0) == replace(first, duplicate=True)
+        _append(w, "compat", 0, [b"b"], "p", 1)
+    assert [v for _, v in _scan(conn, "compat", 0)] == [b"a", b"b"]
 
 
 def test_two_producers_interleave_on_one_partition(conn: llog.Connection) -> None:
@@ -149,7 +239,7 @@ def test_two_producers_interleave_on_one_partition(conn: llog.Connection) -> Non
                 res = _append(w, "inter", 0, _batch(pid, seq), pid, seq)
                 results[pid].append(res)
                 if seq % 4 == 0:  # a plain retry of an acknowledged batch
-                    assert _append(w, "inter", 0, _batch(pid, seq), pid, seq) == res
+                    assert _append(w, "inter", 0, _batch(pid, seq), pid, seq) == replace(res, duplicate=True)
 
     with ThreadPoolExecutor(2) as pool:
         for f in [pool.submit(produce, "a"), pool.submit(produce, "b")]:
@@ -172,8 +262,9 @@ def test_new_producer_starts_anywhere_and_plain_appends_still_work(conn: llog.Co
         first = _append(w, "start", 0, [b"a"], "late", 100)
         plain = w.append("start", 0, [b"b"])
         assert _append(w, "start", 0, [b"c"], "late", 101).start_offset == plain.end_offset + 1
-        assert _append(w, "start", 0, [b"z"], "late", 101).start_offset == 2
-        with pytest.raises(SequenceError):
+        with pytest.raises(SequenceReused):  # the sequence of a batch of other records
+            _append(w, "start", 0, [b"z"], "late", 101)
+        with pytest.raises(SequenceReused):
             _append(w, "start", 0, [b"d"], "late", 100)
     assert first.start_offset == 0
     assert [v for _, v in _scan(conn, "start", 0)] == [b"a", b"b", b"c"]
@@ -196,12 +287,16 @@ def test_steady_state_is_one_txn_and_no_read_per_append(conn: llog.Connection) -
 
 
 @pytest.mark.parametrize(
-    ("pid", "seq"), [("p", None), (None, 0), ("p", -1), ("p", True), ("a/b", 0), ("", 0), ("p", "1")]
+    ("pid", "seq", "epoch"),
+    [("p", None, None), (None, 0, None), ("p", -1, None), ("p", True, None), ("a/b", 0, None), ("", 0, None),
+     ("p", "1", None), ("p", 0, -1), ("p", 0, 2**31), ("p", 0, True), (None, None, 0)],
 )
-def test_bad_producer_fields_are_rejected_before_any_write(conn: llog.Connection, pid: object, seq: object) -> None:
+def test_bad_producer_fields_are_rejected_before_any_write(
+    conn: llog.Connection, pid: object, seq: object, epoch: object
+) -> None:
     llog.Topics(conn).create("bad", 1)
     with llog.Writer(conn) as w, pytest.raises(InvalidInput):
-        w.append_shared([AppendGroup("bad", 0, [b"x"], pid, seq)])  # type: ignore[arg-type]
+        w.append_shared([AppendGroup("bad", 0, [b"x"], pid, seq, epoch)])  # type: ignore[arg-type]
     assert _partition_keys(conn, "bad", 0) == []
     assert list(conn.store.list(conn.keys.wal_prefix())) == []
 
@@ -227,5 +322,5 @@ def test_unresolvable_outcome_is_ambiguous_then_the_retry_resolves(
     with llog.Connection(cfg) as c, llog.Writer(c) as w:
         retry = _append(w, "amb", 0, [b"x"], "p", 1)
         assert (retry.start_offset, retry.end_offset) == (1, 1)
-        assert _append(w, "amb", 0, [b"x"], "p", 1) == retry
+        assert _append(w, "amb", 0, [b"x"], "p", 1) == replace(retry, duplicate=True)
         assert [v for _, v in _scan(c, "amb", 0)] == [b"w", b"x"]

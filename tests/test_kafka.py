@@ -426,9 +426,9 @@ def test_kafka_producer_ids_count_sequences_in_records() -> None:
     from llog.validation import ProducerSequence
 
     last = ProducerState(sequence=10, start_offset=100, end_offset=104, append_id="a", data_key="d", updated_at_ms=0)
-    kafka_id, llog_id = "kafka.7.0", "app-1"
+    kafka_id, llog_id = "kafka.7", "app-1"
     assert sequence_verdict("t", 0, ProducerSequence(kafka_id, 15), last, 3) is None  # 10 + 5 records
-    assert sequence_verdict("t", 0, ProducerSequence(kafka_id, 10), last, 5) == last  # the retry
+    assert sequence_verdict("t", 0, ProducerSequence(kafka_id, 10), last, 5) == last.last  # the retry
     assert isinstance(sequence_verdict("t", 0, ProducerSequence(kafka_id, 11), last, 3), SequenceError)
     assert sequence_verdict("t", 0, ProducerSequence(llog_id, 11), last, 3) is None  # batches for llog ids
     wrapped = ProducerState(sequence=2**31 - 2, start_offset=0, end_offset=4, append_id="a", data_key="d",

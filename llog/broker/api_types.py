@@ -67,7 +67,13 @@ class ProduceTopicPartition(Struct, frozen=True, forbid_unknown_fields=True):
     records: Annotated[list[RecordBody], Meta(min_length=1, max_length=MAX_TOPIC_PARTITIONS)]
     producer_id: ProducerId | None = None
     sequence: Annotated[Offset, Meta(description=(
-        "with producer_id: this group's sequence number (idempotent produce: a resend is answered, not appended)"
+        "with producer_id: this group's sequence number (idempotent produce: a resend of one of the producer's "
+        "last 5 groups with the same records is answered with their offsets, not appended; other records under "
+        "a used sequence are refused, 409 SequenceReused)"
+    ))] | None = None
+    producer_epoch: Annotated[int, Meta(ge=0, le=2**31 - 1, description=(
+        "with producer_id: the producer instance's epoch (default 0); once a newer epoch has committed to the "
+        "partition, an older one's groups are refused (409 ProducerFenced). A new epoch starts at sequence 0"
     ))] | None = None
 
 
@@ -166,6 +172,8 @@ class ProduceResult(PartitionResult, kw_only=True, omit_defaults=True):
     count: int | UnsetType = UNSET
     index_key: str | UnsetType = UNSET
     wal_uri: str | UnsetType = UNSET
+    #: True for an idempotent resend of a group that had committed: its first offsets, nothing appended.
+    duplicate: bool = False
 
 
 class ProduceResponse(Struct, kw_only=True):

@@ -39,6 +39,7 @@ class ProducePartition:
     records: tuple[Record, ...]  # without timestamps: the writer stamps append time
     producer_id: str | None = None
     sequence: int | None = None
+    producer_epoch: int | None = None
 
 
 _DECODERS: dict[type, msgspec.json.Decoder[Any]] = {
@@ -54,8 +55,10 @@ def parse_produce(body: bytes) -> tuple[ProducePartition, ...]:
         _check_topic(tp.topic, where)
         if (tp.producer_id is None) != (tp.sequence is None):
             raise InvalidRequest(f"{where}.sequence", "producer_id and sequence go together")
+        if tp.producer_epoch is not None and tp.producer_id is None:
+            raise InvalidRequest(f"{where}.producer_epoch", "producer_epoch needs producer_id and sequence")
         records = tuple([_record(r, where, j) for j, r in enumerate(tp.records)])
-        out.append(ProducePartition(tp.topic, tp.partition, records, tp.producer_id, tp.sequence))
+        out.append(ProducePartition(tp.topic, tp.partition, records, tp.producer_id, tp.sequence, tp.producer_epoch))
     return tuple(out)
 
 

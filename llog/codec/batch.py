@@ -123,6 +123,15 @@ class EncodedBody:
         return crc32_combine(crc32(self.chunks[0][:8]), self.crc, self.length - 8)
 
 
+def content_digest(body: bytes | memoryview) -> int:
+    """What identifies a body's records for an idempotent retry (spec §8.7): CRC-32 of
+    every byte after the timestamps section, that is the records' values, keys, headers
+    and their offsets. Timestamps are left out: records sent without one are stamped
+    with the append time, which differs between a batch and its retry."""
+    n = int.from_bytes(bytes(body[8:12]), "little")
+    return crc32(memoryview(body)[HEADER_SIZE + 8 * n:])
+
+
 def encode(records: Sequence[Record], default_timestamp: int = 0) -> bytes:
     """Encode ``records`` into one body; a record without a timestamp gets
     ``default_timestamp`` (the writer's append time)."""

@@ -26,13 +26,13 @@ records have no null value).
 from __future__ import annotations
 
 import struct
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from crc32c import crc32c
 
-from llog.codec import batch
+from llog.codec import batch, kafka_inflate, kafka_records
 from llog.codec.batch import BatchFormatError, EncodedBody
 from llog.codec.crc import crc32
 from llog.records import ConsumedRecord, Headers
@@ -47,8 +47,11 @@ _BATCH = struct.Struct(">qiibIhiqqqhii")
 BATCH_HEADER_SIZE = _BATCH.size  # 61
 _CRC_FROM = 21  # the batch CRC covers attributes .. end
 _COMPRESSION_MASK = 0x07
+_LOG_APPEND_TIME = 0x08
 _TRANSACTIONAL = 0x10
 _CONTROL = 0x20
+#: Stored bodies passed the broker's cap when produced; reading them needs no other.
+_NO_CAP = 2**31 - 1
 
 
 class KafkaBatchError(BatchFormatError):
@@ -94,38 +97,72 @@ class KafkaBatches:
                             max(p.max_timestamp for p in parts))
 
 
-def check_batches(data: bytes, max_batch_bytes: int | None = None) -> KafkaBatches:
-    """Check the v2 batches of one partition's produce data: each batch's framing, magic,
-    CRC-32C and record count, and that its records' length prefixes tile its record
-    area exactly (after decompression); control batches and batches over
-    ``max_batch_bytes`` are refused. What is not checked is each record's inner
-    fields, which only a full decode sees."""
+@dataclass(frozen=True)
+class BatchLimits:
+    """What a produce's batches for one partition may hold (the broker's settings;
+    ``None``: no limit)."""
+
+    #: A batch as sent, compressed: Kafka's ``max.message.bytes``.
+    max_batch_bytes: int | None = None
+    #: One record's key, value and headers, after decompression.
+    max_record_bytes: int | None = None
+    #: A batch's records decompressed; decompression stops there.
+    max_inflated_bytes: int | None = None
+    #: Records in one batch.
+    max_records: int | None = None
+    #: Exactly one batch, as Kafka requires of a produce request (v3 on).
+    single_batch: bool = False
+
+
+class TooManyRecords(BatchTooLarge):
+    """A batch of more records than the broker takes in one."""
+
+
+class BatchInflatedTooLarge(BatchTooLarge):
+    """A compressed batch whose records inflate past the broker's cap."""
+
+
+class InvalidRecordBatch(KafkaBatchError):
+    """A batch whose CRC holds but whose contents break the format's rules (inner record
+    framing, offset deltas, producer fields): resending it cannot help."""
+
+
+def check_batches(data: bytes, limits: BatchLimits = BatchLimits()) -> KafkaBatches:
+    """Check the v2 batches of one partition's produce data before they are stored: each
+    batch's framing, magic, CRC-32C, attributes and producer fields, and every record
+    inside it, decompressed with a cap (:mod:`llog.codec.kafka_records`), against
+    ``limits``. Raises a :class:`KafkaBatchError` naming the batch's byte position."""
     view = memoryview(data)
     total = len(view)
-    count, max_ts, pos = 0, -1, 0
+    count, max_ts, pos, batches = 0, -1, 0, 0
     first: tuple[int, ...] | None = None
     while pos < total:
         if total - pos < BATCH_HEADER_SIZE:
             raise KafkaBatchError(f"{total - pos} trailing bytes are shorter than a batch header")
         if view[pos + 16] != 2:
             raise UnsupportedMessageFormat(f"message format v{view[pos + 16]}: llog accepts v2 only")
-        (_base, length, _epoch, _magic, crc, attrs, last_delta, _base_ts, batch_max_ts,
+        (_base, length, _epoch, _magic, crc, attrs, last_delta, base_ts, batch_max_ts,
          pid, pepoch, seq, n) = _BATCH.unpack_from(view, pos)
         end = pos + 12 + length
         if end - pos < BATCH_HEADER_SIZE or end > total:
             raise KafkaBatchError(f"batch length {length + 12} at byte {pos} runs past the {total} bytes given")
-        if max_batch_bytes is not None and end - pos > max_batch_bytes:
-            raise BatchTooLarge(f"batch of {end - pos} bytes at byte {pos} exceeds the limit of {max_batch_bytes}")
+        batches += 1
+        if limits.single_batch and batches > 1:
+            raise InvalidRecordBatch("a produce request holds exactly one record batch per partition")
+        if limits.max_batch_bytes is not None and end - pos > limits.max_batch_bytes:
+            raise BatchTooLarge(f"batch of {end - pos} bytes at byte {pos} exceeds the limit of "
+                                f"{limits.max_batch_bytes}")
         if crc32c(view[pos + _CRC_FROM:end]) != crc:
             raise KafkaBatchError(f"batch at byte {pos}: CRC-32C mismatch")
         if attrs & _CONTROL:
-            raise KafkaBatchError("control batches are written by brokers, not producers")
+            raise InvalidRecordBatch("control batches are written by brokers, not producers")
         if n < 1 or last_delta != n - 1:
-            raise KafkaBatchError(f"batch at byte {pos}: {n} records with last offset delta {last_delta}")
-        records = view[pos + BATCH_HEADER_SIZE:end]
-        if attrs & _COMPRESSION_MASK:
-            records = memoryview(_decompress(records, attrs & _COMPRESSION_MASK, pos))
-        _walk(records, n, pos)
+            raise InvalidRecordBatch(f"batch at byte {pos}: {n} records with last offset delta {last_delta}")
+        if limits.max_records is not None and n > limits.max_records:
+            raise TooManyRecords(f"batch at byte {pos} holds {n} records, over the limit of {limits.max_records}")
+        if pid >= 0 and (pepoch < 0 or seq < 0):
+            raise InvalidRecordBatch(f"batch at byte {pos}: producer {pid} with epoch {pepoch} and sequence {seq}")
+        _check_records(view[pos + BATCH_HEADER_SIZE:end], attrs, n, base_ts, batch_max_ts, pos, limits)
         if first is None:
             first = (pid, pepoch, seq, attrs & _TRANSACTIONAL)
         count += n
@@ -136,55 +173,35 @@ def check_batches(data: bytes, max_batch_bytes: int | None = None) -> KafkaBatch
     return KafkaBatches(bytes(data), count, max_ts, first[0], first[1], first[2], bool(first[3]))
 
 
-def _codecs() -> dict[int, tuple[str, Callable[[], bool], Callable[[bytes], bytes]]]:
-    """Compression attribute -> (name, library present, decoder): kafka-python's codecs,
-    imported when first needed (kafka-python's package import costs ``import llog``
-    about 0.15 s)."""
-    from kafka import codec as codecs
-
-    return {
-        1: ("gzip", codecs.has_gzip, codecs.gzip_decode),
-        2: ("snappy", codecs.has_snappy, codecs.snappy_decode),
-        3: ("lz4", codecs.has_lz4, codecs.lz4_decode),
-        4: ("zstd", codecs.has_zstd, codecs.zstd_decode),
-    }
-
-
-def _decompress(compressed: memoryview, codec: int, pos: int) -> bytes:
-    known = _codecs()
-    if codec not in known:
-        raise KafkaBatchError(f"batch at byte {pos}: unknown compression type {codec}")
-    name, present, decode_fn = known[codec]
-    if not present():
-        raise UnsupportedCompression(f"batch at byte {pos}: {name} is not installed on this broker")
+def _check_records(
+    area: memoryview, attrs: int, n: int, base_ts: int, max_ts: int, at: int, limits: BatchLimits
+) -> None:
+    """A batch's records, decompressed within the cap, parse and keep the limits."""
+    codec = attrs & _COMPRESSION_MASK
+    if codec:
+        cap = limits.max_inflated_bytes if limits.max_inflated_bytes is not None else _NO_CAP
+        try:
+            records = kafka_inflate.inflate(area, codec, cap)
+        except kafka_inflate.InflatedTooLarge:
+            raise BatchInflatedTooLarge(f"batch at byte {at}: records inflate past the cap of {cap} bytes") from None
+        except kafka_inflate.CodecMissing as exc:
+            raise UnsupportedCompression(f"batch at byte {at}: {exc}") from None
+        except kafka_inflate.InflateError as exc:
+            raise InvalidRecordBatch(f"batch at byte {at}: {exc}") from None
+    else:
+        records = bytes(area)
     try:
-        return bytes(decode_fn(compressed.tobytes()))
-    except Exception as exc:  # each codec raises its own kind on bad input
-        raise KafkaBatchError(f"batch at byte {pos}: does not decompress as {name} ({exc})") from None
+        kafka_records.parse(records, n, base_timestamp=base_ts,
+                            log_append_time=max_ts if attrs & _LOG_APPEND_TIME else None,
+                            limit=limits.max_record_bytes)
+    except kafka_records.OversizedRecord as exc:
+        raise RecordTooLargeInBatch(f"batch at byte {at}: {exc}") from None
+    except kafka_records.RecordFormatError as exc:
+        raise InvalidRecordBatch(f"batch at byte {at}: {exc}") from None
 
 
-def _walk(records: memoryview, n: int, at: int) -> None:
-    """The ``n`` records' zigzag-varint length prefixes tile ``records`` exactly."""
-    pos, end = 0, len(records)
-    for _ in range(n):
-        value, shift = 0, 0
-        while True:
-            if pos >= end:
-                raise KafkaBatchError(f"batch at byte {at}: records end before record count")
-            b = records[pos]
-            pos += 1
-            value |= (b & 0x7F) << shift
-            if b < 0x80:
-                break
-            shift += 7
-            if shift > 28:
-                raise KafkaBatchError(f"batch at byte {at}: record length varint too long")
-        length = (value >> 1) ^ -(value & 1)
-        if length < 0:
-            raise KafkaBatchError(f"batch at byte {at}: negative record length")
-        pos += length
-    if pos != end:
-        raise KafkaBatchError(f"batch at byte {at}: records do not fill the batch ({pos} of {end} bytes)")
+class RecordTooLargeInBatch(BatchTooLarge):
+    """A record whose key, value and headers pass the record limit once decompressed."""
 
 
 def encode_body(batches: KafkaBatches) -> EncodedBody:
@@ -193,6 +210,19 @@ def encode_body(batches: KafkaBatches) -> EncodedBody:
     crc = crc32(batches.data, crc32(head[8:]))
     struct.pack_into("<I", head, 4, crc)
     return EncodedBody((bytes(head), batches.data), HEADER_SIZE + len(batches.data), crc)
+
+
+def content_digest(body: bytes | memoryview) -> int:
+    """What identifies a body's batches for an idempotent retry (spec §8.7): CRC-32 of
+    each batch's length and CRC-32C field. The CRC-32C covers the batch from its
+    attributes on (producer id, epoch, sequence, records); a producer's retry resends
+    those bytes, while the base offset and leader epoch before them may differ."""
+    _, data = batches_of(body, verify=False)
+    digest = 0
+    for _n, raw in iter_batches(data):
+        digest = crc32(raw[8:12], digest)
+        digest = crc32(raw[17:21], digest)
+    return digest
 
 
 def batches_of(body: bytes | memoryview, *, verify: bool = True) -> tuple[int, memoryview]:
@@ -255,29 +285,26 @@ class KafkaBody:
         return sum(len(raw) for _, raw in self._framing)
 
     def decoded(self) -> batch.Batch:
-        """The records, decoded from the framing read at creation."""
-        from kafka.errors import CorruptRecordError, UnsupportedCodecError
-        from kafka.record.default_records import DefaultRecordBatch
-
-        stamps: list[int | None] = []
-        keys: list[bytes | None] = []
-        values: list[bytes] = []
-        headers: list[Headers] = []
-        try:
-            for _count, raw in self._framing:
-                for r in DefaultRecordBatch(bytes(raw)):
-                    value = r.value
-                    stamps.append(r.timestamp)
-                    keys.append(None if r.key is None else bytes(r.key))
-                    values.append(b"" if value is None else bytes(value))
-                    headers.append(tuple((k, b"" if v is None else bytes(v)) for k, v in r.headers))
-        except (CorruptRecordError, UnsupportedCodecError, ValueError, IndexError, struct.error) as exc:
-            raise BatchFormatError(f"Kafka batch does not decode: {exc}") from None
-        if len(values) != self.count:
-            raise BatchFormatError(f"header says {self.count} records, the batches hold {len(values)}")
-        has_headers = headers.count(()) != len(headers)
-        cols = (stamps, keys, values, headers if has_headers else None)
-        return batch.decode(batch.encode_columns(cols).tobytes(), verify=False)
+        """The records, decoded from the framing read at creation by the same parser
+        that checked them when they were produced (:mod:`llog.codec.kafka_records`)."""
+        cols = kafka_records.KafkaRecords([], [], [], [])
+        for count, raw in self._framing:
+            attrs = int.from_bytes(raw[21:23], "big")
+            codec = attrs & _COMPRESSION_MASK
+            area = raw[BATCH_HEADER_SIZE:]
+            base_ts, max_ts = struct.unpack_from(">qq", raw, 27)
+            try:
+                records = kafka_inflate.inflate(area, codec, _NO_CAP) if codec else bytes(area)
+                kafka_records.parse(records, count, base_timestamp=base_ts, out=cols,
+                                    log_append_time=max_ts if attrs & _LOG_APPEND_TIME else None)
+            except BatchFormatError as exc:
+                raise BatchFormatError(f"Kafka batch does not decode: {exc}") from None
+        if len(cols.values) != self.count:
+            raise BatchFormatError(f"header says {self.count} records, the batches hold {len(cols.values)}")
+        values = [b"" if v is None else v for v in cols.values]
+        has_headers = cols.headers.count(()) != len(cols.headers)
+        columns = (cols.timestamps, cols.keys, values, cols.headers if has_headers else None)
+        return batch.decode(batch.encode_columns(columns).tobytes(), verify=False)
 
     @property
     def timestamps(self) -> memoryview:

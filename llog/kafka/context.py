@@ -1,4 +1,5 @@
-"""What every Kafka request handler reaches: the broker and the live-broker registry."""
+"""What every Kafka request handler reaches: the broker, the live-broker registry, the
+group coordinator and the produce batch checker."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import zlib
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from llog.kafka.batch_checks import BatchChecker
 from llog.kafka.coordinator import Coordinator
 from llog.kafka.registry import BrokerNode, BrokerRegistry
 
@@ -19,6 +21,7 @@ class Context:
     broker: Broker
     registry: BrokerRegistry
     coordinator: Coordinator
+    checks: BatchChecker
 
     @property
     def cluster_id(self) -> str:

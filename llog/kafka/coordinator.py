@@ -198,6 +198,11 @@ class Coordinator:
         g, _ = self._member(group_id, member_id)
         self._remove(g, member_id)
 
+    def has_members(self, group_id: str) -> bool:
+        """Whether ``group_id`` has live members here (its coordinator)."""
+        g = self._groups.get(group_id)
+        return g is not None and bool(g.members)
+
     def check_commit(self, group_id: str, member_id: str, generation: int) -> GroupEpoch:
         """The epoch a commit by ``member_id`` of ``generation`` is fenced with."""
         g, m = self._member(group_id, member_id)

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 from enum import IntEnum
 
-from llog.codec.kafka_body import BatchTooLarge, KafkaBatchError, UnsupportedCompression, UnsupportedMessageFormat
+from llog.codec.kafka_body import (
+    BatchTooLarge,
+    InvalidRecordBatch,
+    KafkaBatchError,
+    UnsupportedCompression,
+    UnsupportedMessageFormat,
+)
 from llog.errors import (
     AmbiguousCommit,
     BackPressure,
@@ -17,6 +23,7 @@ from llog.errors import (
     InvalidTopicName,
     LlogError,
     OffsetOutOfRange,
+    ProducerFenced,
     RecordTooLarge,
     SequenceError,
     SessionExpired,
@@ -68,6 +75,7 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
     KAFKA_STORAGE_ERROR = 56
@@ -77,6 +85,7 @@ class ErrorCode(IntEnum):
     UNKNOWN_LEADER_EPOCH = 75
     UNSUPPORTED_COMPRESSION_TYPE = 76
     MEMBER_ID_REQUIRED = 79
+    INVALID_RECORD = 87
     THROTTLING_QUOTA_EXCEEDED = 89
 
 
@@ -90,7 +99,10 @@ _CODES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Error
     (InvalidTopicName, ErrorCode.INVALID_TOPIC_EXCEPTION),
     ((RecordTooLarge, BatchTooLarge), ErrorCode.MESSAGE_TOO_LARGE),
     (TopicConflict, ErrorCode.TOPIC_ALREADY_EXISTS),
+    # A sequence reused for other records is 45 too, never 46: every client counts
+    # DUPLICATE_SEQUENCE_NUMBER as delivered, and those records were not stored.
     (SequenceError, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER),
+    (ProducerFenced, ErrorCode.INVALID_PRODUCER_EPOCH),
     (StaleEpoch, ErrorCode.ILLEGAL_GENERATION),
     (CommitRejected, ErrorCode.INVALID_COMMIT_OFFSET_SIZE),
     (CorruptBlob, ErrorCode.KAFKA_STORAGE_ERROR),
@@ -98,6 +110,7 @@ _CODES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Error
     ((AmbiguousCommit, BackPressure, CoordinationError, StoreError, SessionExpired), ErrorCode.REQUEST_TIMED_OUT),
     (UnsupportedCompression, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
     (UnsupportedMessageFormat, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT),
+    (InvalidRecordBatch, ErrorCode.INVALID_RECORD),
     (KafkaBatchError, ErrorCode.CORRUPT_MESSAGE),
     (InvalidInput, ErrorCode.INVALID_REQUEST),
 )

@@ -24,7 +24,9 @@ from kafka.protocol.metadata import ApiVersionsRequest
 from llog.config import LlogConfig
 from llog.errors import ConfigError
 from llog.kafka.apis import API_BY_KEY, SASL_AUTHENTICATE, SASL_HANDSHAKE, Context, unsupported_response
+from llog.kafka.batch_checks import BatchChecker
 from llog.kafka.coordinator import Coordinator
+from llog.kafka.limits import ConnectionSlots, RequestMemory
 from llog.kafka.registry import BrokerRegistry
 from llog.kafka.sasl import SaslState
 
@@ -32,12 +34,6 @@ if TYPE_CHECKING:
     from llog.broker.state import Broker
 
 log = logging.getLogger(__name__)
-
-#: Requests one connection may have in progress before the listener stops reading it.
-MAX_INFLIGHT_PER_CONNECTION = 64
-#: Largest request frame accepted; a client sending more is disconnected.
-MAX_FRAME_BYTES = 100 * 1024 * 1024
-
 
 class KafkaListener:
     """Serves the Kafka protocol for ``broker`` on ``sock`` (bound and listening), over
@@ -54,6 +50,9 @@ class KafkaListener:
         self._advertised_host = advertised_host
         self._server: asyncio.Server | None = None
         self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        cfg = broker.config
+        self._slots = ConnectionSlots(cfg.kafka_max_connections, cfg.kafka_max_connections_per_ip)
+        self._memory = RequestMemory(cfg.kafka_max_queued_bytes, broker.conn.metrics)
         self.registry: BrokerRegistry | None = None
         self.context: Context | None = None
 
@@ -64,7 +63,7 @@ class KafkaListener:
         node_id = await asyncio.to_thread(self.registry.start)
         coordinator = Coordinator(self.broker.conn, owner=f"kafka-node-{node_id}")
         coordinator.start()
-        self.context = Context(self.broker, self.registry, coordinator)
+        self.context = Context(self.broker, self.registry, coordinator, BatchChecker(self.broker.config))
         self._server = await asyncio.start_server(self._serve, sock=self._sock, limit=1024 * 1024,
                                                   ssl=self._tls)
         log.info("Kafka listener on %s:%d, node id %d", self.host, self.port, self.registry.node_id)
@@ -79,49 +78,93 @@ class KafkaListener:
             await asyncio.wait(list(self._connections), timeout=10)
         if self.context is not None:
             await self.context.coordinator.close()
+            await asyncio.to_thread(self.context.checks.close)
         if self.registry is not None:
             await asyncio.to_thread(self.registry.close)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        metrics = self.broker.conn.metrics
+        peer = writer.get_extra_info("peername")
+        address = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        refused = self._slots.take(address)
+        if refused is not None:
+            metrics.kafka_connections_refused.labels(refused).inc()
+            log.warning("Kafka client %s refused: %s reached (LLOG_KAFKA_%s)", address, refused, refused.upper())
+            writer.close()
+            return
         task = asyncio.current_task()
         assert task is not None
         self._connections[task] = writer
-        metrics = self.broker.conn.metrics
         metrics.kafka_connections.inc()
-        answers: asyncio.Queue[_Pending | None] = asyncio.Queue(MAX_INFLIGHT_PER_CONNECTION)
-        sasl = SaslState(self.broker.config.broker_token)
-        sender = asyncio.create_task(self._send(writer, answers, sasl))
-        peer = writer.get_extra_info("peername")
+        conn = _Connection(peer, SaslState(self.broker.config.broker_token),
+                           asyncio.Queue(self.broker.config.kafka_max_inflight_requests))
+        sender = asyncio.create_task(self._send(writer, conn))
+        reason: str | None = None
         try:
-            while True:
-                (size,) = struct.unpack(">i", await reader.readexactly(4))
-                if not 0 < size <= MAX_FRAME_BYTES:
-                    log.warning("Kafka client %s sent a frame of %d bytes; closing", peer, size)
-                    return
-                frame = await reader.readexactly(size)
-                try:
-                    pending = await self._dispatch(frame, sasl)
-                except Exception as exc:  # a request that does not decode has no answer: Kafka closes too
-                    log.warning("Kafka client %s sent a request that failed (%s); closing", peer, exc)
-                    return
-                if pending is None:
-                    log.warning("Kafka client %s sent a request before authenticating; closing", peer)
-                    return
-                await answers.put(pending)
+            while reason is None:
+                reason = await self._read_request(reader, conn)
         except (asyncio.IncompleteReadError, ConnectionError):
             pass
         finally:
+            if reason is not None:
+                metrics.kafka_connections_closed.labels(reason).inc()
             with contextlib.suppress(asyncio.QueueFull):
-                answers.put_nowait(None)
+                conn.answers.put_nowait(None)
             if not sender.done():
                 sender.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await sender
             writer.close()
+            self._memory.release(conn.held)
+            conn.held = 0
+            self._slots.give_back(address)
             self._connections.pop(task, None)
             metrics.kafka_connections.dec()
 
-    async def _dispatch(self, frame: bytes, sasl: SaslState) -> _Pending | None:
+    async def _read_request(self, reader: asyncio.StreamReader, conn: _Connection) -> str | None:
+        """Read one request frame and start handling it; the reason to close the
+        connection instead, if any (logged here, with the client's address)."""
+        cfg = self.broker.config
+        loop = asyncio.get_running_loop()
+        authenticated = conn.sasl.authenticated
+        # A client must authenticate within the frame timeout of connecting.
+        wait = cfg.kafka_idle_timeout_s if authenticated else conn.opened + cfg.kafka_frame_timeout_s - loop.time()
+        try:
+            head = await asyncio.wait_for(reader.readexactly(4), max(wait, 0))
+        except asyncio.TimeoutError:
+            if authenticated and conn.in_progress:  # waiting for its own answers is not idle
+                return None
+            reason = "idle_timeout" if authenticated else "auth_timeout"
+            log.warning("Kafka client %s closed: %s", conn.peer, reason)
+            return reason
+        (size,) = struct.unpack(">i", head)
+        cap = cfg.kafka_max_frame_bytes if authenticated else cfg.kafka_max_preauth_frame_bytes
+        if not 0 < size <= cap:
+            reason = "frame_too_large" if authenticated else "preauth_frame_too_large"
+            log.warning("Kafka client %s sent a frame of %d bytes, over the %s cap of %d; closing",
+                        conn.peer, size, "" if authenticated else "pre-authentication", cap)
+            return reason
+        await self._memory.reserve(size)
+        conn.held += size
+        try:
+            frame = await asyncio.wait_for(reader.readexactly(size), cfg.kafka_frame_timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("Kafka client %s sent %d bytes of a frame slower than %.0f s; closing",
+                        conn.peer, size, cfg.kafka_frame_timeout_s)
+            return "frame_timeout"
+        try:
+            pending = await self._dispatch(frame, conn.sasl, size)
+        except Exception as exc:  # a request that does not decode has no answer: Kafka closes too
+            log.warning("Kafka client %s sent a request that failed (%s); closing", conn.peer, exc)
+            return "bad_request"
+        if pending is None:
+            log.warning("Kafka client %s sent a request before authenticating; closing", conn.peer)
+            return "unauthenticated"
+        conn.in_progress += 1
+        await conn.answers.put(pending)
+        return None
+
+    async def _dispatch(self, frame: bytes, sasl: SaslState, size: int) -> _Pending | None:
         """Decode one request and start handling it (``None``: refused before
         authentication, close the connection)."""
         assert self.context is not None
@@ -131,13 +174,14 @@ class KafkaListener:
         if not sasl.authenticated and api_key not in (ApiVersionsRequest.API_KEY, SASL_HANDSHAKE, SASL_AUTHENTICATE):
             return None
         if api is None or not api.min_version <= version <= api.max_version:
-            return _Pending(correlation_id, "UNSUPPORTED", started, _ready(unsupported_response(api_key, version)))
+            return _Pending(correlation_id, "UNSUPPORTED", started, _ready(unsupported_response(api_key, version)),
+                            size)
         request = api.request.decode(frame, version=version, header=True)
         name = api.request.name.removesuffix("Request")
         if api_key == SASL_HANDSHAKE:
-            return _Pending(correlation_id, name, started, _ready(sasl.handshake(request)))
+            return _Pending(correlation_id, name, started, _ready(sasl.handshake(request)), size)
         if api_key == SASL_AUTHENTICATE:
-            return _Pending(correlation_id, name, started, _ready(sasl.authenticate(request)))
+            return _Pending(correlation_id, name, started, _ready(sasl.authenticate(request)), size)
         assert api.handler is not None
         answer: Awaitable[ApiMessage | None]
         if api.runs == "ordered":  # acts now, before the next request is read; the answer comes later
@@ -146,12 +190,11 @@ class KafkaListener:
             answer = asyncio.ensure_future(asyncio.to_thread(api.handler, self.context, request))
         else:
             answer = asyncio.ensure_future(api.handler(self.context, request))
-        return _Pending(correlation_id, name, started, answer)
+        return _Pending(correlation_id, name, started, answer, size)
 
-    async def _send(self, writer: asyncio.StreamWriter, answers: asyncio.Queue[_Pending | None],
-                    sasl: SaslState) -> None:
+    async def _send(self, writer: asyncio.StreamWriter, conn: _Connection) -> None:
         metrics = self.broker.conn.metrics
-        while (item := await answers.get()) is not None:
+        while (item := await conn.answers.get()) is not None:
             try:
                 response = await item.answer
                 if response is not None:  # None: acks=0, no answer
@@ -164,9 +207,13 @@ class KafkaListener:
             if response is not None:
                 writer.write(frame)
                 await writer.drain()
+            conn.in_progress -= 1
+            conn.held -= item.size
+            self._memory.release(item.size)
             metrics.kafka_requests.labels(item.api).inc()
             metrics.kafka_latency.labels(item.api).observe(time.perf_counter() - item.started)
-            if sasl.failed:  # the client has its answer; an unauthenticated connection ends here
+            if conn.sasl.failed:  # the client has its answer; an unauthenticated connection ends here
+                metrics.kafka_connections_closed.labels("auth_failed").inc()
                 writer.close()
                 return
 
@@ -193,6 +240,21 @@ class _Pending:
     api: str  # for the metrics
     started: float  # perf_counter when it was read
     answer: Awaitable[ApiMessage | None]
+    size: int  # its frame's bytes, held in the listener's budget until answered
+
+
+class _Connection:
+    """One client connection's state, shared by its read loop and its sender."""
+
+    def __init__(self, peer: object, sasl: SaslState, answers: asyncio.Queue[_Pending | None]) -> None:
+        self.peer = peer
+        self.sasl = sasl
+        self.answers = answers
+        self.opened = asyncio.get_running_loop().time()
+        #: Requests read and not yet answered.
+        self.in_progress = 0
+        #: Bytes of this connection's frames held in the listener's budget.
+        self.held = 0
 
 
 async def _ready(value: ApiMessage | None) -> ApiMessage | None:

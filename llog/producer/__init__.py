@@ -120,6 +120,7 @@ class BatchingProducer:
         *,
         producer_id: str | None = None,
         sequence: int | None = None,
+        producer_epoch: int | None = None,
         timeout: float | None = None,
     ) -> Future[AppendResult]:
         """Buffer ``records`` as one append (contiguous offsets); the future resolves to
@@ -136,11 +137,11 @@ class BatchingProducer:
         if isinstance(records, KafkaBatches):
             self.conn.check_partition(topic, partition)
             group = QueuedGroup(topic, partition, [], [(fut, None)], len(records.data), producer_id=producer_id,
-                                sequence=sequence, kafka=records)
+                                sequence=sequence, producer_epoch=producer_epoch, kafka=records)
         else:
             recs, nbytes = self._check(topic, partition, records)
             group = QueuedGroup(topic, partition, recs, [(fut, None)], nbytes, producer_id=producer_id,
-                                sequence=sequence)
+                                sequence=sequence, producer_epoch=producer_epoch)
         self._acc.add(group, self._timeout(timeout), single=False)
         return fut
 

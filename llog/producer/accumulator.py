@@ -38,6 +38,7 @@ class QueuedGroup:
     nbytes: int = 0
     producer_id: str | None = None
     sequence: int | None = None
+    producer_epoch: int | None = None
     #: Kafka record batches stored as they are (``records`` is then empty).
     kafka: KafkaBatches | None = None
 

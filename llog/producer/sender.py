@@ -255,7 +255,9 @@ class Sender:
                 for g in u:
                     _fail(g, out.error)
                 continue
-            if self._on_commit is not None:
+            # A retried batch's result is its first commit's: this blob's body is not
+            # what the log holds at those offsets (only what etcd committed is).
+            if self._on_commit is not None and not out.duplicate:
                 self._notify(out, _records(u), staged.body(i))
             start = out.start_offset
             for g in u:
@@ -287,7 +289,7 @@ def _groups(units: _Units) -> list[AppendGroup]:
         AppendGroup(
             u[0].topic, u[0].partition,
             _records(u) if u[0].kafka is None else KafkaBatches.join([g.kafka for g in u if g.kafka is not None]),
-            u[0].producer_id, u[0].sequence,
+            u[0].producer_id, u[0].sequence, u[0].producer_epoch,
         )
         for u in units
     ]

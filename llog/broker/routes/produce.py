@@ -5,6 +5,7 @@ from __future__ import annotations
 from concurrent.futures import Future
 
 import anyio.to_thread
+from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -42,7 +43,8 @@ async def produce(request: Request) -> Response:
         results.append(ProduceResult(
             topic=tp.topic, partition=tp.partition, ok=True, start_offset=res.start_offset,
             end_offset=res.end_offset, count=res.count, index_key=res.index_key,
-            wal_uri=f"{b.config.object_store.rstrip('/')}/{res.data_key}",
+            wal_uri=f"{b.config.object_store.rstrip('/')}/{res.data_key}" if res.data_key else UNSET,
+            duplicate=res.duplicate,
         ))
     return results_response(ProduceResponse(results=results), errors, len(results))
 
@@ -64,6 +66,7 @@ def submit(
                 broker.topic(tp.topic)  # created here when auto-creation is on
             out.append(broker.producer.send_group(
                 tp.topic, tp.partition, tp.records, producer_id=tp.producer_id, sequence=tp.sequence,
+                producer_epoch=tp.producer_epoch,
                 timeout=0 if fast else None,
             ))
             broker.validated.add(key)

@@ -34,6 +34,10 @@ GROUP_KEY = 0  # FindCoordinator key types
 TRANSACTION_KEY = 1
 
 
+#: Why a transactional request is refused (docs/kafka.md).
+NO_TRANSACTIONS = "llog does not support transactions (transactional.id); use an idempotent producer"
+
+
 async def find_coordinator(ctx: Context, req: Any) -> FindCoordinatorResponse:
     R = FindCoordinatorResponse
     version = req.API_VERSION
@@ -43,17 +47,22 @@ async def find_coordinator(ctx: Context, req: Any) -> FindCoordinatorResponse:
         code: int = ErrorCode.NONE
         node = None
         if req.key_type != GROUP_KEY:
-            code = ErrorCode.COORDINATOR_NOT_AVAILABLE  # no transactions, so no transaction coordinator
+            # No transactions, so no transaction coordinator. A non-retriable code, so a
+            # transactional producer's init fails at once (librdkafka and the Java
+            # client retry COORDINATOR_NOT_AVAILABLE until their timeout).
+            code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
         else:
             node = ctx.registry.coordinator(key)
         answers.append((key, code, node))
+    message = None if all(code == ErrorCode.NONE for _, code, _ in answers) else NO_TRANSACTIONS
     if version >= 4:
         return R[version](throttle_time_ms=0, coordinators=[
             R.Coordinator(key=key, node_id=-1 if node is None else node.node_id, host="" if node is None else node.host,
-                          port=-1 if node is None else node.port, error_code=code, error_message=None)
+                          port=-1 if node is None else node.port, error_code=code,
+                          error_message=None if code == ErrorCode.NONE else NO_TRANSACTIONS)
             for key, code, node in answers])
     key, code, node = answers[0]
-    return R[version](throttle_time_ms=0, error_code=code, error_message=None,
+    return R[version](throttle_time_ms=0, error_code=code, error_message=message,
                       node_id=-1 if node is None else node.node_id, host="" if node is None else node.host,
                       port=-1 if node is None else node.port)
 
@@ -136,17 +145,17 @@ async def offset_commit(ctx: Context, req: Any) -> OffsetCommitResponse:
     generation = req.generation_id_or_member_epoch
     epoch: GroupEpoch | None = None
     refused: int = ErrorCode.NONE
-    if generation >= 0 or req.member_id:  # a group member's commit; else a standalone consumer's
-        try:
-            _coordinated(ctx, req.group_id)
+    try:
+        _coordinated(ctx, req.group_id)
+        if generation >= 0 or req.member_id:  # a group member's commit
             epoch = ctx.coordinator.check_commit(req.group_id, req.member_id, generation)
-        except GroupError as exc:
-            refused = exc.code
-    else:
-        try:
-            check_group(req.group_id)
-        except InvalidInput:
-            refused = ErrorCode.INVALID_GROUP_ID
+        elif ctx.coordinator.has_members(req.group_id):
+            # A standalone consumer's commit (no generation, no member) is for a group
+            # nobody is a member of; into a live group it would overwrite its members'
+            # offsets, so Kafka refuses it, and so does llog.
+            refused = ErrorCode.UNKNOWN_MEMBER_ID
+    except GroupError as exc:
+        refused = exc.code
     wanted = [(t.name, p.partition_index, p.committed_offset) for t in req.topics for p in t.partitions]
     codes = [refused] * len(wanted) if refused else await asyncio.to_thread(_commit, ctx, req.group_id, wanted, epoch)
     by_topic: dict[str, list[Any]] = {}

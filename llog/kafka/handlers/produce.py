@@ -1,5 +1,5 @@
-"""Produce: each partition's record batches checked (framing, CRC-32C, record
-length prefixes: :func:`~llog.codec.kafka_body.check_batches`) and handed to the
+"""Produce: each partition's record batch checked (framing, CRC-32C, every record,
+decompressed within a cap, off the event loop: :mod:`llog.kafka.batch_checks`) and handed to the
 broker's batching producer (shared with the HTTP API) to be stored as they came,
 before the connection's next request is read; the answer waits for the commits. Every
 ``acks`` value but 0 means what llog's acknowledgement always means: durable in the
@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.producer import ProduceResponse
 
-from llog.codec.kafka_body import KafkaBatchError, KafkaBatches, check_batches
+from llog.codec.kafka_body import KafkaBatchError, KafkaBatches
 from llog.commit_plan import RECORD_COUNTED_PREFIX
 from llog.errors import BackPressure, LlogError
 from llog.kafka.context import Context
@@ -51,36 +51,39 @@ async def _submit(ctx: Context, topic: str, partition: int, data: bytes | None) 
     if not data:
         return ErrorCode.CORRUPT_MESSAGE
     try:
-        batches = check_batches(data, broker.config.max_record_bytes)
+        batches = await ctx.checks.check(data)
     except KafkaBatchError as exc:
+        broker.conn.metrics.kafka_batches_refused.labels(type(exc).__name__).inc()
         return exc
     if batches.transactional:
         return ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT  # llog has no transactions (docs/kafka.md)
-    # An idempotent producer's batches carry its id, epoch and first sequence; llog's
+    # An idempotent producer's batch carries its id, epoch and first sequence; llog's
     # producer state then counts records, as Kafka does (spec §8.7).
-    producer_id, sequence = None, None
+    producer_id, sequence, epoch = None, None, None
     if batches.producer_id >= 0:
-        producer_id = f"{RECORD_COUNTED_PREFIX}{batches.producer_id}.{batches.producer_epoch}"
-        sequence = batches.base_sequence
+        producer_id = f"{RECORD_COUNTED_PREFIX}{batches.producer_id}"
+        sequence, epoch = batches.base_sequence, batches.producer_epoch
     key = (topic, partition)
     try:
         if key in broker.validated:
             try:  # on the event loop while nothing blocks, like the HTTP route
                 return broker.producer.send_group(topic, partition, batches, producer_id=producer_id,
-                                                  sequence=sequence, timeout=0)
+                                                  sequence=sequence, producer_epoch=epoch, timeout=0)
             except BackPressure:
                 pass
-        return await asyncio.to_thread(_send_blocking, ctx, topic, partition, batches, producer_id, sequence)
+        return await asyncio.to_thread(_send_blocking, ctx, topic, partition, batches, producer_id, sequence, epoch)
     except LlogError as exc:
         return exc
 
 
 def _send_blocking(
-    ctx: Context, topic: str, partition: int, records: KafkaBatches, producer_id: str | None, sequence: int | None
+    ctx: Context, topic: str, partition: int, records: KafkaBatches, producer_id: str | None, sequence: int | None,
+    epoch: int | None,
 ) -> Future[AppendResult]:
     broker = ctx.broker
     broker.topic(topic)  # created here when auto-creation is on
-    fut = broker.producer.send_group(topic, partition, records, producer_id=producer_id, sequence=sequence)
+    fut = broker.producer.send_group(topic, partition, records, producer_id=producer_id, sequence=sequence,
+                                     producer_epoch=epoch)
     broker.validated.add((topic, partition))
     return fut
 

@@ -18,8 +18,9 @@ MAX_EPOCH = 32767
 
 def init_producer_id(ctx: Context, req: Any) -> InitProducerIdResponse:
     R = InitProducerIdResponse[req.API_VERSION]
-    if req.transactional_id is not None:
-        return R(throttle_time_ms=0, error_code=ErrorCode.UNSUPPORTED_VERSION, producer_id=-1, producer_epoch=-1)
+    if req.transactional_id is not None:  # non-retriable: a transactional init fails at once
+        return R(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1,
+                 producer_epoch=-1)
     pid, epoch = getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1)
     if pid >= 0 and 0 <= epoch < MAX_EPOCH:
         return R(throttle_time_ms=0, error_code=0, producer_id=pid, producer_epoch=epoch + 1)

@@ -1,0 +1,48 @@
+"""Checking produced record batches off the event loop.
+
+A batch is stored only after every record in it has been decompressed (within
+``kafka_max_batch_inflated_bytes``) and parsed (:func:`~llog.codec.kafka_body.check_batches`):
+work that grows with what a client sends, not with what it pays for. So it runs on a
+few threads of its own, never on the event loop that answers every other client,
+``/health`` and group heartbeats; and each connection has at most one batch being
+checked at a time (the listener reads a connection's next request only once its
+produce has been handed on), so one client's batches queue behind each other, not in
+front of everyone's. Small uncompressed batches, which cost less than the hop to a
+thread, are checked in place.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from concurrent.futures import ThreadPoolExecutor
+
+from llog.codec.kafka_body import BATCH_HEADER_SIZE, BatchLimits, KafkaBatches, check_batches
+from llog.config import LlogConfig
+
+#: Uncompressed data up to this size is checked on the event loop (about 0.2 ms).
+INLINE_BYTES = 16 * 1024
+_COMPRESSION_AT = 22  # the low byte of a batch's attributes
+
+
+class BatchChecker:
+    """Checks one partition's produce data against the broker's limits; :meth:`close`
+    stops its threads."""
+
+    def __init__(self, config: LlogConfig) -> None:
+        self.limits = BatchLimits(
+            max_batch_bytes=config.max_record_bytes,
+            max_record_bytes=config.max_record_bytes,
+            max_inflated_bytes=config.kafka_inflate_cap,
+            max_records=config.kafka_max_batch_records,
+            single_batch=True,
+        )
+        self._pool = ThreadPoolExecutor(config.kafka_check_threads, thread_name_prefix="llog-kafka-check")
+
+    async def check(self, data: bytes) -> KafkaBatches:
+        """``data`` checked (:func:`check_batches`), or its :class:`KafkaBatchError`."""
+        if len(data) <= INLINE_BYTES and (len(data) < BATCH_HEADER_SIZE or data[_COMPRESSION_AT] & 0x07 == 0):
+            return check_batches(data, self.limits)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, check_batches, data, self.limits)
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True, cancel_futures=True)
