@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from compactor.claims import claimed
-from compactor.compact import COMPACTED, Compactor
+from compactor.compact import COMPACTED, DAMAGED, Compactor
 from compactor.service import CompactorService, stop_signals
 from compactor.vacuum import vacuum
 from llog.cli import values
@@ -98,13 +98,18 @@ def run_compact(args: argparse.Namespace) -> int:
         parts = range(meta.partitions) if args.partition is None else [args.partition]
         for p in parts:
             out: dict[str, Any] = {"topic": args.topic, "partition": p, "runs": 0, "records": 0,
-                                   "index_keys_removed": 0, "recovered": None}
+                                   "index_keys_removed": 0, "recovered": None, "damaged": []}
             try:
                 with claimed(conn, args.topic, p) as claim:
                     for _ in range(args.max_runs):
                         res = comp.compact_once(args.topic, p, claim=claim)
                         if res.recovered is not None:
                             out["recovered"] = res.recovered.stage
+                        if res.outcome == DAMAGED and res.damaged is not None:  # passed: see topics describe
+                            end, d = res.damaged
+                            out["damaged"].append({"start_offset": d.start_offset, "end_offset": end,
+                                                   "reason": d.reason})
+                            continue
                         if res.outcome != COMPACTED:
                             break
                         assert res.record is not None

@@ -14,6 +14,11 @@
    create_revision (the session still lives, so vacuum has not judged the blob); then
    run the stages (:mod:`compactor.stages`).
 
+A body that does not decode (bit rot, a bug) never stops the partition: the run is cut
+before it, and when it is the first entry at the cursor, read again straight from the
+store to be sure, it is passed (step K3', spec §10): one transaction records it under
+``damaged/{end}`` and moves the cursor past it, its index entry left as it is.
+
 A crash anywhere leaves either an unreferenced blob (vacuum deletes it) or a record
 that the next compactor finishes.
 """
@@ -26,15 +31,21 @@ from dataclasses import dataclass, replace
 
 from compactor.claims import Claim, claim_guard, claim_lost, process_owner
 from compactor.metrics import CompactorMetrics, compactor_metrics
-from compactor.planner import WalRun, select_run
+from compactor.planner import WalRun, WalSlice, select_run
 from compactor.recovery import Recovered, finish_interrupted
 from compactor.revision_clock import RevisionClock
 from compactor.stages import WRITING_COMPACTED_INDEX, StageHook, StageRunner
-from llog.codec import batch, parquet_body
-from llog.codec.etcd_values import PARQUET_ENCODING, CompactionCursor, CompactionRecord, MetaFormatError
+from llog.codec import batch, bodies, parquet_body
+from llog.codec.etcd_values import (
+    PARQUET_ENCODING,
+    CompactionCursor,
+    CompactionRecord,
+    DamagedRange,
+    MetaFormatError,
+)
 from llog.connection import Connection
 from llog.control import now_ms, read_control, settle
-from llog.errors import ClaimLost, CorruptMetadata, OffsetOutOfRange
+from llog.errors import ClaimLost, CorruptBlob, CorruptMetadata, ObjectNotFound, OffsetOutOfRange, StoreError
 from llog.etcd import Get, Put, absent, mod_revision_is
 from llog.reader import Reader
 from llog.records import Headers
@@ -47,6 +58,7 @@ COMPACTED = "compacted"
 IDLE = "idle"
 CONFLICT = "conflict"
 ABANDONED = "abandoned"
+DAMAGED = "damaged"
 
 
 @dataclass(frozen=True)
@@ -56,8 +68,9 @@ class CompactionResult:
     ``outcome``: ``compacted`` (a run was rewritten and the cursor advanced), ``idle``
     (nothing ready at the cursor), ``conflict`` (the cursor moved or another compaction
     started meanwhile; nothing changed but an unreferenced blob), ``abandoned`` (the
-    range changed under the record; index untouched). ``recovered`` is the interrupted
-    compaction finished first, if any.
+    range changed under the record; index untouched), ``damaged`` (the entry at the
+    cursor does not decode: recorded in ``damaged`` and passed). ``recovered`` is the
+    interrupted compaction finished first, if any.
     """
 
     topic: str
@@ -67,6 +80,8 @@ class CompactionResult:
     record: CompactionRecord | None = None
     entries: int = 0
     index_keys_removed: int = 0
+    #: The entry passed, with the end offset of its range, for ``damaged``.
+    damaged: tuple[int, DamagedRange] | None = None
 
 
 def read_cursor(conn: Connection, topic: str, partition: int) -> tuple[int | None, int]:
@@ -134,10 +149,20 @@ class Compactor:
             return CompactionResult(topic, partition, IDLE, recovered)
         session = self._sessions.acquire()
         try:
-            try:
-                rec = self._write_blob(topic, partition, run, claim, session)
-            except OffsetOutOfRange:  # retention moved the log start past the run meanwhile
-                return CompactionResult(topic, partition, CONFLICT, recovered)
+            while True:
+                try:
+                    rec = self._write_blob(topic, partition, run, claim, session)
+                    break
+                except OffsetOutOfRange:  # retention moved the log start past the run meanwhile
+                    return CompactionResult(topic, partition, CONFLICT, recovered)
+                except CorruptBlob as exc:
+                    j = next((j for j, sl in enumerate(run.slices) if sl.holds(exc.key, exc.offset, exc.length)),
+                             None)
+                    if j is None:  # not one of the run's slices: nothing to pass
+                        raise
+                    if j == 0:
+                        return self._pass_damaged(topic, partition, run.slices[0], cursor_rev, claim, exc, recovered)
+                    run = run.prefix(j)  # compact what precedes the damage; it comes first next time
             runner = StageRunner(conn, topic, partition, claim=claim, metrics=m, hook=self.hook)
             runner.emit("after_put", rec, 0)
             keys = conn.keys
@@ -177,6 +202,45 @@ class Compactor:
         return CompactionResult(
             topic, partition, COMPACTED, recovered, rec, run.entries, fin.index_keys_removed
         )
+
+    def _pass_damaged(
+        self, topic: str, partition: int, sl: WalSlice, cursor_rev: int, claim: Claim | None, exc: CorruptBlob,
+        recovered: Recovered | None,
+    ) -> CompactionResult:
+        """Step K3': the entry at the cursor does not decode. Read straight from the
+        store (no cache, no peer) to be sure, then record it and move the cursor past
+        it in one transaction guarded like K3, and by the entry's own key (retention or
+        a writer's materialization has not changed it since it was selected)."""
+        conn, keys = self.conn, self.conn.keys
+        reason = _undecodable(conn, sl)
+        if reason is None:
+            log.warning("%s/%s [%d, %d] read as damaged once but decodes from the store (%s); retrying later",
+                        topic, partition, sl.start_offset, sl.end_offset, exc.reason)
+            return CompactionResult(topic, partition, CONFLICT, recovered)
+        owner = claim.token if claim is not None else f"{process_owner()}/unclaimed"
+        damaged = DamagedRange(sl.start_offset, sl.data_key, sl.byte_offset, sl.byte_length, reason, now_ms(), owner)
+        ck = keys.compaction_cursor(topic, partition)
+        r = conn.etcd.txn(
+            [absent(keys.compaction(topic, partition)), mod_revision_is(ck, cursor_rev),
+             claim_guard(conn, topic, partition, claim),
+             mod_revision_is(keys.index(topic, partition, sl.end_offset), sl.mod_revision)],
+            [Put(keys.damaged(topic, partition, sl.end_offset), damaged.encode()),
+             Put(ck, CompactionCursor(sl.end_offset + 1).encode())],
+            [Get(keys.compactor_claim(topic, partition))],
+        )
+        if not r.succeeded:
+            [held] = r.responses
+            assert isinstance(held, list)
+            if claim_lost(claim, held):
+                raise ClaimLost(topic, partition)
+            return CompactionResult(topic, partition, CONFLICT, recovered)
+        self.metrics.damaged.inc()
+        self.metrics.damaged_records.inc(sl.end_offset - sl.start_offset + 1)
+        log.error("%s/%s [%d, %d] in %s bytes [%d, %d) does not decode (%s): passed by compaction, kept in the "
+                  "index (readers get CorruptBlob), recorded under %s", topic, partition, sl.start_offset,
+                  sl.end_offset, sl.data_key, sl.byte_offset, sl.byte_offset + sl.byte_length, reason,
+                  keys.damaged(topic, partition, sl.end_offset))
+        return CompactionResult(topic, partition, DAMAGED, recovered, damaged=(sl.end_offset, damaged))
 
     def _select(self, topic: str, partition: int) -> tuple[WalRun | None, int]:
         """Settle an idle pending, then select the run at the cursor (steps K0 and K1):
@@ -259,6 +323,28 @@ class Compactor:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _undecodable(conn: Connection, sl: WalSlice) -> str | None:
+    """Why ``sl``'s body, read straight from the store, does not decode (``None``: it
+    does). A store that cannot be read proves nothing: its error is raised."""
+    try:
+        body = conn.store.get_upto(sl.data_key, sl.byte_offset, sl.byte_length)
+    except ObjectNotFound:  # vacuumed under a re-planned read: not damage
+        raise
+    except StoreError:
+        info = conn.store.head(sl.data_key)  # objects never change: a short one is damaged
+        if info is None or info.size > sl.byte_offset:
+            raise
+        return f"the object ends at byte {info.size}, before the slice"
+    if len(body) != sl.byte_length:
+        return f"the object holds {len(body)} of the slice's {sl.byte_length} bytes"
+    try:
+        n = len(bodies.decode(body))
+    except batch.BatchFormatError as exc:
+        return str(exc)
+    expected = sl.end_offset - sl.start_offset + 1
+    return None if n == expected else f"body holds {n} records, its index entry {expected}"
 
 
 def compact_once(

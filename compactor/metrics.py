@@ -57,6 +57,13 @@ class CompactorMetrics:
             "llog_compactor_stage_seconds", "time spent per compaction step", ["stage"],
             buckets=_STAGE_BUCKETS, registry=r,
         )
+        self.damaged = Counter(
+            "llog_compactor_damaged_ranges",
+            "WAL entries whose body does not decode, passed by compaction (spec §10 K3')", registry=r,
+        )
+        self.damaged_records = Counter(
+            "llog_compactor_damaged_records", "records of the damaged ranges passed by compaction", registry=r
+        )
         self.claim_conflicts = Counter(
             "llog_compactor_claim_conflicts", "partitions skipped because another compactor held the claim",
             registry=r,

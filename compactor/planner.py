@@ -1,5 +1,6 @@
 """Choosing what to compact: one contiguous run of WAL index entries that starts
-exactly at the compaction cursor."""
+exactly at the compaction cursor, with each entry's slice (so a damaged one can be
+told apart and the run cut before it)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,23 @@ _PAGE = 256
 
 
 @dataclass(frozen=True)
+class WalSlice:
+    """One WAL index entry of a run: its records, slice and key's ``mod_revision``."""
+
+    start_offset: int
+    end_offset: int
+    data_key: str
+    byte_offset: int
+    byte_length: int
+    max_timestamp: int
+    mod_revision: int
+
+    def holds(self, data_key: str, byte_offset: int, byte_length: int) -> bool:
+        """Whether this is the slice a :class:`~llog.errors.CorruptBlob` names."""
+        return (self.data_key, self.byte_offset, self.byte_length) == (data_key, byte_offset, byte_length)
+
+
+@dataclass(frozen=True)
 class WalRun:
     """WAL entries covering records ``[start_offset, end_offset]``; the last one starts
     at ``last_wal_start_offset`` (its key is ``index/{end_offset}``)."""
@@ -23,10 +41,17 @@ class WalRun:
     entries: int
     byte_length: int
     max_timestamp: int
+    slices: tuple[WalSlice, ...] = ()
 
     @property
     def msg_count(self) -> int:
         return self.end_offset - self.start_offset + 1
+
+    def prefix(self, j: int) -> WalRun:
+        """The run of its first ``j`` entries (``0 < j < entries``)."""
+        kept = self.slices[:j]
+        return WalRun(self.start_offset, kept[-1].end_offset, kept[-1].start_offset, j,
+                      sum(s.byte_length for s in kept), max(s.max_timestamp for s in kept), kept)
 
 
 def select_run(
@@ -54,6 +79,7 @@ def select_run(
     nxt = cursor
     entries = size = 0
     last_start = max_ts = -1
+    slices: list[WalSlice] = []
     while True:
         kvs = etcd.range(start_key, end_key, limit=_PAGE)
         for kv in kvs:
@@ -61,20 +87,24 @@ def select_run(
             e_end = keys.end_offset_of(kv.key)
             e_start = e_end - e.msg_count + 1
             if e_start != nxt or e.kind != WAL or kv.mod_revision > aged_revision:
-                return _run(cursor, nxt, last_start, entries, size, max_ts)
+                return _run(cursor, nxt, last_start, entries, size, max_ts, slices)
             if entries and (size + e.byte_length > target_bytes or e_end - cursor + 1 > max_records):
-                return _run(cursor, nxt, last_start, entries, size, max_ts)
+                return _run(cursor, nxt, last_start, entries, size, max_ts, slices)
+            slices.append(WalSlice(e_start, e_end, e.data_key, e.byte_offset, e.byte_length, e.max_timestamp,
+                                   kv.mod_revision))
             entries += 1
             size += e.byte_length
             last_start = e_start
             max_ts = max(max_ts, e.max_timestamp)
             nxt = e_end + 1
         if len(kvs) < _PAGE:
-            return _run(cursor, nxt, last_start, entries, size, max_ts)
+            return _run(cursor, nxt, last_start, entries, size, max_ts, slices)
         start_key = kvs[-1].key + "\0"
 
 
-def _run(cursor: int, nxt: int, last_start: int, entries: int, size: int, max_ts: int) -> WalRun | None:
+def _run(
+    cursor: int, nxt: int, last_start: int, entries: int, size: int, max_ts: int, slices: list[WalSlice]
+) -> WalRun | None:
     if entries == 0:
         return None
-    return WalRun(cursor, nxt - 1, last_start, entries, size, max_ts)
+    return WalRun(cursor, nxt - 1, last_start, entries, size, max_ts, tuple(slices))

@@ -133,7 +133,7 @@ def _advance_start(
     claim: Claim | None,
 ) -> TxnResult:
     """The one transaction (module doc): move ``log_start_offset`` to ``new``, delete
-    the index keys below it and lift the cursor (``(offset, mod_revision)`` as read)
+    the index keys (and damaged-range records) below it and lift the cursor (``(offset, mod_revision)`` as read)
     to it, if the control, cursor and claim are unchanged and no compaction is in
     flight. Failure responses: the claim key, the compaction record."""
     keys = conn.keys
@@ -143,6 +143,8 @@ def _advance_start(
     ops: list[Op] = [
         Put(ckey, st.control.with_changes(log_start_offset=new).encode()),
         Delete(keys.index_prefix(topic, partition), keys.index(topic, partition, new)),
+        # The damaged entries (§10 K3') among them go too: their records are gone.
+        Delete(keys.damaged_prefix(topic, partition), keys.damaged(topic, partition, new)),
     ]
     if offset is None or offset < new:
         ops.append(Put(curkey, CompactionCursor(new).encode()))

@@ -48,7 +48,7 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from compactor.claims import LeaseKeeper, process_owner, release_claim, try_claim
-from compactor.compact import COMPACTED, Compactor, read_cursor
+from compactor.compact import COMPACTED, DAMAGED, Compactor, read_cursor
 from compactor.discovery import discover
 from compactor.etcd_history import EtcdHistoryCompactor
 from compactor.http import HttpServer
@@ -353,7 +353,7 @@ class CompactorService:
                 apply_retention(self.conn, topic, partition, claim=got, clock=self.compactor.clock)
             for _ in range(self.config.compactor_max_runs_per_task):
                 res = self.compactor.compact_once(topic, partition, claim=got)
-                if res.outcome != COMPACTED or self._stopping.is_set():
+                if res.outcome not in (COMPACTED, DAMAGED) or self._stopping.is_set():
                     break
         except (UnknownTopic, UnknownPartition) as exc:
             log.info("dropping %s/%s: %s", topic, partition, exc)

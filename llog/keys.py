@@ -47,6 +47,13 @@ class KeyLayout:
     def compactor_claim(self, topic: str, partition: int) -> str:
         return f"{self.partition_prefix(topic, partition)}meta/compactor-claim"
 
+    def damaged(self, topic: str, partition: int, end_offset: int) -> str:
+        """A WAL entry the compactor passed because its body does not decode (§10 K3')."""
+        return f"{self.damaged_prefix(topic, partition)}{end_offset:020d}"
+
+    def damaged_prefix(self, topic: str, partition: int) -> str:
+        return f"{self.partition_prefix(topic, partition)}damaged/"
+
     def producer(self, topic: str, partition: int, producer_id: str) -> str:
         return f"{self.partition_prefix(topic, partition)}producers/{producer_id}"
 

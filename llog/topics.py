@@ -12,6 +12,7 @@ from llog.codec.etcd_values import (
     OPEN,
     TABLE_FORMATS,
     CompactionCursor,
+    DamagedRange,
     MetaFormatError,
     Pending,
     TopicMeta,
@@ -35,6 +36,9 @@ class PartitionInfo:
     compaction_cursor: int
     #: When the newest compaction of the partition was written (ms), None if never.
     last_compaction_ms: int | None = None
+    #: Ranges whose body does not decode, which compaction passed (spec §10 K3'), in
+    #: offset order: ``(end_offset, what was recorded)``.
+    damaged: tuple[tuple[int, DamagedRange], ...] = ()
 
     @property
     def compaction_lag(self) -> int:
@@ -178,13 +182,7 @@ class Topics:
                 except MetaFormatError as exc:
                     raise CorruptMetadata(cur.key, str(exc)) from exc
             c = st.control
-            # The entry just below the cursor is the newest compaction's (unless
-            # retention dropped it since).
-            last = etcd.get(keys.index(name, p, cursor - 1)) if cursor > 0 else None
-            last_ms = None
-            if last is not None:
-                entry = decode_index(last.key, last.value)
-                last_ms = entry.created_at_ms if entry.kind == COMPACTED else None
+            damaged = self._damaged(name, p)
             parts.append(
                 PartitionInfo(
                     partition=p,
@@ -196,10 +194,40 @@ class Topics:
                         keys.index_prefix(name, p), keys.index_range_end(name, p)
                     ),
                     compaction_cursor=cursor,
-                    last_compaction_ms=last_ms,
+                    last_compaction_ms=self._last_compaction_ms(name, p, cursor, {end for end, _ in damaged}),
+                    damaged=damaged,
                 )
             )
         return TopicDescription(meta, tuple(parts))
+
+    def _damaged(self, topic: str, partition: int) -> tuple[tuple[int, DamagedRange], ...]:
+        keys = self.conn.keys
+        prefix = keys.damaged_prefix(topic, partition)
+        out = []
+        for kv in self.conn.etcd.range(prefix, prefix_range_end(prefix)):
+            try:
+                out.append((keys.end_offset_of(kv.key), DamagedRange.decode(kv.value)))
+            except MetaFormatError as exc:
+                raise CorruptMetadata(kv.key, str(exc)) from exc
+        return tuple(out)
+
+    def _last_compaction_ms(self, topic: str, partition: int, cursor: int, damaged_ends: set[int]) -> int | None:
+        """When the newest compaction below the cursor was written: the entry just below
+        it, or below the damaged entries compaction passed there (unless retention
+        dropped it since)."""
+        etcd, keys = self.conn.etcd, self.conn.keys
+        probe = cursor - 1
+        while probe >= 0:
+            kv = etcd.get(keys.index(topic, partition, probe))
+            if kv is None:
+                return None
+            entry = decode_index(kv.key, kv.value)
+            if entry.kind == COMPACTED:
+                return entry.created_at_ms
+            if probe not in damaged_ends:
+                return None
+            probe -= entry.msg_count
+        return None
 
     def fence(self, topic: str, partition: int) -> ControlState:
         """Reject further appends to the partition (committed data stays readable)."""

@@ -32,6 +32,7 @@ from llog.codec.etcd_values import (
     CompactionCursor,
     CompactionRecord,
     Control,
+    DamagedRange,
     IndexEntry,
     Pending,
     ProducerState,
@@ -360,6 +361,10 @@ def meta_vectors() -> list[Vector]:
                        T0 + 11, 2, _orders0_digest(),
                        (SequencedBatch(3, 30, 31, 0x1B3D5F71), SequencedBatch(4, 32, 34, 0x2A4C6E80),
                         SequencedBatch(5, 35, 35, 0x39517395), SequencedBatch(6, 36, 39, 0x4862A4B6)))),
+        ("damaged-range", "control-pending's append [40, 41] passed by compaction: its body does not decode",
+         "damaged", {"topic": "orders", "partition": 0, "end_offset": 41},
+         DamagedRange(pending.start_offset, pending.data_key, pending.byte_offset, pending.byte_length,
+                      "checksum mismatch", T0 + 120_000, OWNER)),
     ]
     for stage in ("WRITING_COMPACTED_INDEX", "DELETING_OLD", "UPDATING_CURSOR"):
         cases.append((

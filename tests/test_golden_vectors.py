@@ -23,6 +23,7 @@ from llog.codec.etcd_values import (
     CompactionCursor,
     CompactionRecord,
     Control,
+    DamagedRange,
     IndexEntry,
     Pending,
     ProducerState,
@@ -246,6 +247,7 @@ def _meta_object(kind: str, m: dict[str, Any]) -> Any:
         "CompactionCursor": CompactionCursor,
         "CompactionRecord": CompactionRecord,
         "ProducerState": ProducerState,
+        "DamagedRange": DamagedRange,
     }
     return classes[kind](**m)
 

@@ -135,8 +135,15 @@ def _describe(args: argparse.Namespace) -> int:
             "compaction_cursor": p.compaction_cursor,
             "compaction_lag": p.compaction_lag,
             "last_compaction_ms": p.last_compaction_ms,
+            "damaged": len(p.damaged),
         }
         for p in desc.partitions
+    ]
+    damaged: list[dict[str, Any]] = [
+        {"partition": p.partition, "start_offset": d.start_offset, "end_offset": end, "data_key": d.data_key,
+         "byte_offset": d.byte_offset, "byte_length": d.byte_length, "reason": d.reason,
+         "found_at_ms": d.found_at_ms}
+        for p in desc.partitions for end, d in p.damaged
     ]
     if args.json:
         print_json({
@@ -147,6 +154,7 @@ def _describe(args: argparse.Namespace) -> int:
             "compacted_format": desc.meta.compacted_format or FORMATS[0],
             "table": table,
             "partition_info": rows,
+            "damaged_ranges": damaged,
         })
         return 0
     if table is not None and "error" in table:
@@ -160,6 +168,9 @@ def _describe(args: argparse.Namespace) -> int:
     print("\t".join(cols))
     for r in rows:
         print("\t".join("-" if r[c] is None else str(r[c]) for c in cols))
+    for d in damaged:  # every reader of these offsets gets CorruptBlob
+        print(f"damaged: partition {d['partition']} offsets [{d['start_offset']}, {d['end_offset']}] in "
+              f"{d['data_key']} bytes [{d['byte_offset']}, {d['byte_offset'] + d['byte_length']}): {d['reason']}")
     return 0
 
 

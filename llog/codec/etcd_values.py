@@ -291,6 +291,50 @@ class CompactionCursor:
         return cls(offset=_field(_unpack(raw), "offset", int))
 
 
+@dataclass(frozen=True)
+class DamagedRange:
+    """``damaged/{end_offset:020d}``: a WAL entry whose body does not decode, which the
+    compactor passed (its index entry stays; readers of it get ``CorruptBlob``). The
+    end offset is the key's."""
+
+    start_offset: int
+    data_key: str
+    byte_offset: int
+    byte_length: int
+    reason: str
+    found_at_ms: int
+    owner: str
+
+    def encode(self) -> bytes:
+        return _pack(
+            {
+                "start_offset": self.start_offset,
+                "data_key": self.data_key,
+                "byte_offset": self.byte_offset,
+                "byte_length": self.byte_length,
+                "reason": self.reason,
+                "found_at_ms": self.found_at_ms,
+                "owner": self.owner,
+            }
+        )
+
+    @classmethod
+    def decode(cls, raw: bytes) -> DamagedRange:
+        m = _unpack(raw)
+        d = cls(
+            start_offset=_field(m, "start_offset", int),
+            data_key=_field(m, "data_key", str),
+            byte_offset=_field(m, "byte_offset", int),
+            byte_length=_field(m, "byte_length", int),
+            reason=_field(m, "reason", str),
+            found_at_ms=_field(m, "found_at_ms", int),
+            owner=_field(m, "owner", str),
+        )
+        if d.start_offset < 0 or d.byte_offset < 0 or d.byte_length < 1:
+            raise MetaFormatError("damaged range has a negative offset or an empty slice")
+        return d
+
+
 COMPACTION_STAGES = ("WRITING_COMPACTED_INDEX", "DELETING_OLD", "UPDATING_CURSOR")
 
 
