@@ -103,6 +103,9 @@ class LlogConfig:
     broker_token: str | None = None
     #: Largest request body the broker accepts, in bytes (413 beyond).
     broker_max_request_bytes: int = 16 * 1024 * 1024
+    #: Seconds a request body may take to arrive whole (408 beyond): a client trickling
+    #: its bytes holds a connection no longer.
+    broker_body_timeout_s: float = 30.0
     #: Seconds a broker produce waits for room in the batch buffer before a 503.
     broker_send_timeout_s: float = 5.0
     #: Port of the broker's Kafka listener (docs/kafka.md); unset: no Kafka listener.
@@ -261,6 +264,7 @@ class LlogConfig:
                      "compactor_claim_ttl_s", "compactor_pass_interval_s", "compactor_discovery_interval_s",
                      "compactor_max_runs_per_task", "session_ttl_s", "session_rotate_s",
                      "broker_max_request_bytes", "broker_send_timeout_s", "read_peer_timeout_s",
+                     "broker_body_timeout_s",
                      "iceberg_snapshots_kept", "kafka_max_frame_bytes", "kafka_max_preauth_frame_bytes",
                      "kafka_max_queued_bytes", "kafka_max_connections", "kafka_max_connections_per_ip",
                      "kafka_max_inflight_requests", "kafka_idle_timeout_s", "kafka_frame_timeout_s",

@@ -73,6 +73,8 @@ def test_each_field_reads_its_own_variable() -> None:
             raw, want = "other", "other"
         elif f.name == "put_hedge_quantile":  # a quantile: below 1
             raw, want = "0.5", 0.5
+        elif f.name == "kafka_max_batch_inflated_bytes":  # at least max_record_bytes
+            raw, want = str(64 << 20), 64 << 20
         elif f.type == "int | None":
             raw, want = "9092", 9092
         elif isinstance(current, bool):
@@ -88,6 +90,18 @@ def test_each_field_reads_its_own_variable() -> None:
             env = {"LLOG_KAFKA_TLS_CERT_FILE": "other", "LLOG_KAFKA_TLS_KEY_FILE": "other", **env}
         cfg = LlogConfig.from_env(env)
         assert getattr(cfg, f.name) == want, f.name
+
+
+def test_kafka_limits_are_checked_against_each_other() -> None:
+    assert LlogConfig().kafka_inflate_cap == 4 * LlogConfig().max_record_bytes
+    assert LlogConfig(max_record_bytes=1 << 20).kafka_inflate_cap == 4 << 20
+    with pytest.raises(ConfigError, match="kafka_max_queued_bytes"):
+        LlogConfig(kafka_max_frame_bytes=2 << 20, kafka_max_queued_bytes=1 << 20)
+    with pytest.raises(ConfigError, match="kafka_max_batch_inflated_bytes"):
+        LlogConfig(kafka_max_batch_inflated_bytes=1 << 20)  # below the 8 MiB record limit
+    for name in ("kafka_max_preauth_frame_bytes", "kafka_frame_timeout_s", "kafka_check_threads"):
+        with pytest.raises(ConfigError, match=name):
+            LlogConfig(**{name: 0})
 
 
 @pytest.mark.parametrize(("raw", "want"), [("1", True), ("true", True), ("ON", True), ("0", False),

@@ -8,7 +8,7 @@ import logging
 from starlette.requests import ClientDisconnect
 from starlette.responses import Response
 
-from llog.broker.request_body import RequestTooLarge
+from llog.broker.request_body import RequestTimeout, RequestTooLarge
 from llog.broker.responses import error_response
 from llog.broker.schemas import InvalidRequest
 from llog.broker.statuses import error_status
@@ -22,6 +22,8 @@ def error_answer(exc: Exception) -> Response | None:
     exception that is the broker's own fault (the caller logs it and answers 500)."""
     if isinstance(exc, RequestTooLarge):
         return error_response(413, "RequestTooLarge", str(exc))
+    if isinstance(exc, RequestTimeout):
+        return error_response(408, "RequestTimeout", str(exc))
     if isinstance(exc, InvalidRequest):
         return error_response(400, "InvalidRequest", str(exc), field=exc.field)
     if isinstance(exc, ClientDisconnect):

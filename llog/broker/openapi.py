@@ -122,7 +122,7 @@ def _produce_path() -> dict[str, Any]:
                       "504": {"description": "every partition failed and some commit's outcome is unknown "
                                              "(AmbiguousCommit): resend with the same producer_id/sequence",
                               **_ref(ProduceResponse)},
-                      **_errors("400", "401", "413")},
+                      **_errors("400", "401", "408", "413")},
     }}
 
 
@@ -133,7 +133,7 @@ def _consume_path() -> dict[str, Any]:
         "responses": {"200": {"description": "records", **_ref(ConsumeResponse)},
                       "409": {"description": "some partition failed", **_ref(ConsumeResponse)},
                       **_unavailable(ConsumeResponse),
-                      **_errors("400", "401", "413")},
+                      **_errors("400", "401", "408", "413")},
     }}
 
 
@@ -145,7 +145,7 @@ def _commit_path() -> dict[str, Any]:
                       "409": {"description": "some commit refused; those offsets are unchanged",
                               **_ref(CommitResponse)},
                       **_unavailable(CommitResponse),
-                      **_errors("400", "401", "413")},
+                      **_errors("400", "401", "408", "413")},
     }}
 
 

@@ -24,7 +24,7 @@ from llog.records import ConsumedRecord
 async def consume(request: Request) -> Response:
     """Long-poll the partitions (:func:`llog.broker.fetch.long_poll`) until ``min_bytes``."""
     b = broker_of(request)
-    req = parse_consume(await read_body(request, b.config.broker_max_request_bytes))
+    req = parse_consume(await read_body(request, b.config.broker_max_request_bytes, b.config.broker_body_timeout_s))
     unresolved: dict[int, LlogError] = {}
     if any(fp.fetch_offset is None for fp in req.topic_partitions):
         # Once per request: the long-poll below re-reads from the same start.

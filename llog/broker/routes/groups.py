@@ -32,7 +32,7 @@ from llog.groups.owner import Owner
 async def commit(request: Request) -> Response:
     """``POST /commit``: one result per offset."""
     b = broker_of(request)
-    req = parse_commit(await read_body(request, b.config.broker_max_request_bytes))
+    req = parse_commit(await read_body(request, b.config.broker_max_request_bytes, b.config.broker_body_timeout_s))
     results, errors = await anyio.to_thread.run_sync(commit_offsets, b, req)
     return results_response(CommitResponse(group=req.group, results=results), errors, len(results))
 

@@ -23,7 +23,7 @@ from llog.writer import AppendResult
 async def produce(request: Request) -> Response:
     """Submit every group (on the event loop while nothing blocks), then await each commit."""
     b = broker_of(request)
-    req = parse_produce(await read_body(request, b.config.broker_max_request_bytes))
+    req = parse_produce(await read_body(request, b.config.broker_max_request_bytes, b.config.broker_body_timeout_s))
     submitted = submit(b, req, fast=True)
     if len(submitted) < len(req):
         submitted += await anyio.to_thread.run_sync(submit, b, req, len(submitted))
