@@ -11,6 +11,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -72,6 +73,29 @@ class BrokerProcess:
         assert status == 200
         return sum(float(s["value"]) for s in snap.get(name, [])
                    if all(s["labels"].get(k) == v for k, v in labels.items()))
+
+
+class PeakRss:
+    """A process's resident memory: its peak since :meth:`reset`, over what it held
+    then (Linux ``/proc``: writing 5 to ``clear_refs`` restarts the peak)."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+        self.baseline = 0
+
+    def _status(self, field: str) -> int:
+        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) * 1024
+        raise AssertionError(f"/proc/{self.pid}/status has no {field}")
+
+    def reset(self) -> None:
+        Path(f"/proc/{self.pid}/clear_refs").write_text("5")
+        self.baseline = self._status("VmRSS")
+
+    def growth(self) -> int:
+        """Bytes the peak rose over the baseline."""
+        return self._status("VmHWM") - self.baseline
 
 
 @contextmanager

@@ -126,3 +126,22 @@ def empty_records_bomb(count: int = 30_000_000) -> bytes:
 def resigned(raw: bytes) -> bytes:
     """``raw`` with its CRC-32C computed again (a batch altered after it was signed)."""
     return raw[:17] + struct.pack(">I", crc32c(raw[21:])) + raw[21:]
+
+
+def hostile_batches(max_record_bytes: int) -> list[tuple[str, bytes, int]]:
+    """(what, batch, the Kafka error code a broker with these limits must answer) of
+    the edge acceptance: bombs in every codec, empty-record floods, a record over the
+    limit once inflated, broken insides. Built in a few seconds (the bombs stream)."""
+    over = record(0, bytes(max_record_bytes + 1))
+    return [
+        ("gzip bomb, a 1 GiB value", bomb(GZIP), 10),
+        ("zstd bomb, a 1 GiB value", bomb(ZSTD), 10),
+        ("lz4 bomb, a 1 GiB value", bomb(LZ4), 10),
+        # snappy cannot compress past ~21:1, so its bomb is what fits under the batch limit
+        ("snappy bomb, a 150 MiB value", bomb(SNAPPY, 150 << 20), 10),
+        ("30,000,000 empty records", empty_records_bomb(30_000_000), 10),
+        ("900,000 empty records, offset delta 0", empty_records_bomb(900_000), 87),
+        ("a record over the limit once inflated", batch(compress_stream([over], ZSTD), 1, codec=ZSTD), 10),
+        ("offset deltas 0, 0", batch(record(0, b"a") + record(1, b"b", offset_delta=0), 2), 87),
+        ("a record framed past its end", batch(record(0, b"a")[:-1] + b"\x02\x00", 1), 87),
+    ]

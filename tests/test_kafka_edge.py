@@ -13,7 +13,6 @@ import struct
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -22,18 +21,8 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.reader import Reader
 from llog.topics import Topics
-from tests.kafka_crafted import (
-    GZIP,
-    LZ4,
-    SNAPPY,
-    ZSTD,
-    batch,
-    bomb,
-    compress_stream,
-    empty_records_bomb,
-    plain_batch,
-    record,
-)
+from tests.broker_harness import PeakRss
+from tests.kafka_crafted import hostile_batches, plain_batch
 from tests.test_kafka import KafkaBroker, _exchange, _recv_exactly, kafka_broker
 
 kafka = pytest.importorskip("kafka")
@@ -89,27 +78,6 @@ def _next_offset(conn: Connection, partition: int) -> int:
     return Reader(conn).high_watermark(TOPIC, partition)[1]
 
 
-class _Rss:
-    """The broker process's resident memory: peak since :meth:`reset`, over a baseline."""
-
-    def __init__(self, pid: int) -> None:
-        self.pid = pid
-        self.baseline = 0
-
-    def _status(self, field: str) -> int:
-        for line in Path(f"/proc/{self.pid}/status").read_text().splitlines():
-            if line.startswith(field + ":"):
-                return int(line.split()[1]) * 1024
-        raise AssertionError(field)
-
-    def reset(self) -> None:
-        Path(f"/proc/{self.pid}/clear_refs").write_text("5")  # the peak starts again from now
-        self.baseline = self._status("VmRSS")
-
-    def growth(self) -> int:
-        return self._status("VmHWM") - self.baseline
-
-
 class _Others:
     """Other clients working while the crafted batches go in: ``/health`` over HTTP and
     a consumer's Fetch on its own Kafka connection, in a loop; every answer kept."""
@@ -155,20 +123,7 @@ class _Others:
 @pytest.fixture(scope="module")
 def crafted() -> list[tuple[str, bytes, int]]:
     """(what, batch, the error code it must get): built once, some take seconds."""
-    limit = LlogConfig().max_record_bytes
-    over = record(0, bytes(limit + 1))
-    return [
-        ("gzip bomb, a 1 GiB value", bomb(GZIP), 10),
-        ("zstd bomb, a 1 GiB value", bomb(ZSTD), 10),
-        ("lz4 bomb, a 1 GiB value", bomb(LZ4), 10),
-        # snappy cannot compress past ~21:1, so its bomb is what fits under the batch limit
-        ("snappy bomb, a 150 MiB value", bomb(SNAPPY, 150 * MiB), 10),
-        ("30,000,000 empty records", empty_records_bomb(30_000_000), 10),
-        ("900,000 empty records, offset delta 0", empty_records_bomb(900_000), 87),
-        ("a record over the limit once inflated", batch(compress_stream([over], ZSTD), 1, codec=ZSTD), 10),
-        ("offset deltas 0, 0", batch(record(0, b"a") + record(1, b"b", offset_delta=0), 2), 87),
-        ("a record framed past its end", batch(record(0, b"a")[:-1] + b"\x02\x00", 1), 87),
-    ]
+    return hostile_batches(LlogConfig().max_record_bytes)
 
 
 def test_crafted_batches_are_refused_with_nothing_written_and_bounded_memory(
@@ -176,7 +131,7 @@ def test_crafted_batches_are_refused_with_nothing_written_and_bounded_memory(
 ) -> None:
     with kafka_broker(config) as kb:
         assert _produce(kb.bootstrap, 1, plain_batch([b"for the consumer"]))[0] == 0
-        rss = _Rss(kb.http.proc.pid)
+        rss = PeakRss(kb.http.proc.pid)
         rss.reset()
         with _Others(kb) as others:
             for what, raw, code in crafted:
@@ -228,7 +183,7 @@ def _junk_sender(s: socket.socket, total: int) -> int:
 def test_unauthenticated_connections_are_cut_at_the_preauth_cap(config: LlogConfig, edge_conn: Connection) -> None:
     confluent_kafka = pytest.importorskip("confluent_kafka")
     with kafka_broker(config, LLOG_BROKER_TOKEN="s3cret") as kb:
-        rss = _Rss(kb.http.proc.pid)
+        rss = PeakRss(kb.http.proc.pid)
         rss.reset()
         socks = [_raw_connection(kb.bootstrap) for _ in range(8)]
         sent: list[int] = [0] * 8

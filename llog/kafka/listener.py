@@ -141,8 +141,8 @@ class KafkaListener:
         cap = cfg.kafka_max_frame_bytes if authenticated else cfg.kafka_max_preauth_frame_bytes
         if not 0 < size <= cap:
             reason = "frame_too_large" if authenticated else "preauth_frame_too_large"
-            log.warning("Kafka client %s sent a frame of %d bytes, over the %s cap of %d; closing",
-                        conn.peer, size, "" if authenticated else "pre-authentication", cap)
+            log.warning("Kafka client %s sent a frame of %d bytes, over the %scap of %d; closing",
+                        conn.peer, size, "" if authenticated else "pre-authentication ", cap)
             return reason
         await self._memory.reserve(size)
         conn.held += size
