@@ -149,20 +149,10 @@ class Compactor:
             return CompactionResult(topic, partition, IDLE, recovered)
         session = self._sessions.acquire()
         try:
-            while True:
-                try:
-                    rec = self._write_blob(topic, partition, run, claim, session)
-                    break
-                except OffsetOutOfRange:  # retention moved the log start past the run meanwhile
-                    return CompactionResult(topic, partition, CONFLICT, recovered)
-                except CorruptBlob as exc:
-                    j = next((j for j, sl in enumerate(run.slices) if sl.holds(exc.key, exc.offset, exc.length)),
-                             None)
-                    if j is None:  # not one of the run's slices: nothing to pass
-                        raise
-                    if j == 0:
-                        return self._pass_damaged(topic, partition, run.slices[0], cursor_rev, claim, exc, recovered)
-                    run = run.prefix(j)  # compact what precedes the damage; it comes first next time
+            written = self._rewrite(topic, partition, run, cursor_rev, claim, session, recovered)
+            if isinstance(written, CompactionResult):
+                return written
+            rec, run = written
             runner = StageRunner(conn, topic, partition, claim=claim, metrics=m, hook=self.hook)
             runner.emit("after_put", rec, 0)
             keys = conn.keys
@@ -202,6 +192,26 @@ class Compactor:
         return CompactionResult(
             topic, partition, COMPACTED, recovered, rec, run.entries, fin.index_keys_removed
         )
+
+    def _rewrite(
+        self, topic: str, partition: int, run: WalRun, cursor_rev: int, claim: Claim | None, session: Session,
+        recovered: Recovered | None,
+    ) -> tuple[CompactionRecord, WalRun] | CompactionResult:
+        """Step K2: the record for the run rewritten (and the run, cut before a damaged
+        body if it held one); or the pass's result when there is nothing to rewrite: a
+        damaged entry at the cursor passed (K3'), or retention moved past the run."""
+        while True:
+            try:
+                return self._write_blob(topic, partition, run, claim, session), run
+            except OffsetOutOfRange:  # retention moved the log start past the run meanwhile
+                return CompactionResult(topic, partition, CONFLICT, recovered)
+            except CorruptBlob as exc:
+                j = next((j for j, sl in enumerate(run.slices) if sl.holds(exc.key, exc.offset, exc.length)), None)
+                if j is None:  # not one of the run's slices: nothing to pass
+                    raise
+                if j == 0:
+                    return self._pass_damaged(topic, partition, run.slices[0], cursor_rev, claim, exc, recovered)
+                run = run.prefix(j)  # compact what precedes the damage; it comes first next time
 
     def _pass_damaged(
         self, topic: str, partition: int, sl: WalSlice, cursor_rev: int, claim: Claim | None, exc: CorruptBlob,

@@ -29,7 +29,9 @@ from llog.errors import (
     LlogError,
     ObjectNotFound,
     OffsetOutOfRange,
+    ProducerFenced,
     SequenceError,
+    SequenceReused,
     SessionExpired,
     StoreError,
     TooManyUncompactedKeys,
@@ -72,6 +74,8 @@ CASES = [
     (UnknownPartition("t", 9, 4), False, 409),
     (OffsetOutOfRange("t", 0, 1, 5), False, 409),
     (SequenceError("t", 0, "p", 1, 3), False, 409),
+    (SequenceReused("t", 0, "p", 1, 10, 12), False, 409),  # other records under a used sequence
+    (ProducerFenced("t", 0, "p", 1, 2), False, 409),
     (BackwardsCommit("g", "t", 0, 1, "backwards"), False, 409),
     (CorruptBlob("k", 0, 1, "crc"), False, 409),
     (CorruptMetadata("k", "bad"), False, 409),

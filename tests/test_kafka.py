@@ -408,8 +408,10 @@ def test_the_docs_list_every_served_api_at_its_versions() -> None:
     from llog.kafka.apis import API_BY_KEY
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "kafka.md").read_text()
+    section = text[text.index("\n## APIs and versions\n"):]
+    section = section[: section.index("\n## ", 1)]
     rows = {}
-    for line in text.splitlines():
+    for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 3 and cells[1].isdigit():
             rows[int(cells[1])] = (cells[0], cells[2])

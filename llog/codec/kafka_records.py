@@ -66,102 +66,19 @@ def parse(
     i = 0
     # Single-byte timestamp deltas lie in [-64, 63]; longer ones widen the range.
     lowest_delta, highest_delta = -64, 63
-    collect = out is not None
-    unlimited = limit is None
     try:
         for i in range(n):
-            # Varints of one and two bytes are read in line (the common cases; _varint
-            # reads the others). Zigzag: v -> (v >> 1) ^ -(v & 1).
-            b = area[pos]
-            if b < 0x80:
-                length = (b >> 1) ^ -(b & 1)
-                pos += 1
-            elif (c := area[pos + 1]) < 0x80:
-                v = (b & 0x7F) | (c << 7)
-                length = (v >> 1) ^ -(v & 1)
-                pos += 2
-            else:
-                length, pos = _varint(area, pos, 5)
-            stop = pos + length
-            if length < 0 or stop > end:
-                raise RecordFormatError(f"record {i} has length {length}, past the records area")
-            if area[pos]:
-                raise RecordFormatError(f"record {i} has attributes {area[pos]}, which must be 0")
-            b = area[pos + 1]
-            if b < 0x80:
-                pos += 2
-                ts_delta = (b >> 1) ^ -(b & 1)
-            else:
-                ts_delta, pos = _varint(area, pos + 1, 10)
-                if ts_delta < lowest_delta:
-                    lowest_delta = ts_delta
-                elif ts_delta > highest_delta:
-                    highest_delta = ts_delta
-            # The offset delta must be i, whose zigzag is 2i.
-            b = area[pos]
-            if b < 0x80:
-                zigzag = b
-                pos += 1
-            elif (c := area[pos + 1]) < 0x80:
-                zigzag = (b & 0x7F) | (c << 7)
-                pos += 2
-            else:
-                offset_delta, pos = _varint(area, pos, 5)
-                zigzag = (offset_delta << 1) ^ (offset_delta >> 63)
-            if zigzag != i << 1:
-                raise RecordFormatError(f"record {i} has offset delta {(zigzag >> 1) ^ -(zigzag & 1)}")
-            b = area[pos]
-            if b < 0x80:
-                key_len = (b >> 1) ^ -(b & 1)
-                pos += 1
-            elif (c := area[pos + 1]) < 0x80:
-                v = (b & 0x7F) | (c << 7)
-                key_len = (v >> 1) ^ -(v & 1)
-                pos += 2
-            else:
-                key_len, pos = _varint(area, pos, 5)
-            key_at = pos
-            if key_len > 0:
-                pos += key_len
-            elif key_len < -1:
-                raise RecordFormatError(f"record {i} has key length {key_len}")
-            b = area[pos]
-            if b < 0x80:
-                value_len = (b >> 1) ^ -(b & 1)
-                pos += 1
-            elif (c := area[pos + 1]) < 0x80:
-                v = (b & 0x7F) | (c << 7)
-                value_len = (v >> 1) ^ -(v & 1)
-                pos += 2
-            else:
-                value_len, pos = _varint(area, pos, 5)
-            value_at = pos
-            if value_len > 0:
-                pos += value_len
-            elif value_len < -1:
-                raise RecordFormatError(f"record {i} has value length {value_len}")
-            headers: Headers = ()
-            if area[pos]:
-                header_count, pos = _varint(area, pos, 5)
-                if header_count < 0:
-                    raise RecordFormatError(f"record {i} has header count {header_count}")
-                headers, pos, header_bytes = _headers(area, pos, stop, header_count, i)
-            else:
-                pos += 1
-                header_bytes = 0
-            if pos != stop:
-                raise RecordFormatError(f"record {i}'s fields take {pos - stop + length} of its {length} bytes")
-            if not unlimited:
-                size = header_bytes + (key_len if key_len > 0 else 0) + (value_len if value_len > 0 else 0)
-                if size > limit:  # type: ignore[operator]
-                    raise OversizedRecord(i, size, limit)  # type: ignore[arg-type]
-            if collect:
-                out.timestamps.append(  # type: ignore[union-attr]
-                    base_timestamp + ts_delta if log_append_time is None else log_append_time)
-                out.keys.append(None if key_len < 0 else area[key_at : key_at + key_len])  # type: ignore[union-attr]
-                out.values.append(  # type: ignore[union-attr]
-                    None if value_len < 0 else area[value_at : value_at + value_len])
-                out.headers.append(headers)  # type: ignore[union-attr]
+            pos, stop, ts_delta = _head(area, pos, i, end)
+            if not -64 <= ts_delta <= 63:
+                lowest_delta, highest_delta = min(lowest_delta, ts_delta), max(highest_delta, ts_delta)
+            pos, key_at, key_len, value_at, value_len, headers, size = _body(area, pos, i, stop)
+            if limit is not None and size > limit:
+                raise OversizedRecord(i, size, limit)
+            if out is not None:
+                out.timestamps.append(base_timestamp + ts_delta if log_append_time is None else log_append_time)
+                out.keys.append(None if key_len < 0 else area[key_at : key_at + key_len])
+                out.values.append(None if value_len < 0 else area[value_at : value_at + value_len])
+                out.headers.append(headers)
     except IndexError:
         raise RecordFormatError(f"record {i} runs past the records area") from None
     if pos != end:
@@ -169,6 +86,99 @@ def parse(
     for ts in (base_timestamp + lowest_delta, base_timestamp + highest_delta, log_append_time or 0):
         if not _INT64_MIN <= ts <= _INT64_MAX:
             raise RecordFormatError(f"a record's timestamp {ts} is outside int64")
+
+
+# The two halves of one record, for :func:`parse`'s loop. Varints of one and two bytes
+# (the common cases) are read in line; _varint reads the others. Zigzag: v -> (v >> 1) ^ -(v & 1).
+
+
+def _head(area: bytes, pos: int, i: int, end: int) -> tuple[int, int, int]:
+    """Record ``i``'s length, attributes, timestamp and offset deltas from ``pos``:
+    (position of its key length, the record's end, its timestamp delta)."""
+    b = area[pos]
+    if b < 0x80:
+        length = (b >> 1) ^ -(b & 1)
+        pos += 1
+    elif (c := area[pos + 1]) < 0x80:
+        v = (b & 0x7F) | (c << 7)
+        length = (v >> 1) ^ -(v & 1)
+        pos += 2
+    else:
+        length, pos = _varint(area, pos, 5)
+    stop = pos + length
+    if length < 0 or stop > end:
+        raise RecordFormatError(f"record {i} has length {length}, past the records area")
+    if area[pos]:
+        raise RecordFormatError(f"record {i} has attributes {area[pos]}, which must be 0")
+    b = area[pos + 1]
+    if b < 0x80:
+        pos += 2
+        ts_delta = (b >> 1) ^ -(b & 1)
+    else:
+        ts_delta, pos = _varint(area, pos + 1, 10)
+    # The offset delta must be i, whose zigzag is 2i.
+    b = area[pos]
+    if b < 0x80:
+        zigzag = b
+        pos += 1
+    elif (c := area[pos + 1]) < 0x80:
+        zigzag = (b & 0x7F) | (c << 7)
+        pos += 2
+    else:
+        offset_delta, pos = _varint(area, pos, 5)
+        zigzag = (offset_delta << 1) ^ (offset_delta >> 63)
+    if zigzag != i << 1:
+        raise RecordFormatError(f"record {i} has offset delta {(zigzag >> 1) ^ -(zigzag & 1)}")
+    return pos, stop, ts_delta
+
+
+def _body(area: bytes, pos: int, i: int, stop: int) -> tuple[int, int, int, int, int, Headers, int]:
+    """Record ``i``'s key, value and headers from ``pos``, ending at ``stop``: (its end,
+    key position and length, value position and length, headers, its key + value +
+    header bytes); a length of -1 is null."""
+    b = area[pos]
+    if b < 0x80:
+        key_len = (b >> 1) ^ -(b & 1)
+        pos += 1
+    elif (c := area[pos + 1]) < 0x80:
+        v = (b & 0x7F) | (c << 7)
+        key_len = (v >> 1) ^ -(v & 1)
+        pos += 2
+    else:
+        key_len, pos = _varint(area, pos, 5)
+    key_at = pos
+    if key_len > 0:
+        pos += key_len
+    elif key_len < -1:
+        raise RecordFormatError(f"record {i} has key length {key_len}")
+    b = area[pos]
+    if b < 0x80:
+        value_len = (b >> 1) ^ -(b & 1)
+        pos += 1
+    elif (c := area[pos + 1]) < 0x80:
+        v = (b & 0x7F) | (c << 7)
+        value_len = (v >> 1) ^ -(v & 1)
+        pos += 2
+    else:
+        value_len, pos = _varint(area, pos, 5)
+    value_at = pos
+    if value_len > 0:
+        pos += value_len
+    elif value_len < -1:
+        raise RecordFormatError(f"record {i} has value length {value_len}")
+    size = (key_len if key_len > 0 else 0) + (value_len if value_len > 0 else 0)
+    headers: Headers = ()
+    if area[pos]:
+        count, pos = _varint(area, pos, 5)
+        if count < 0:
+            raise RecordFormatError(f"record {i} has header count {count}")
+        headers, pos, header_bytes = _headers(area, pos, stop, count, i)
+        size += header_bytes
+    else:
+        pos += 1
+    if pos != stop:
+        raise RecordFormatError(f"record {i}'s fields end at byte {pos}, its length says {stop}")
+    return pos, key_at, key_len, value_at, value_len, headers, size
 
 
 def _varint(area: bytes, pos: int, max_bytes: int) -> tuple[int, int]:
