@@ -190,6 +190,8 @@ def _check_records(
             raise InvalidRecordBatch(f"batch at byte {at}: {exc}") from None
     else:
         records = bytes(area)
+    if kafka_records.quick_check(records, n, base_timestamp=base_ts, limit=limits.max_record_bytes):
+        return
     try:
         kafka_records.parse(records, n, base_timestamp=base_ts,
                             log_append_time=max_ts if attrs & _LOG_APPEND_TIME else None,

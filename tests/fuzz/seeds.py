@@ -14,13 +14,13 @@ def batches() -> list[bytes]:
 
     out = []
     for codec in (0, GZIP, SNAPPY, LZ4, ZSTD):
-        for n, pid in ((1, -1), (3, 7), (40, -1)):
+        for n, pid in ((1, -1), (3, 7), (40, -1), (100, 9)):
             b = DefaultRecordBatchBuilder(magic=2, compression_type=codec, is_transactional=False, producer_id=pid,
                                           producer_epoch=0 if pid >= 0 else -1, base_sequence=0 if pid >= 0 else -1,
                                           batch_size=2**31 - 1)
             for i in range(n):
                 b.append(i, T0 + i * 70, None if i % 3 == 0 else b"key-%d" % i, None if i % 5 == 4 else b"v" * (i * 7),
-                         [("h", b"x"), ("trace", b"")] if i % 2 else [])
+                         [("h", b"x"), ("trace", b"")] if i % 2 and n < 100 else [])
             out.append(bytes(b.build()))
     return out
 
