@@ -55,17 +55,24 @@ def inflate(data: memoryview, codec: int, cap: int) -> bytes:
 
 
 def _gzip(data: memoryview, cap: int) -> bytes:
-    out = bytearray()
+    chunks: list[bytes] = []
+    size = 0
     rest = bytes(data)
     while rest:  # a gzip stream may hold several members, as GZIPInputStream reads them
         d = zlib.decompressobj(wbits=31)
-        out += d.decompress(rest, cap + 1 - len(out))
-        if len(out) > cap or d.unconsumed_tail:
+        chunks.append(d.decompress(rest, cap + 1 - size))
+        size += len(chunks[-1])
+        if size > cap or d.unconsumed_tail:
             raise InflatedTooLarge(f"inflates past {cap} bytes")
         if not d.eof:
             raise InflateError("gzip stream ends early")
         rest = d.unused_data
-    return bytes(out)
+    return _joined(chunks)
+
+
+def _joined(chunks: list[bytes]) -> bytes:
+    """The chunks as one bytes object, without a copy for the usual single one."""
+    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
 
 
 def _varint_preamble(chunk: memoryview) -> int:
@@ -100,14 +107,16 @@ def _snappy(data: memoryview, cap: int) -> bytes:
             pos += size
     else:
         chunks = [data]
-    out = bytearray()
+    out: list[bytes] = []
+    size = 0
     for chunk in chunks:
-        if len(out) + _varint_preamble(chunk) > cap:
+        size += _varint_preamble(chunk)
+        if size > cap:
             raise InflatedTooLarge(f"inflates past {cap} bytes")
-        out += snappy.decompress(bytes(chunk))
-    if len(out) > cap:
+        out.append(snappy.decompress(bytes(chunk)))
+    if sum(map(len, out)) > cap:
         raise InflatedTooLarge(f"inflates past {cap} bytes")
-    return bytes(out)
+    return _joined(out) if out else b""
 
 
 def _lz4(data: memoryview, cap: int) -> bytes:
@@ -115,17 +124,19 @@ def _lz4(data: memoryview, cap: int) -> bytes:
         import lz4.frame
     except ImportError:
         raise CodecMissing("lz4 is not installed on this broker") from None
-    out = bytearray()
+    chunks: list[bytes] = []
+    size = 0
     rest = bytes(data)
     while rest:  # concatenated frames
         d = lz4.frame.LZ4FrameDecompressor()
-        out += d.decompress(rest, max_length=cap + 1 - len(out))
-        if len(out) > cap or (not d.eof and not d.needs_input):
+        chunks.append(d.decompress(rest, max_length=cap + 1 - size))
+        size += len(chunks[-1])
+        if size > cap or (not d.eof and not d.needs_input):
             raise InflatedTooLarge(f"inflates past {cap} bytes")
         if not d.eof:
             raise InflateError("lz4 frame ends early")
         rest = d.unused_data
-    return bytes(out)
+    return _joined(chunks)
 
 
 def _zstd(data: memoryview, cap: int) -> bytes:
@@ -134,17 +145,16 @@ def _zstd(data: memoryview, cap: int) -> bytes:
     except ImportError:
         raise CodecMissing("zstd is not installed on this broker") from None
     dctx = zstandard.ZstdDecompressor(max_window_size=ZSTD_MAX_WINDOW)
+    chunks: list[bytes] = []
+    size = 0
     with dctx.stream_reader(io.BytesIO(bytes(data)), read_across_frames=True) as reader:
-        out = reader.read(cap + 1)
-        # read() may return less than asked before the end: keep reading to the cap.
-        while len(out) <= cap:
-            more = reader.read(cap + 1 - len(out))
-            if not more:
-                break
-            out += more
-    if len(out) > cap:
+        # read() may return less than asked before the end: read on to the cap.
+        while size <= cap and (more := reader.read(cap + 1 - size)):
+            chunks.append(more)
+            size += len(more)
+    if size > cap:
         raise InflatedTooLarge(f"inflates past {cap} bytes")
-    return bytes(out)
+    return _joined(chunks) if chunks else b""
 
 
 _INFLATERS: dict[int, Callable[[memoryview, int], bytes]] = {GZIP: _gzip, SNAPPY: _snappy, LZ4: _lz4, ZSTD: _zstd}

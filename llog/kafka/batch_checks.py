@@ -7,8 +7,8 @@ few threads of its own, never on the event loop that answers every other client,
 ``/health`` and group heartbeats; and each connection has at most one batch being
 checked at a time (the listener reads a connection's next request only once its
 produce has been handed on), so one client's batches queue behind each other, not in
-front of everyone's. Small uncompressed batches, which cost less than the hop to a
-thread, are checked in place.
+front of everyone's. A request's partitions are checked in one hop; small uncompressed
+batches, which cost less than the hop to a thread, in place.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
-from llog.codec.kafka_body import BATCH_HEADER_SIZE, BatchLimits, KafkaBatches, check_batches
+from llog.codec.kafka_body import BATCH_HEADER_SIZE, BatchLimits, KafkaBatchError, KafkaBatches, check_batches
 from llog.config import LlogConfig
 
-#: Uncompressed data up to this size is checked on the event loop (about 0.2 ms).
+#: A request's uncompressed data up to this size is checked on the event loop (about 0.2 ms).
 INLINE_BYTES = 16 * 1024
 _COMPRESSION_AT = 22  # the low byte of a batch's attributes
 
@@ -38,11 +38,26 @@ class BatchChecker:
         )
         self._pool = ThreadPoolExecutor(config.kafka_check_threads, thread_name_prefix="llog-kafka-check")
 
-    async def check(self, data: bytes) -> KafkaBatches:
-        """``data`` checked (:func:`check_batches`), or its :class:`KafkaBatchError`."""
-        if len(data) <= INLINE_BYTES and (len(data) < BATCH_HEADER_SIZE or data[_COMPRESSION_AT] & 0x07 == 0):
-            return check_batches(data, self.limits)
-        return await asyncio.get_running_loop().run_in_executor(self._pool, check_batches, data, self.limits)
+    async def check_all(self, datas: list[bytes]) -> list[KafkaBatches | KafkaBatchError]:
+        """Each partition's data of one produce request checked (:func:`check_batches`):
+        its batches, or the error that refuses them; in place when every one is small
+        and uncompressed, else all of them in one hop to a check thread."""
+        if sum(map(len, datas)) <= INLINE_BYTES and all(_uncompressed(d) for d in datas):
+            return self._check_each(datas)
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._check_each, datas)
+
+    def _check_each(self, datas: list[bytes]) -> list[KafkaBatches | KafkaBatchError]:
+        out: list[KafkaBatches | KafkaBatchError] = []
+        for data in datas:
+            try:
+                out.append(check_batches(data, self.limits))
+            except KafkaBatchError as exc:
+                out.append(exc)
+        return out
 
     def close(self) -> None:
         self._pool.shutdown(wait=True, cancel_futures=True)
+
+
+def _uncompressed(data: bytes) -> bool:
+    return len(data) < BATCH_HEADER_SIZE or data[_COMPRESSION_AT] & 0x07 == 0

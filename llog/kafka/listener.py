@@ -49,7 +49,8 @@ class KafkaListener:
         self.host, self.port = sock.getsockname()[:2]
         self._advertised_host = advertised_host
         self._server: asyncio.Server | None = None
-        self._connections: dict[asyncio.Task[None], asyncio.StreamWriter] = {}
+        self._connections: dict[asyncio.Task[None], _Connection] = {}
+        self._sweeper: asyncio.Task[None] | None = None
         cfg = broker.config
         self._slots = ConnectionSlots(cfg.kafka_max_connections, cfg.kafka_max_connections_per_ip)
         self._memory = RequestMemory(cfg.kafka_max_queued_bytes, broker.conn.metrics)
@@ -66,14 +67,17 @@ class KafkaListener:
         self.context = Context(self.broker, self.registry, coordinator, BatchChecker(self.broker.config))
         self._server = await asyncio.start_server(self._serve, sock=self._sock, limit=1024 * 1024,
                                                   ssl=self._tls)
+        self._sweeper = asyncio.create_task(self._sweep())
         log.info("Kafka listener on %s:%d, node id %d", self.host, self.port, self.registry.node_id)
 
     async def close(self) -> None:
         if self._server is not None:
             self._server.close()
+        if self._sweeper is not None:
+            self._sweeper.cancel()
         # Closing a connection ends its read loop, which then stops its sender.
-        for writer in list(self._connections.values()):
-            writer.close()
+        for conn in list(self._connections.values()):
+            conn.writer.close()
         if self._connections:
             await asyncio.wait(list(self._connections), timeout=10)
         if self.context is not None:
@@ -94,17 +98,17 @@ class KafkaListener:
             return
         task = asyncio.current_task()
         assert task is not None
-        self._connections[task] = writer
         metrics.kafka_connections.inc()
-        conn = _Connection(peer, SaslState(self.broker.config.broker_token),
+        conn = _Connection(peer, writer, SaslState(self.broker.config.broker_token),
                            asyncio.Queue(self.broker.config.kafka_max_inflight_requests))
+        self._connections[task] = conn
         sender = asyncio.create_task(self._send(writer, conn))
         reason: str | None = None
         try:
             while reason is None:
                 reason = await self._read_request(reader, conn)
         except (asyncio.IncompleteReadError, ConnectionError):
-            pass
+            reason = conn.timed_out  # the sweeper closed it, or the client went
         finally:
             if reason is not None:
                 metrics.kafka_connections_closed.labels(reason).inc()
@@ -123,35 +127,27 @@ class KafkaListener:
 
     async def _read_request(self, reader: asyncio.StreamReader, conn: _Connection) -> str | None:
         """Read one request frame and start handling it; the reason to close the
-        connection instead, if any (logged here, with the client's address)."""
+        connection instead, if any (logged here, with the client's address). Waits are
+        bounded by :meth:`_sweep`, which closes a connection past its deadline."""
         cfg = self.broker.config
-        loop = asyncio.get_running_loop()
+        now = asyncio.get_running_loop().time()
         authenticated = conn.sasl.authenticated
         # A client must authenticate within the frame timeout of connecting.
-        wait = cfg.kafka_idle_timeout_s if authenticated else conn.opened + cfg.kafka_frame_timeout_s - loop.time()
-        try:
-            head = await asyncio.wait_for(reader.readexactly(4), max(wait, 0))
-        except asyncio.TimeoutError:
-            if authenticated and conn.in_progress:  # waiting for its own answers is not idle
-                return None
-            reason = "idle_timeout" if authenticated else "auth_timeout"
-            log.warning("Kafka client %s closed: %s", conn.peer, reason)
-            return reason
-        (size,) = struct.unpack(">i", head)
+        conn.deadline = now + cfg.kafka_idle_timeout_s if authenticated else conn.opened + cfg.kafka_frame_timeout_s
+        conn.in_frame = False
+        (size,) = struct.unpack(">i", await reader.readexactly(4))
         cap = cfg.kafka_max_frame_bytes if authenticated else cfg.kafka_max_preauth_frame_bytes
         if not 0 < size <= cap:
             reason = "frame_too_large" if authenticated else "preauth_frame_too_large"
             log.warning("Kafka client %s sent a frame of %d bytes, over the %scap of %d; closing",
                         conn.peer, size, "" if authenticated else "pre-authentication ", cap)
             return reason
+        conn.deadline = None  # waiting for the budget is the listener's doing, not the client's
         await self._memory.reserve(size)
         conn.held += size
-        try:
-            frame = await asyncio.wait_for(reader.readexactly(size), cfg.kafka_frame_timeout_s)
-        except asyncio.TimeoutError:
-            log.warning("Kafka client %s sent %d bytes of a frame slower than %.0f s; closing",
-                        conn.peer, size, cfg.kafka_frame_timeout_s)
-            return "frame_timeout"
+        conn.deadline, conn.in_frame = asyncio.get_running_loop().time() + cfg.kafka_frame_timeout_s, True
+        frame = await reader.readexactly(size)
+        conn.deadline = None
         try:
             pending = await self._dispatch(frame, conn.sasl, size)
         except Exception as exc:  # a request that does not decode has no answer: Kafka closes too
@@ -191,6 +187,34 @@ class KafkaListener:
         else:
             answer = asyncio.ensure_future(api.handler(self.context, request))
         return _Pending(correlation_id, name, started, answer, size)
+
+    async def _sweep(self) -> None:
+        """Once a second, close the connections past their deadline: a frame not whole
+        within the frame timeout, no authentication within it, or idle (no request in
+        progress) for the idle timeout. One task for all connections instead of a
+        timer per read."""
+        cfg = self.broker.config
+        while True:
+            await asyncio.sleep(min(1.0, cfg.kafka_frame_timeout_s / 4))
+            now = asyncio.get_running_loop().time()
+            for conn in list(self._connections.values()):
+                if conn.deadline is None or now < conn.deadline or conn.timed_out is not None:
+                    continue
+                if conn.in_frame:
+                    conn.timed_out = "frame_timeout"
+                    log.warning("Kafka client %s sent a frame slower than %.0f s; closing", conn.peer,
+                                cfg.kafka_frame_timeout_s)
+                elif not conn.sasl.authenticated:
+                    conn.timed_out = "auth_timeout"
+                    log.warning("Kafka client %s did not authenticate within %.0f s; closing", conn.peer,
+                                cfg.kafka_frame_timeout_s)
+                elif conn.in_progress:  # waiting for its own answers is not idle
+                    conn.deadline = now + cfg.kafka_idle_timeout_s
+                    continue
+                else:
+                    conn.timed_out = "idle_timeout"
+                    log.info("Kafka client %s idle for %.0f s; closing", conn.peer, cfg.kafka_idle_timeout_s)
+                conn.writer.close()
 
     async def _send(self, writer: asyncio.StreamWriter, conn: _Connection) -> None:
         metrics = self.broker.conn.metrics
@@ -246,8 +270,11 @@ class _Pending:
 class _Connection:
     """One client connection's state, shared by its read loop and its sender."""
 
-    def __init__(self, peer: object, sasl: SaslState, answers: asyncio.Queue[_Pending | None]) -> None:
+    def __init__(
+        self, peer: object, writer: asyncio.StreamWriter, sasl: SaslState, answers: asyncio.Queue[_Pending | None]
+    ) -> None:
         self.peer = peer
+        self.writer = writer
         self.sasl = sasl
         self.answers = answers
         self.opened = asyncio.get_running_loop().time()
@@ -255,6 +282,11 @@ class _Connection:
         self.in_progress = 0
         #: Bytes of this connection's frames held in the listener's budget.
         self.held = 0
+        #: When the current wait must end (loop time; ``None``: no deadline), whether it
+        #: is for a frame's bytes, and why the sweeper closed the connection, if it did.
+        self.deadline: float | None = None
+        self.in_frame = False
+        self.timed_out: str | None = None
 
 
 async def _ready(value: ApiMessage | None) -> ApiMessage | None:

@@ -31,11 +31,16 @@ _Outcome = Future[AppendResult] | LlogError | KafkaBatchError | ErrorCode
 async def produce(ctx: Context, req: Any) -> Awaitable[ProduceResponse | None]:
     """Submit every partition in request order; return the wait for their answer."""
     broker = ctx.broker
+    checked = iter(await ctx.checks.check_all([pd.records for t in req.topic_data for pd in t.partition_data
+                                               if pd.records]))
     submitted: list[tuple[str, list[tuple[int, _Outcome]]]] = []
     for topic in req.topic_data:
         parts: list[tuple[int, _Outcome]] = []
         for pd in topic.partition_data:
-            parts.append((pd.index, await _submit(ctx, topic.name, pd.index, pd.records)))
+            outcome: _Outcome = ErrorCode.CORRUPT_MESSAGE  # no records at all
+            if pd.records:
+                outcome = await _submit(ctx, topic.name, pd.index, next(checked))
+            parts.append((pd.index, outcome))
         submitted.append((topic.name, parts))
     if req.acks == 0:
         return _none()
@@ -46,15 +51,11 @@ async def _none() -> None:
     return None
 
 
-async def _submit(ctx: Context, topic: str, partition: int, data: bytes | None) -> _Outcome:
+async def _submit(ctx: Context, topic: str, partition: int, batches: KafkaBatches | KafkaBatchError) -> _Outcome:
     broker = ctx.broker
-    if not data:
-        return ErrorCode.CORRUPT_MESSAGE
-    try:
-        batches = await ctx.checks.check(data)
-    except KafkaBatchError as exc:
-        broker.conn.metrics.kafka_batches_refused.labels(type(exc).__name__).inc()
-        return exc
+    if isinstance(batches, KafkaBatchError):
+        broker.conn.metrics.kafka_batches_refused.labels(type(batches).__name__).inc()
+        return batches
     if batches.transactional:
         return ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT  # llog has no transactions (docs/kafka.md)
     # An idempotent producer's batch carries its id, epoch and first sequence; llog's
