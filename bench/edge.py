@@ -26,7 +26,10 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: python bench/...
+# Run as a file (python bench/edge.py), sys.path[0] is this directory, where bench/kafka.py
+# would shadow the kafka package: the repository root takes its place.
+sys.path[:] = [p for p in sys.path if p != str(Path(__file__).resolve().parent)]
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from bench.broker import broker_process, pct
 from bench.common import MIB, LocalStack, bench_args, emit_json, print_table
@@ -147,7 +150,7 @@ def _phase(url: str, bootstrap: str, pid: int, seconds: float, attack: Any) -> d
         t.join()
     row: dict[str, Any] = {"rss_growth_mib": rss.growth() / MIB, **extra}
     for name, values in lat.items():
-        row[f"{name}_p50_ms"], row[f"{name}_p99_ms"] = pct(values, 50), pct(values, 99)
+        row[f"{name}_p50_ms"], row[f"{name}_p99_ms"] = pct(values, 0.5), pct(values, 0.99)
         row[f"{name}_max_ms"], row[f"{name}_n"] = max(values), len(values)
     return row
 
