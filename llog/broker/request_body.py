@@ -32,13 +32,30 @@ async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
         raise RequestTooLarge(limit)
+    # A timer that cancels this task, not asyncio.wait_for, which costs a task per body.
+    task = asyncio.current_task()
+    assert task is not None
+    expired = False
+
+    def expire() -> None:
+        nonlocal expired
+        expired = True
+        task.cancel()
+
+    timer = asyncio.get_running_loop().call_later(timeout_s, expire)
     try:
-        return await asyncio.wait_for(_read(request, limit), timeout_s)
-    except asyncio.TimeoutError:
+        return await _read(request, limit)
+    except asyncio.CancelledError:
+        if not expired:
+            raise
+        if hasattr(task, "uncancel"):  # Python 3.11+: this cancellation is handled here
+            task.uncancel()
         client = request.client
         log.warning("HTTP client %s sent a body slower than %g s; answering 408",
                     f"{client.host}:{client.port}" if client else "?", timeout_s)
         raise RequestTimeout(timeout_s) from None
+    finally:
+        timer.cancel()
 
 
 async def _read(request: Request, limit: int) -> bytes:
