@@ -66,12 +66,12 @@ class LlogConfig:
     #: Most bytes of range GETs one scan has in flight; bounds the read-ahead's memory.
     read_inflight_bytes: int = 64 * 1024 * 1024
     #: Bytes of shared WAL blobs a process keeps to serve other partitions' slices of
-    #: the same blob without another GET; 0 turns the cache off (llog/scan/blob_cache.py).
+    #: the same blob without another GET; 0 turns the cache off (llog/store/blob_cache.py).
     read_cache_bytes: int = 64 * 1024 * 1024
     #: The cache's unit: a small read of a WAL blob fetches the aligned chunk around it.
     read_cache_chunk_bytes: int = 1024 * 1024
     #: Brokers serve the WAL blobs they wrote to other brokers' readers, and ask the
-    #: writer of a blob for it before S3 (llog/scan/peers.py; needs ``peer_url``,
+    #: writer of a blob for it before S3 (llog/store/peers.py; needs ``peer_url``,
     #: which a broker sets itself).
     read_peers: bool = True
     #: How long a peer read may take before the reader goes to S3 instead.

@@ -15,9 +15,9 @@ from llog.etcd import Etcd
 from llog.keys import KeyLayout
 from llog.metrics import Metrics
 from llog.names import check_partition, check_topic
-from llog.scan.blob_cache import BlobCache
-from llog.scan.peers import PeerBlobs
 from llog.store import ObjectStore, open_store
+from llog.store.blob_cache import BlobCache
+from llog.store.peers import PeerBlobs
 
 
 class Connection:

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from llog.name_rules import TOPIC_NAME_PATTERN
+
 
 class LlogError(Exception):
     """Root of every error llog raises on purpose."""
@@ -39,8 +41,6 @@ class InvalidInput(LlogError, ValueError):
 
 class InvalidTopicName(InvalidInput):
     def __init__(self, topic: object) -> None:
-        from llog.names import TOPIC_NAME_PATTERN  # here: llog.names imports this module
-
         super().__init__(f"invalid topic name {topic!r}: must match {TOPIC_NAME_PATTERN}")
         self.topic = topic
 

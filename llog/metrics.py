@@ -57,7 +57,7 @@ class Metrics:
         )
         self.read_records = Counter("llog_read_records", "records returned by readers", registry=r)
         self.read_bytes = Counter("llog_read_bytes", "slice bytes fetched by readers", registry=r)
-        # The WAL blob cache (llog/scan/blob_cache.py); hit ratio = hit / all lookups.
+        # The WAL blob cache (llog/store/blob_cache.py); hit ratio = hit / all lookups.
         self.read_cache_requests = Counter(
             "llog_read_cache_requests",
             "chunk lookups in the WAL blob cache: hit, miss (one GET) or wait (for a GET in flight)",

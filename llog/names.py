@@ -1,21 +1,24 @@
-"""How llog names a partition, and the naming rules checked at every entry point."""
+"""How llog names a partition, and the naming rules (:mod:`llog.name_rules`) checked at
+every entry point."""
 
 from __future__ import annotations
 
-import re
-
 from llog.errors import InvalidInput, InvalidPartition, InvalidTopicName
+from llog.name_rules import MAX_PARTITIONS, RESERVED_TOPICS, TOPIC_NAME_PATTERN, TOPIC_NAME_RE
+
+__all__ = [
+    "MAX_PARTITIONS",
+    "RESERVED_TOPICS",
+    "TOPIC_NAME_PATTERN",
+    "TOPIC_NAME_RE",
+    "TopicPartition",
+    "check_group",
+    "check_partition",
+    "check_topic",
+]
 
 #: One partition of one topic: ``(topic, partition)``, the key of every per-partition map.
 TopicPartition = tuple[str, int]
-
-#: The topic-name rule, as a pattern (for JSON schemas) and as a compiled expression.
-TOPIC_NAME_PATTERN = "[A-Za-z0-9._-]{1,249}"
-TOPIC_NAME_RE = re.compile(TOPIC_NAME_PATTERN)
-#: Names that would collide with llog's own object-key or etcd-key prefixes.
-RESERVED_TOPICS = frozenset({".", "..", "wal-shared", "_groups", "_maintenance", "_sessions", "_brokers"})
-#: Upper bound on partitions per topic; keeps a typo from creating a million keys.
-MAX_PARTITIONS = 100_000
 
 
 def check_topic(topic: object) -> str:

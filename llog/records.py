@@ -4,10 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import MISSING, dataclass, field, fields, make_dataclass
-from typing import TYPE_CHECKING, Any, TypeVar, cast
-
-if TYPE_CHECKING:
-    from llog.codec.kafka_body import KafkaBatches
+from typing import Any, TypeVar, cast
 
 Headers = tuple[tuple[str, bytes], ...]
 _T = TypeVar("_T")
@@ -56,6 +53,33 @@ def _fast_builder(cls: type[_T]) -> Callable[..., _T]:
 
 #: ``ConsumedRecord(...)`` at a third of the cost, for readers building a body's records.
 new_consumed_record: Callable[..., ConsumedRecord] = _fast_builder(ConsumedRecord)
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaBatches:
+    """One or more v2 record batches of one partition, checked (:func:`llog.codec.kafka_body.check_batches`),
+    to be stored as they are: what a Kafka produce hands the batching producer instead
+    of records."""
+
+    data: bytes
+    count: int
+    max_timestamp: int
+    #: The first batch's producer fields (-1 when not idempotent) and transactional flag.
+    producer_id: int = -1
+    producer_epoch: int = -1
+    base_sequence: int = -1
+    transactional: bool = False
+
+    def __len__(self) -> int:
+        return self.count
+
+    @staticmethod
+    def join(parts: list[KafkaBatches]) -> KafkaBatches:
+        """Several groups' batches as one body's (the producer's merged append)."""
+        if len(parts) == 1:
+            return parts[0]
+        return KafkaBatches(b"".join(p.data for p in parts), sum(p.count for p in parts),
+                            max(p.max_timestamp for p in parts))
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,9 +15,9 @@ commit transaction compares the session key's create_revision: a writer paused p
 its session's TTL gets :class:`SessionExpired` instead of committing a blob that vacuum
 may have deleted. The compare rides in the same transaction, so it costs no round trip.
 
-The pieces, in protocol order: :mod:`llog.validation` (W0), :mod:`llog.wal_blob` (W1),
-:mod:`llog.commit_plan`, :mod:`llog.commit_runner` and :mod:`llog.partition_commit`
-(W2, W2', §8.3-§8.7), :mod:`llog.append_outcome` (W3) and :mod:`llog.writer_caches`;
+The pieces, in protocol order: :mod:`llog.write.validation` (W0), :mod:`llog.write.staging` (W1),
+:mod:`llog.write.commit_plan`, :mod:`llog.write.commit_runner` and :mod:`llog.write.partition_commit`
+(W2, W2', §8.3-§8.7), :mod:`llog.write.acknowledgement` (W3) and :mod:`llog.write.caches`;
 :class:`Writer` ties them together.
 """
 
@@ -28,20 +28,20 @@ import uuid
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from llog.append_outcome import AppendFailure, AppendResult, Outcome
-from llog.backpressure import UncompactedKeysGate
-from llog.commit_runner import TXN_PARTITIONS, CommitRunner
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.control import now_ms, settle
 from llog.errors import LlogError
-from llog.partition_commit import FaultHook
 from llog.records import AppendGroup, Record
 from llog.session import Sessions
 from llog.store.hedging import HedgedPuts
-from llog.validation import GroupInput, PreparedGroup, check_records, normalize_record, prepare_groups
-from llog.wal_blob import EncodedBlob, StagedBlob, pack_groups, pendings_of, with_digests
-from llog.writer_caches import CACHE_PARTITIONS, WriterCaches
+from llog.write.acknowledgement import AppendFailure, AppendResult, Outcome
+from llog.write.backpressure import UncompactedKeysGate
+from llog.write.caches import CACHE_PARTITIONS, WriterCaches
+from llog.write.commit_runner import TXN_PARTITIONS, CommitRunner
+from llog.write.partition_commit import FaultHook
+from llog.write.staging import EncodedBlob, StagedBlob, pack_groups, pendings_of, with_digests
+from llog.write.validation import GroupInput, PreparedGroup, check_records, normalize_record, prepare_groups
 
 __all__ = [
     "CACHE_PARTITIONS",
@@ -175,7 +175,7 @@ class Writer:
             self._sessions.release(encoded.session)
             raise
         self.conn.metrics.blob_bytes.observe(len(encoded.data))
-        if self.config.peer_url is not None:  # other brokers read it from here (llog/scan/peers.py)
+        if self.config.peer_url is not None:  # other brokers read it from here (llog/store/peers.py)
             self.conn.blob_cache.keep_object(encoded.data_key, encoded.data)
         self._hook("after_put", encoded.data_key)
         return StagedBlob(encoded.groups, encoded.pendings, encoded.data, encoded.session)

@@ -1,4 +1,4 @@
-"""The readers' WAL blob cache (llog/scan/blob_cache.py) and adaptive read-ahead
+"""The readers' WAL blob cache (llog/store/blob_cache.py) and adaptive read-ahead
 (llog/scan/read_ahead.py), against the real etcd and S3 servers; GETs are counted on
 the nemesis proxy in front of the S3 server."""
 
@@ -20,8 +20,8 @@ from llog.control import decode_index, read_control
 from llog.errors import CorruptBlob, ObjectNotFound
 from llog.metrics import Metrics
 from llog.records import AppendGroup
-from llog.scan.blob_cache import BlobCache
 from llog.scan.read_ahead import ReadAhead
+from llog.store.blob_cache import BlobCache
 from llog.store.local import LocalStore
 from tests.broker_harness import broker_process
 from tests.conftest import ProxiedS3, wait_until

@@ -23,10 +23,10 @@ from compactor.revision_clock import MAX_SAMPLES, RevisionClock
 from compactor.service import CompactorService
 from llog.codec.etcd_values import COMPACTED as KIND_COMPACTED
 from llog.codec.etcd_values import WAL
-from llog.commit_resolution import find_committed
 from llog.control import decode_index, now_ms, read_control
 from llog.errors import AmbiguousCommit, CoordinationError, HistoryCompacted
 from llog.etcd import Compare, Op, TxnResult
+from llog.write.resolution import find_committed
 from tests.conftest import PrivateEtcd, config_env, wait_until
 
 TEN_MIN_MS = 10 * 60 * 1000

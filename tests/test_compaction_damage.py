@@ -18,8 +18,8 @@ from compactor.compact import COMPACTED, DAMAGED, IDLE
 from compactor.retention import apply_retention
 from llog.codec import blob
 from llog.codec.etcd_values import DamagedRange, IndexEntry
-from llog.codec.kafka_body import KafkaBatches
 from llog.keys import prefix_range_end
+from llog.records import KafkaBatches
 from tests.kafka_crafted import batch, record
 from tests.test_corruption import DAMAGE, TOPIC, _write
 

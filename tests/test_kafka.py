@@ -423,9 +423,9 @@ def test_the_docs_list_every_served_api_at_its_versions() -> None:
 
 def test_kafka_producer_ids_count_sequences_in_records() -> None:
     from llog.codec.etcd_values import ProducerState
-    from llog.commit_plan import sequence_verdict
     from llog.errors import SequenceError
-    from llog.validation import ProducerSequence
+    from llog.write.commit_plan import sequence_verdict
+    from llog.write.validation import ProducerSequence
 
     last = ProducerState(sequence=10, start_offset=100, end_offset=104, append_id="a", data_key="d", updated_at_ms=0)
     kafka_id, llog_id = "kafka.7", "app-1"

@@ -15,7 +15,7 @@ import pytest
 from crc32c import crc32c
 
 from compactor import compact_once
-from llog.codec.kafka_body import KafkaBatches, check_batches
+from llog.codec.kafka_body import check_batches
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.control import read_control
@@ -24,7 +24,7 @@ from llog.producer import BatchingProducer
 from llog.producer.accumulator import QueuedGroup
 from llog.producer.sender import _merge
 from llog.reader import Reader
-from llog.records import Record
+from llog.records import KafkaBatches, Record
 from llog.topics import Topics
 from tests.test_kafka import KafkaBroker, _exchange, kafka_broker
 

@@ -313,7 +313,7 @@ def test_records_are_checked_once_at_send_not_again_at_flush(
     slow_conn: Connection, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     import llog.producer as producer_mod
-    import llog.validation as validation_mod
+    import llog.write.validation as validation_mod
 
     calls: list[str] = []
     real = validation_mod.check_records

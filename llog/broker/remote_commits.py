@@ -29,7 +29,7 @@ from llog.codec.etcd_values import Pending
 from llog.errors import LlogError
 from llog.metrics import Metrics
 from llog.names import TopicPartition
-from llog.scan.blob_cache import BlobCache
+from llog.store.blob_cache import BlobCache
 
 log = logging.getLogger(__name__)
 

@@ -35,7 +35,7 @@ from crc32c import crc32c
 from llog.codec import batch, kafka_inflate, kafka_records
 from llog.codec.batch import BatchFormatError, EncodedBody
 from llog.codec.crc import crc32
-from llog.records import ConsumedRecord, Headers
+from llog.records import ConsumedRecord, Headers, KafkaBatches
 
 ENCODING = "kafka-batch-v2"
 MAGIC = b"LLK1"
@@ -68,33 +68,6 @@ class UnsupportedCompression(KafkaBatchError):
 
 class BatchTooLarge(KafkaBatchError):
     """A batch over the broker's limit (Kafka's ``max.message.bytes`` is per batch)."""
-
-
-@dataclass(frozen=True, slots=True)
-class KafkaBatches:
-    """One or more v2 record batches of one partition, checked (:func:`check_batches`),
-    to be stored as they are: what a Kafka produce hands the batching producer instead
-    of records."""
-
-    data: bytes
-    count: int
-    max_timestamp: int
-    #: The first batch's producer fields (-1 when not idempotent) and transactional flag.
-    producer_id: int = -1
-    producer_epoch: int = -1
-    base_sequence: int = -1
-    transactional: bool = False
-
-    def __len__(self) -> int:
-        return self.count
-
-    @staticmethod
-    def join(parts: list[KafkaBatches]) -> KafkaBatches:
-        """Several groups' batches as one body's (the producer's merged append)."""
-        if len(parts) == 1:
-            return parts[0]
-        return KafkaBatches(b"".join(p.data for p in parts), sum(p.count for p in parts),
-                            max(p.max_timestamp for p in parts))
 
 
 @dataclass(frozen=True)

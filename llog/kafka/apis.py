@@ -9,9 +9,8 @@ connection while a well-formed answer exists.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any, Literal
+from collections.abc import Awaitable
+from typing import Any
 
 from kafka.protocol.admin import (
     CreateTopicsRequest,
@@ -43,6 +42,7 @@ from kafka.protocol.sasl import (
     SaslHandshakeRequest,
 )
 
+from llog.kafka.api_spec import Api
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode
 from llog.kafka.handlers import admin, fetch, groups, metadata, offsets, produce, producers, topics
@@ -51,22 +51,6 @@ __all__ = ["API_BY_KEY", "SASL_AUTHENTICATE", "SASL_HANDSHAKE", "Api", "Context"
 
 SASL_HANDSHAKE = SaslHandshakeRequest.API_KEY
 SASL_AUTHENTICATE = SaslAuthenticateRequest.API_KEY
-
-
-@dataclass(frozen=True)
-class Api:
-    request: type[ApiMessage]
-    min_version: int
-    max_version: int
-    #: ``handler(context, request)``: the response (``None``: none is sent, acks=0);
-    #: ``None``: the listener answers it (SASL: the connection's own state).
-    handler: Callable[[Context, Any], Any] | None
-    #: How the listener runs the handler: ``async`` (a coroutine, on the event loop),
-    #: ``blocking`` (a plain function that reaches etcd or S3, on a worker thread), or
-    #: ``ordered`` (a coroutine whose own await runs before the connection's next
-    #: request is read and returns an awaitable of the response: produce, so appends
-    #: keep arrival order).
-    runs: Literal["async", "blocking", "ordered"] = "async"
 
 
 def _api_versions(ctx: Context, req: Any) -> Awaitable[ApiMessage]:

@@ -16,8 +16,9 @@ from __future__ import annotations
 import asyncio
 from concurrent.futures import ThreadPoolExecutor
 
-from llog.codec.kafka_body import BATCH_HEADER_SIZE, BatchLimits, KafkaBatchError, KafkaBatches, check_batches
+from llog.codec.kafka_body import BATCH_HEADER_SIZE, BatchLimits, KafkaBatchError, check_batches
 from llog.config import LlogConfig
+from llog.records import KafkaBatches
 
 #: A request's uncompressed data up to this size is checked on the event loop (about 0.2 ms).
 INLINE_BYTES = 16 * 1024

@@ -31,48 +31,20 @@ from urllib.parse import urlsplit
 
 from llog.errors import LlogError
 from llog.loadtest import kafka_sender
+from llog.loadtest.generator_state import GeneratorPlan, GeneratorStats
 from llog.loadtest.histogram import Histogram
 from llog.loadtest.routing import NoLiveOwner, Router
-from llog.loadtest.scenario import LoadSpec
 from llog.names import TopicPartition
 
 log = logging.getLogger(__name__)
 
 #: Produce errors that will not go away by re-sending the same batch.
-_FATAL_ERRORS = frozenset({"SequenceError", "InvalidInput", "InvalidRequest", "UnknownTopic", "UnknownPartition"})
+_FATAL_ERRORS = frozenset({"SequenceError", "SequenceReused", "ProducerFenced", "InvalidInput", "InvalidRequest",
+                           "UnknownTopic", "UnknownPartition"})
 
 
 class GeneratorError(LlogError):
     """The generator processes could not start or did not finish."""
-
-
-@dataclass(frozen=True)
-class GeneratorPlan:
-    """Everything a generator process needs (pickled to it)."""
-
-    run_id: str
-    brokers: tuple[tuple[str, str], ...]  # (broker id, base URL)
-    partitions: tuple[TopicPartition, ...]
-    load: LoadSpec
-    seed: int
-    duration_s: float
-    interval_s: float
-    out_dir: str
-    #: (broker id, Kafka listener host:port), for ``protocol = "kafka"``.
-    kafka: tuple[tuple[str, str], ...] = ()
-
-    def assignment(self, proc: int) -> list[list[TopicPartition]]:
-        """The partitions of each thread of process ``proc``."""
-        slots = self.load.processes * self.load.threads
-        threads: list[list[TopicPartition]] = [[] for _ in range(self.load.threads)]
-        for j, tp in enumerate(self.partitions):
-            slot = j % slots
-            if slot % self.load.processes == proc:
-                threads[slot // self.load.processes].append(tp)
-        return threads
-
-    def active_threads(self) -> int:
-        return sum(1 for p in range(self.load.processes) for t in self.assignment(p) if t)
 
 
 @dataclass
@@ -85,28 +57,9 @@ class _Batch:
     count: int
 
 
-class _Stats:
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.intent_records = self.intent_batches = 0
-        self.acked_records = self.acked_batches = 0
-        self.failed_records = self.failed_batches = 0
-        self.resends = 0
-        self.errors: Counter[str] = Counter()
-        self.hist = Histogram()
-        self.interval_hist = Histogram()
-
-    def snapshot(self) -> dict[str, Any]:
-        return {
-            "intent_records": self.intent_records, "intent_batches": self.intent_batches,
-            "acked_records": self.acked_records, "acked_batches": self.acked_batches,
-            "failed_records": self.failed_records, "failed_batches": self.failed_batches,
-            "resends": self.resends, "errors": dict(self.errors),
-        }
-
-
 class _Process:
-    """One generator process: its threads, router, stats and output files."""
+    """One generator process: its threads, router, stats and output files (what a
+    sender thread reaches of it: :class:`~llog.loadtest.generator_state.ProcessState`)."""
 
     def __init__(self, plan: GeneratorPlan, index: int, stop_flag: Any) -> None:
         self.plan = plan
@@ -119,7 +72,7 @@ class _Process:
         self.router = Router([b for b, _ in plan.brokers], load.owners, plan.seed, load.routing,
                              revive_after_s=load.revive_after_s)
         self.urls = dict(plan.brokers)
-        self.stats = _Stats()
+        self.stats = GeneratorStats()
         out = Path(plan.out_dir)
         self.acks: TextIO = open(out / f"acks-{index}.tsv", "w")  # noqa: SIM115 - closed in run()
         self.samples: TextIO = open(out / f"samples-{index}.jsonl", "w")  # noqa: SIM115 - closed in run()

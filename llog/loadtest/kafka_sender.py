@@ -11,24 +11,22 @@ from __future__ import annotations
 import logging
 import time
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
+from llog.loadtest.generator_state import ProcessState
 from llog.names import TopicPartition
-
-if TYPE_CHECKING:
-    from llog.loadtest.generator import _Process
 
 log = logging.getLogger(__name__)
 
 
-def run_thread(proc: _Process, thread: int, parts: list[TopicPartition]) -> None:
+def run_thread(proc: ProcessState, thread: int, parts: list[TopicPartition]) -> None:
     """One generator thread's load, paced like the HTTP client's, then a drain of up to
     ``drain_s`` for the deliveries still outstanding."""
     _KafkaThread(proc, thread).run(parts)
 
 
 class _KafkaThread:
-    def __init__(self, proc: _Process, thread: int) -> None:
+    def __init__(self, proc: ProcessState, thread: int) -> None:
         import confluent_kafka  # the optional client: only a Kafka scenario needs it
 
         self.proc = proc

@@ -31,7 +31,8 @@ from llog.devstack import DevStackError, LocalStack, free_port
 from llog.keys import prefix_range_end
 from llog.loadtest.chaos import Chaos, skew_env
 from llog.loadtest.collector import Collector, Target
-from llog.loadtest.generator import GeneratorPlan, LoadGenerator
+from llog.loadtest.generator import LoadGenerator
+from llog.loadtest.generator_state import GeneratorPlan
 from llog.loadtest.live import LiveProgress, Report
 from llog.loadtest.process import ManagedProcess
 from llog.loadtest.reconcile import Reconciliation, read_acks, reconcile

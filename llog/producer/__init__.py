@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from concurrent.futures import Future, wait
 from typing import Any
 
-from llog.codec.kafka_body import KafkaBatches
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import InvalidInput
@@ -23,7 +22,7 @@ from llog.names import check_topic
 from llog.partitioner import partition_for_key
 from llog.producer.accumulator import Accumulator, QueuedGroup
 from llog.producer.sender import CommitListener, Sender
-from llog.records import Headers, Record, buffered_size
+from llog.records import Headers, KafkaBatches, Record, buffered_size
 from llog.writer import AppendResult, Writer, check_records
 
 __all__ = ["BatchingProducer"]

@@ -15,11 +15,10 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from llog.codec.kafka_body import KafkaBatches
 from llog.errors import BackPressure, LlogError
 from llog.metrics import Metrics
 from llog.names import TopicPartition
-from llog.records import Record
+from llog.records import KafkaBatches, Record
 
 
 @dataclass

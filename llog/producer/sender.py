@@ -28,12 +28,11 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
 
-from llog.codec.kafka_body import KafkaBatches
 from llog.errors import BackPressure, InvalidInput, SessionExpired, TooManyUncompactedKeys
 from llog.metrics import Metrics
 from llog.names import TopicPartition
 from llog.producer.accumulator import Accumulator, Drained, QueuedGroup
-from llog.records import AppendGroup, Record
+from llog.records import AppendGroup, KafkaBatches, Record
 from llog.writer import AppendFailure, AppendResult, EncodedBlob, StagedBlob, Writer
 
 log = logging.getLogger(__name__)

@@ -13,16 +13,8 @@ the schema and examples.
 
 from __future__ import annotations
 
-from typing import Any
-
 from llog.spark.session import local_session
-from llog.spark.source import LlogDataSource
+from llog.spark.source import LlogDataSource, register
 from llog.spark.table_read import read_topic
-
-
-def register(spark: Any) -> None:
-    """Register the ``llog`` format with ``spark`` (a ``SparkSession``)."""
-    spark.dataSource.register(LlogDataSource)
-
 
 __all__ = ["LlogDataSource", "local_session", "read_topic", "register"]

@@ -29,7 +29,7 @@ def local_session(app_name: str = "llog", *, cores: int = 2, conf: Mapping[str, 
         raise ConfigError("Spark needs Java 17+: install a JDK or set JAVA_HOME")
     from pyspark.sql import SparkSession
 
-    from llog.spark import register
+    from llog.spark.source import register
 
     # Workers must import the same llog (and pyarrow) as the driver.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)

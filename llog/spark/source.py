@@ -247,3 +247,8 @@ class LlogDataSource(DataSource):  # type: ignore[misc,unused-ignore]
     def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
         # Complete output mode (overwrite) appends each result again, as Kafka's sink does.
         return LlogStreamWriter(parse_sink_options(self.options), SinkColumns.from_schema(schema))
+
+
+def register(spark: Any) -> None:
+    """Register the ``llog`` format with ``spark`` (a ``SparkSession``)."""
+    spark.dataSource.register(LlogDataSource)

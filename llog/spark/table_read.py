@@ -112,7 +112,7 @@ def read_topic(
 
     >>> read_topic(spark, "events", {"rootPrefix": "prod"}, startingOffsets="earliest")  # doctest: +SKIP
     """
-    from llog.spark import register
+    from llog.spark.source import register
 
     options = {**(options or {}), **more}
     opts = {**options, "subscribe": topic}

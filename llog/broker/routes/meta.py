@@ -45,7 +45,7 @@ async def metrics_prometheus(request: Request) -> Response:
 
 async def blob_range(request: Request) -> Response:
     """Bytes of a WAL blob this broker wrote, from its blob cache only (peer reads,
-    llog/scan/peers.py): 404 when it no longer holds them, never a read of storage."""
+    llog/store/peers.py): 404 when it no longer holds them, never a read of storage."""
     q = parse_blob_query(request.query_params.multi_items())
     data = broker_of(request).conn.blob_cache.peek(q.key, q.offset, q.length)
     if data is None:

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 
 from llog.errors import LlogError
+from llog.kafka.api_spec import Api
 from llog.kafka.context import Context, leader_of
 from llog.kafka.errors import error_code
 from llog.topics import Topics
-
-if TYPE_CHECKING:
-    from llog.kafka.apis import Api
 
 
 def versions_response(version: int, apis: Iterable[Api]) -> ApiVersionsResponse:

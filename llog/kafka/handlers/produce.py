@@ -15,11 +15,12 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.producer import ProduceResponse
 
-from llog.codec.kafka_body import KafkaBatchError, KafkaBatches
-from llog.commit_plan import RECORD_COUNTED_PREFIX
+from llog.codec.kafka_body import KafkaBatchError
 from llog.errors import BackPressure, LlogError
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
+from llog.records import KafkaBatches
+from llog.write.commit_plan import RECORD_COUNTED_PREFIX
 from llog.writer import AppendResult
 
 if TYPE_CHECKING:

@@ -25,8 +25,8 @@ from concurrent.futures import Future
 
 from llog.errors import StoreError
 from llog.metrics import Metrics
-from llog.scan.peers import PeerBlobs
 from llog.store.base import ObjectStore
+from llog.store.peers import PeerBlobs
 
 #: ``(object key, chunk number)``.
 ChunkId = tuple[str, int]

@@ -1,6 +1,6 @@
 """One partition's commit transaction as a value (protocol/README.md §8.1, step W2):
 built from a control state (and, idempotent, a producer state) without I/O, executed
-by :mod:`llog.commit_runner` alone or combined with others (step W2')."""
+by :mod:`llog.write.commit_runner` alone or combined with others (step W2')."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from llog.connection import Connection
 from llog.control import ControlState, materialize_ops
 from llog.errors import ProducerFenced, SequenceError, SequenceReused
 from llog.etcd import Compare, Get, Op, Put, mod_revision_is
-from llog.validation import ProducerSequence
-from llog.writer_caches import ProducerSnapshot
+from llog.write.caches import ProducerSnapshot
+from llog.write.validation import ProducerSequence
 
 
 @dataclass(frozen=True)

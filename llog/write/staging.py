@@ -12,7 +12,7 @@ from llog.codec import batch, blob, kafka_body
 from llog.codec.etcd_values import Pending
 from llog.errors import InvalidInput
 from llog.session import Session
-from llog.validation import PreparedGroup
+from llog.write.validation import PreparedGroup
 
 
 @dataclass(frozen=True)

@@ -10,11 +10,10 @@ from dataclasses import dataclass
 from typing import cast
 
 from llog.codec import batch
-from llog.codec.kafka_body import KafkaBatches
 from llog.connection import Connection
 from llog.errors import InvalidInput, InvalidRecord, RecordTooLarge
 from llog.names import TOPIC_NAME_PATTERN, TOPIC_NAME_RE, check_partition, check_topic
-from llog.records import AppendGroup, Headers, Record
+from llog.records import AppendGroup, Headers, KafkaBatches, Record
 
 #: What an append takes per group: an :class:`AppendGroup` or ``(topic, partition, records)``.
 GroupInput = AppendGroup | tuple[str, int, Sequence[Record | bytes]]

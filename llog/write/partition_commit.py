@@ -12,10 +12,7 @@ from collections.abc import Callable
 from enum import Enum
 from typing import TypeVar
 
-from llog.append_outcome import AppendResult, acknowledge, duplicate
 from llog.codec.etcd_values import FENCED, Pending, SequencedBatch
-from llog.commit_plan import PartitionTxn, plan_txn, sequence_verdict
-from llog.commit_resolution import find_committed
 from llog.connection import Connection
 from llog.control import ControlState, decode_control, read_control
 from llog.errors import (
@@ -28,8 +25,11 @@ from llog.errors import (
 )
 from llog.etcd import Get, TxnResult
 from llog.session import Session
-from llog.validation import ProducerSequence
-from llog.writer_caches import ProducerSnapshot, WriterCaches, decode_producer
+from llog.write.acknowledgement import AppendResult, acknowledge, duplicate
+from llog.write.caches import ProducerSnapshot, WriterCaches, decode_producer
+from llog.write.commit_plan import PartitionTxn, plan_txn, sequence_verdict
+from llog.write.resolution import find_committed
+from llog.write.validation import ProducerSequence
 
 log = logging.getLogger(__name__)
 

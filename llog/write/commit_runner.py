@@ -1,6 +1,6 @@
 """Step W2 of the commit protocol (protocol/README.md §8.1) for a staged blob: the
 groups of warm partitions in combined transactions (W2'), the rest one by one
-(:class:`~llog.partition_commit.PartitionCommit`), partitions in parallel and each
+(:class:`~llog.write.partition_commit.PartitionCommit`), partitions in parallel and each
 partition's groups in order. Every step returns what it decided."""
 
 from __future__ import annotations
@@ -10,18 +10,18 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from llog.append_outcome import Ack, AppendFailure, AppendResult, Outcome, acknowledge
 from llog.codec.etcd_values import FENCED
-from llog.commit_plan import PartitionTxn, plan_txn, sequence_verdict
 from llog.connection import Connection
 from llog.control import ControlState, decode_control
 from llog.errors import CoordinationError, EtcdSpaceExhausted, LlogError, SessionExpired
 from llog.etcd import Get, TxnResult
 from llog.names import TopicPartition
-from llog.partition_commit import FaultHook, PartitionCommit
 from llog.session import Session
-from llog.wal_blob import StagedBlob
-from llog.writer_caches import ProducerSnapshot, WriterCaches
+from llog.write.acknowledgement import Ack, AppendFailure, AppendResult, Outcome, acknowledge
+from llog.write.caches import ProducerSnapshot, WriterCaches
+from llog.write.commit_plan import PartitionTxn, plan_txn, sequence_verdict
+from llog.write.partition_commit import FaultHook, PartitionCommit
+from llog.write.staging import StagedBlob
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ from llog.codec.etcd_values import Pending, ProducerState, SequencedBatch
 from llog.connection import Connection
 from llog.control import ControlState, decode_index, read_control
 from llog.errors import LlogError
-from llog.writer_caches import WriterCaches
+from llog.write.caches import WriterCaches
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,15 @@
+"""The naming rules as data: what a topic (or group, or producer id) name may be, which
+names are reserved, how many partitions a topic may have. :mod:`llog.names` checks them;
+:mod:`llog.errors` quotes them, so both import this, and neither the other."""
+
+from __future__ import annotations
+
+import re
+
+#: The topic-name rule, as a pattern (for JSON schemas) and as a compiled expression.
+TOPIC_NAME_PATTERN = "[A-Za-z0-9._-]{1,249}"
+TOPIC_NAME_RE = re.compile(TOPIC_NAME_PATTERN)
+#: Names that would collide with llog's own object-key or etcd-key prefixes.
+RESERVED_TOPICS = frozenset({".", "..", "wal-shared", "_groups", "_maintenance", "_sessions", "_brokers"})
+#: Upper bound on partitions per topic; keeps a typo from creating a million keys.
+MAX_PARTITIONS = 100_000
