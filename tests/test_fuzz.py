@@ -65,3 +65,4 @@ def test_schemathesis_finds_nothing_in_the_broker_api(config: LlogConfig, tmp_pa
         )
         assert broker.request("GET", "/health")[0] == 200  # still up
     assert run.returncode == 0, (run.stdout + run.stderr)[-6000:]
+    print(*[line for line in run.stdout.splitlines() if "generated" in line])  # with -s: how many cases
