@@ -6,8 +6,8 @@ importing its own llog: the worktree is first on ``PYTHONPATH``, and the bench's
 brokers start from there too), ``--runs`` rounds, the order swapped every round so
 drift on a shared machine hits both. Each run's last stdout line is the bench's JSON
 object; for every numeric field the table shows the median over the rounds for each
-tree and the median of the per-round ratios (this tree / baseline). The last line is
-one JSON object.
+tree, the median of the per-round ratios (this tree / baseline) and their range (the
+noise). The last line is one JSON object.
 
     python bench/versus.py --baseline 57dcce7 --runs 3 -- bench/kafka.py --quick
 """
@@ -81,9 +81,10 @@ def main() -> None:
         t = median([t[k] for _, t in rounds])
         ratios = [t_[k] / b_[k] for b_, t_ in rounds if b_[k]]
         ratio = median(ratios) if ratios else float("nan")
-        rows.append([k, b, t, ratio])
-        result[k] = {"baseline": b, "this": t, "ratio": ratio}
-    print_table(["field", f"baseline {args.baseline}", "this tree", "ratio"], rows)
+        low, high = (min(ratios), max(ratios)) if ratios else (float("nan"), float("nan"))
+        rows.append([k, b, t, ratio, f"{low:.2f} to {high:.2f}"])
+        result[k] = {"baseline": b, "this": t, "ratio": ratio, "ratio_low": low, "ratio_high": high}
+    print_table(["field", f"baseline {args.baseline}", "this tree", "ratio", "rounds' ratios"], rows)
     emit_json({"baseline": args.baseline, "bench": " ".join(args.bench), "runs": runs, "fields": result})
 
 
