@@ -33,8 +33,14 @@ class LlogConfig:
 
     #: etcd endpoints, ``host:port`` each.
     etcd_endpoints: tuple[str, ...] = ("127.0.0.1:2379",)
-    #: etcd RPC timeout in seconds.
+    #: Seconds one etcd call may take in all, over every member it tries.
     etcd_timeout_s: float = 10.0
+    #: Seconds one attempt of an etcd call waits for a member before moving to the next
+    #: (with several endpoints): how long a paused or partitioned member costs a call.
+    etcd_attempt_timeout_s: float = 1.0
+    #: Seconds between gRPC keepalive pings on an idle etcd connection (a watch's);
+    #: etcd refuses pings more often than its ``--grpc-keepalive-min-time`` (5 s).
+    etcd_keepalive_s: float = 6.0
     #: ``s3://bucket[/prefix]`` or ``file:///path`` (or a plain path).
     object_store: str = "file://./llog-data"
     s3_endpoint_url: str | None = None
@@ -256,6 +262,7 @@ class LlogConfig:
         if not self.root_prefix or "/" in self.root_prefix.strip("/"):
             raise ConfigError(f"root_prefix {self.root_prefix!r} must be one non-empty path segment")
         for name in ("max_record_bytes", "max_blob_bytes", "commit_max_attempts", "s3_timeout_s",
+                     "etcd_timeout_s", "etcd_attempt_timeout_s", "etcd_keepalive_s",
                      "read_max_fetch_bytes", "read_prefetch", "read_max_inflight", "read_inflight_bytes",
                      "read_cache_chunk_bytes", "batch_max_bytes",
                      "batch_max_buffered_bytes", "batch_max_inflight", "batch_max_inflight_puts",

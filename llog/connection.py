@@ -37,7 +37,9 @@ class Connection:
         self._owns_etcd = etcd is None
         self._owns_store = store is None
         self.etcd = etcd if etcd is not None else Etcd(
-            self.config.etcd_endpoints, timeout=self.config.etcd_timeout_s, metrics=self.metrics
+            self.config.etcd_endpoints, timeout=self.config.etcd_timeout_s,
+            attempt_timeout=self.config.etcd_attempt_timeout_s, keepalive_s=self.config.etcd_keepalive_s,
+            metrics=self.metrics,
         )
         try:
             self.store = store if store is not None else open_store(self.config, self.metrics)

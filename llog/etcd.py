@@ -10,6 +10,7 @@ which callers cache to make their next compare-and-swap without a read. Maintena
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
 import threading
@@ -188,20 +189,181 @@ def _error(op: str, exc: grpc.RpcError, revision: int = 0) -> CoordinationError:
     return CoordinationError(f"etcd {op} failed: {code}: {detail}")
 
 
+def _never_sent(exc: grpc.RpcError) -> bool:
+    """Whether a failed call provably never reached a member, so a write may be sent
+    to another: no connection could be made, or the member had no leader (etcd refuses
+    those before anything runs). A deadline, or a connection lost mid-call, proves
+    nothing."""
+    detail = str(exc.details() if hasattr(exc, "details") else exc)
+    return exc.code() == grpc.StatusCode.UNAVAILABLE and (
+        "failed to connect" in detail or "no leader" in detail or "Connection refused" in detail
+    )
+
+
 def _kv(kv: Any) -> KV:
     return KV(
         kv.key.decode(), kv.value, kv.mod_revision, kv.create_revision, kv.version, kv.lease
     )
 
 
+@dataclass(eq=False)
+class _Watch:
+    """One watch of a key (or prefix), wherever it runs now."""
+
+    key: str
+    prefix: bool
+    callback: Callable[[KV | None], None]
+    member: _Member | None = None
+    watch_id: Any = None
+    #: The revision of the last change delivered (0: none yet).
+    revision: int = 0
+    cancelled: bool = False
+
+
+class _Watches:
+    """The watches of one :class:`Etcd`: each runs on one member, and moves to another
+    when that member fails (its stream breaks, or a call to it fails), resuming at the
+    revision after the last it delivered, so no change is missed or told twice."""
+
+    def __init__(self, etcd: Etcd) -> None:
+        self._etcd = etcd
+        self._lock = threading.Lock()
+        self._all: set[_Watch] = set()
+        self._moving: set[_Watch] = set()
+
+    def add(self, key: str, prefix: bool, callback: Callable[[KV | None], None]) -> Callable[[], None]:
+        w = _Watch(key, prefix, callback)
+        self._start(w)
+        with self._lock:
+            self._all.add(w)
+        self._etcd.metrics.etcd_ops.labels("watch").inc()
+        return lambda: self._cancel(w)
+
+    def _start(self, w: _Watch) -> None:
+        """Open ``w`` on a member that takes it; :class:`CoordinationError` if none does."""
+        start = w.revision + 1 if w.revision else None
+        last: Exception | None = None
+        for _ in self._etcd.endpoints:
+            m = self._etcd._member()
+            add = m.client.add_watch_prefix_callback if w.prefix else m.client.add_watch_callback
+            w.member = m  # before the first event can arrive
+            try:
+                w.watch_id = add(w.key, functools.partial(self._event, w, m), start_revision=start)
+            except Exception as exc:  # python3-etcd3 raises its own kinds, and gRPC's
+                w.member = None
+                last = exc
+                self._etcd._failed(m, f"watch: {type(exc).__name__}")
+                continue
+            return
+        raise CoordinationError(f"etcd watch of {w.key} failed on every member: {last}")
+
+    def _event(self, w: _Watch, m: _Member, response: Any) -> None:
+        """A watch response, or the error that ended ``w``'s stream on member ``m``."""
+        if w.cancelled or w.member is not m:
+            return
+        events = getattr(response, "events", None)
+        if events is None:  # the stream ended, or the history was compacted
+            if type(response).__name__ == "RevisionCompactedError":
+                w.revision = 0
+                w.callback(None)  # changes were missed: re-read
+            self._etcd._failed(m, f"watch stream: {type(response).__name__}")
+            self._move(w)
+            return
+        w.revision = max(w.revision, int(response.header.revision))
+        for ev in events:
+            w.callback(_kv(ev) if type(ev).__name__ == "PutEvent" else None)
+
+    def move_off(self, m: _Member) -> None:
+        """Member ``m`` failed: move its watches."""
+        with self._lock:
+            ws = [w for w in self._all if w.member is m and not w.cancelled]
+        for w in ws:
+            self._move(w)
+
+    def _move(self, w: _Watch) -> None:
+        """Open ``w`` again on another member, on a thread of its own (the caller may be
+        a request, or the failed stream's thread), until it runs or is cancelled."""
+        with self._lock:
+            if w in self._moving or w.cancelled:
+                return
+            self._moving.add(w)
+        threading.Thread(target=self._reopen, args=(w,), name="llog-etcd-watch-move", daemon=True).start()
+
+    def _reopen(self, w: _Watch) -> None:
+        old, old_id = w.member, w.watch_id
+        w.member = None  # events still in flight from the old member are dropped
+        if old is not None:
+            with contextlib.suppress(Exception):
+                old.client.cancel_watch(old_id)
+        missed = w.revision == 0  # nothing delivered yet: no revision to resume from
+        delay = 0.05
+        try:
+            while not w.cancelled:
+                try:
+                    self._start(w)
+                except CoordinationError as exc:
+                    log.warning("%s; trying again", exc)
+                    time.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+                    continue
+                if missed:
+                    w.callback(None)
+                return
+        finally:
+            with self._lock:
+                self._moving.discard(w)
+
+    def _cancel(self, w: _Watch) -> None:
+        w.cancelled = True
+        with self._lock:
+            self._all.discard(w)
+        m = w.member
+        if m is not None:
+            with contextlib.suppress(Exception):
+                m.client.cancel_watch(w.watch_id)
+
+    def close(self) -> None:
+        with self._lock:
+            ws = list(self._all)
+        for w in ws:
+            self._cancel(w)
+
+
+@dataclass(eq=False)
+class _Member:
+    """One etcd member and the client that talks to it only."""
+
+    endpoint: str
+    client: Any
+    #: Until when (``time.monotonic``) the member is passed over after failing.
+    suspect_until: float = 0.0
+
+
 class Etcd:
-    """One connection to an etcd cluster. Thread-safe; close it (or use ``with``)."""
+    """One connection to an etcd cluster: a client per member, requests on one member
+    at a time, moving to another when it fails. Thread-safe; close it (or use ``with``).
+
+    With several members each attempt has a short deadline (``attempt_timeout``), each
+    call a budget (``timeout``): a member that stops answering — paused, partitioned,
+    dead — costs a call one attempt before it moves on, and is passed over for
+    :data:`SUSPECT_S`. A lone member gets the whole budget for each attempt.
+    Reads, read-only transactions and lease calls are tried again on another member; a
+    write is sent again only when it provably never reached a member (no connection, or
+    a member without a leader). Any other failure of a write is an unknown outcome
+    (:class:`CoordinationError`), which the caller resolves by reading (spec §8.5),
+    never by a blind resend. Watches move with the members: a watch whose member failed
+    is opened again on another from the revision after the last it delivered."""
+
+    #: Seconds a member that failed an attempt is passed over.
+    SUSPECT_S = 5.0
 
     def __init__(
         self,
         endpoints: Sequence[str],
         *,
         timeout: float = 10.0,
+        attempt_timeout: float = 1.0,
+        keepalive_s: float = 6.0,
         metrics: Metrics | None = None,
         read_retries: int = 5,
     ) -> None:
@@ -209,62 +371,110 @@ class Etcd:
             raise CoordinationError("no etcd endpoints given")
         self.endpoints = list(endpoints)
         self.timeout = timeout
+        self.attempt_timeout = min(attempt_timeout, timeout)
+        self._keepalive_s = keepalive_s
         self.metrics = metrics if metrics is not None else Metrics()
         self.read_retries = read_retries
         self._lock = threading.Lock()
-        self._current = 0
-        self._client = self._connect(self._current)
+        self._members = [_Member(ep, self._connect(ep)) for ep in self.endpoints]
+        self._preferred = 0
+        self._watches = _Watches(self)
 
-    def _connect(self, i: int) -> Any:
-        host, _, port = self.endpoints[i].rpartition(":")
-        return etcd3.client(
+    def _connect(self, endpoint: str) -> Any:
+        host, _, port = endpoint.rpartition(":")
+        client = etcd3.client(
             host=host,
             port=int(port),
-            timeout=self.timeout,
+            timeout=self.attempt_timeout,  # what python3-etcd3's own calls (watch creation) wait
             grpc_options={
                 "grpc.enable_http_proxy": 0,
                 # gRPC backs a failed connection off exponentially, by default up to
                 # two minutes: a client would not see etcd come back for that long.
                 "grpc.initial_reconnect_backoff_ms": 100,
+                "grpc.min_reconnect_backoff_ms": 1000,  # also the connect timeout
                 "grpc.max_reconnect_backoff_ms": _MAX_RECONNECT_BACKOFF_MS,
+                # Keepalive pings find a member that stopped answering on an idle
+                # connection (a watch's); etcd refuses pings more often than its
+                # --grpc-keepalive-min-time (5 s by default) with GOAWAY.
+                "grpc.keepalive_time_ms": int(self._keepalive_s * 1000),
+                "grpc.keepalive_timeout_ms": int(self.attempt_timeout * 1000),
+                "grpc.keepalive_permit_without_calls": 0,
+                "grpc.http2.max_pings_without_data": 0,
             }.items(),
         )
+        # A member without a leader refuses at once ("etcdserver: no leader") instead
+        # of holding the request: what etcd's own Go client asks for.
+        client.metadata = (("hasleader", "true"),)
+        # python3-etcd3 shuns an endpoint for 5 minutes after a failed watch and then
+        # refuses every call on that client; llog judges its members itself.
+        for endpoint_state in client.endpoints.values():
+            endpoint_state.time_retry = 0
+        return client
 
-    def _failover(self, failed: Any) -> None:
+    def _member(self) -> _Member:
+        """The member to try next: the one that last worked unless it is suspect, else
+        the next one that is not, else the one suspect the longest."""
+        now = time.monotonic()
         with self._lock:
-            if self._client is not failed or len(self.endpoints) == 1:
-                return
-            self._current = (self._current + 1) % len(self.endpoints)
-            log.warning("etcd endpoint failed; switching to %s", self.endpoints[self._current])
-            old, self._client = self._client, self._connect(self._current)
-        old.close()
+            n = len(self._members)
+            for k in range(n):
+                m = self._members[(self._preferred + k) % n]
+                if m.suspect_until <= now:
+                    return m
+            return min(self._members, key=lambda m: m.suspect_until)
 
-    def _call(self, op: str, fn: Callable[[Any], Any], *, retry: bool, revision: int = 0) -> Any:
-        attempts = self.read_retries if retry else 1
-        for attempt in range(attempts):
-            client = self._client
+    def _worked(self, m: _Member) -> None:
+        with self._lock:
+            self._preferred = self._members.index(m)
+            m.suspect_until = 0.0
+
+    def _failed(self, m: _Member, why: str) -> None:
+        with self._lock:
+            was_suspect = m.suspect_until > time.monotonic()
+            m.suspect_until = time.monotonic() + self.SUSPECT_S
+        if len(self._members) > 1:
+            if not was_suspect:
+                log.warning("etcd member %s failed (%s); moving to the others", m.endpoint, why)
+            self.metrics.etcd_failovers.inc()
+            self._watches.move_off(m)
+
+    def _call(self, op: str, fn: Callable[[Any, float], Any], *, retry: bool, revision: int = 0) -> Any:
+        """``fn(client, deadline)`` on a member, moving to another when it fails (see the
+        class doc); ``retry``: the call is safe to send again (no write)."""
+        budget_end = time.monotonic() + self.timeout
+        attempt = 0
+        while True:
+            m = self._member()
+            remaining = budget_end - time.monotonic()
+            # A lone member gets the whole budget: there is nowhere else to go.
+            deadline = remaining if len(self._members) == 1 else min(self.attempt_timeout, remaining)
             self.metrics.etcd_ops.labels(op).inc()
             t0 = time.perf_counter()
             try:
-                return fn(client)
+                result = fn(m.client, max(deadline, 0.001))
             except grpc.RpcError as exc:
                 code = exc.code() if hasattr(exc, "code") else None
-                if code in _RETRYABLE:
-                    self._failover(client)
-                    if attempt + 1 < attempts:
-                        # 0.05, 0.1, 0.2, 0.4 s: together longer than the channel's
-                        # reconnect backoff (at most 0.5 s, +20% jitter), so a read
-                        # outlasts an etcd restart.
-                        time.sleep(0.05 * 2**attempt)
-                        continue
-                raise _error(op, exc, revision) from exc
+                if code not in _RETRYABLE:
+                    raise _error(op, exc, revision) from exc
+                self._failed(m, str(code))
+                attempt += 1
+                resend = retry or _never_sent(exc)
+                if not resend or time.monotonic() + 0.05 >= budget_end or (retry and attempt >= self.read_retries
+                                                                          and len(self._members) == 1):
+                    raise _error(op, exc, revision) from exc
+                # One member: a short pause (0.05, 0.1, 0.2, ... s) so a read outlasts its
+                # restart; several: the next member at once.
+                if len(self._members) == 1:
+                    time.sleep(min(0.05 * 2 ** (attempt - 1), max(0.0, budget_end - time.monotonic())))
+                continue
             finally:
                 self.metrics.etcd_latency.labels(op).observe(time.perf_counter() - t0)
-        raise AssertionError("unreachable")
+            self._worked(m)
+            return result
 
     def _range(self, req: Any, op: str = "range") -> Any:
         return self._call(
-            op, lambda c: c.kvstub.Range(req, self.timeout, metadata=c.metadata), retry=True
+            op, lambda c, t: c.kvstub.Range(req, t, metadata=c.metadata), retry=True
         )
 
     # -- reads -----------------------------------------------------------------
@@ -279,7 +489,7 @@ class Etcd:
         req = _range_req(key, None, revision=revision)
         try:
             resp = self._call(
-                "get_at", lambda c: c.kvstub.Range(req, self.timeout, metadata=c.metadata),
+                "get_at", lambda c, t: c.kvstub.Range(req, t, metadata=c.metadata),
                 retry=True, revision=revision,
             )
         except HistoryCompacted:
@@ -313,7 +523,7 @@ class Etcd:
         for g in reads:
             _add_op(req.success, g)
         resp = self._call(
-            "get_many", lambda c: c.kvstub.Txn(req, self.timeout, metadata=c.metadata), retry=True
+            "get_many", lambda c, t: c.kvstub.Txn(req, t, metadata=c.metadata), retry=True
         )
         return [[_kv(kv) for kv in r.response_range.kvs] for r in resp.responses]
 
@@ -345,7 +555,7 @@ class Etcd:
     def put(self, key: str, value: bytes, *, lease: int = 0) -> int:
         req = etcdrpc.PutRequest(key=key.encode(), value=value, lease=lease)
         resp = self._call(
-            "put", lambda c: c.kvstub.Put(req, self.timeout, metadata=c.metadata), retry=False
+            "put", lambda c, t: c.kvstub.Put(req, t, metadata=c.metadata), retry=False
         )
         return int(resp.header.revision)
 
@@ -355,7 +565,7 @@ class Etcd:
             req.range_end = end.encode()
         resp = self._call(
             "delete",
-            lambda c: c.kvstub.DeleteRange(req, self.timeout, metadata=c.metadata),
+            lambda c, t: c.kvstub.DeleteRange(req, t, metadata=c.metadata),
             retry=False,
         )
         return int(resp.deleted)
@@ -373,7 +583,7 @@ class Etcd:
         for o in failure:
             _add_op(req.failure, o)
         resp = self._call(
-            "txn", lambda c: c.kvstub.Txn(req, self.timeout, metadata=c.metadata), retry=False
+            "txn", lambda c, t: c.kvstub.Txn(req, t, metadata=c.metadata), retry=False
         )
         ran = success if resp.succeeded else failure
         if all(type(o) is Put for o in ran):  # a commit: nothing to read back
@@ -394,7 +604,7 @@ class Etcd:
         req = etcdrpc.LeaseGrantRequest(TTL=ttl, ID=0)
         resp = self._call(
             "lease_grant",
-            lambda c: c.leasestub.LeaseGrant(req, self.timeout, metadata=c.metadata),
+            lambda c, t: c.leasestub.LeaseGrant(req, t, metadata=c.metadata),
             retry=False,
         )
         return int(resp.ID)
@@ -402,10 +612,9 @@ class Etcd:
     def refresh_lease(self, lease_id: int) -> int:
         """Send one keep-alive; return the remaining TTL (<= 0: the lease is gone)."""
 
-        def call(c: Any) -> Any:
+        def call(c: Any, deadline: float) -> Any:
             for resp in c.leasestub.LeaseKeepAlive(
-                iter([etcdrpc.LeaseKeepAliveRequest(ID=lease_id)]), self.timeout,
-                metadata=c.metadata,
+                iter([etcdrpc.LeaseKeepAliveRequest(ID=lease_id)]), deadline, metadata=c.metadata,
             ):
                 return resp
             return None
@@ -418,7 +627,7 @@ class Etcd:
         try:
             self._call(
                 "lease_revoke",
-                lambda c: c.leasestub.LeaseRevoke(req, self.timeout, metadata=c.metadata),
+                lambda c, t: c.leasestub.LeaseRevoke(req, t, metadata=c.metadata),
                 retry=True,
             )
         except CoordinationError as exc:
@@ -428,66 +637,43 @@ class Etcd:
     def watch(
         self, key: str, callback: Callable[[], None], *, prefix: bool = False
     ) -> Callable[[], None]:
-        """Call ``callback()`` (on etcd3's watcher thread) after every change to
-        ``key`` (or every key under it with ``prefix``). Returns a cancel function."""
-        client = self._client
-
-        def on_event(_response: Any) -> None:
-            callback()
-
-        wid = client.add_watch_prefix_callback(key, on_event) if prefix else client.add_watch_callback(key, on_event)
-        self.metrics.etcd_ops.labels("watch").inc()
-        return lambda: client.cancel_watch(wid)
+        """Call ``callback()`` (on a watcher thread) after every change to ``key`` (or
+        every key under it with ``prefix``), on whichever member is up. Returns a cancel
+        function."""
+        return self._watches.add(key, prefix, lambda _kv: callback())
 
     def watch_kvs(self, key: str, callback: Callable[[KV | None], None]) -> Callable[[], None]:
         """Like :meth:`watch` on one key, but hand ``callback`` each put's new value;
-        ``None`` for a delete or a watch failure (re-read the key then). Returns a
-        cancel function."""
-        client = self._client
-
-        def on_event(response: Any) -> None:
-            events = getattr(response, "events", None)
-            if events is None:
-                callback(None)
-                return
-            for ev in events:
-                callback(_kv(ev) if type(ev).__name__ == "PutEvent" else None)
-
-        wid = client.add_watch_callback(key, on_event)
-        self.metrics.etcd_ops.labels("watch").inc()
-        return lambda: client.cancel_watch(wid)
+        ``None`` for a delete or when changes may have been missed (re-read the key
+        then). Returns a cancel function."""
+        return self._watches.add(key, False, callback)
 
     def status(self) -> dict[str, int]:
         """Revision and DB size of the member in use."""
         resp = self._call(
             "status",
-            lambda c: c.maintenancestub.Status(
-                etcdrpc.StatusRequest(), self.timeout, metadata=c.metadata
-            ),
+            lambda c, t: c.maintenancestub.Status(etcdrpc.StatusRequest(), t, metadata=c.metadata),
             retry=True,
         )
         return {"revision": int(resp.header.revision), "db_size": int(resp.dbSize)}
 
-    def _txn(self, req: Any, c: Any) -> Any:
-        return c.kvstub.Txn(req, self.timeout, metadata=c.metadata)
+    @staticmethod
+    def _txn(req: Any, c: Any, deadline: float) -> Any:
+        return c.kvstub.Txn(req, deadline, metadata=c.metadata)
 
     def on_member(self, endpoint: str, op: str, fn: Callable[[Any], Any]) -> Any:
-        """One RPC to the member behind ``endpoint`` (not the failover client)."""
-        i = self.endpoints.index(endpoint)
-        with self._lock:
-            shared = self._client if i == self._current else None
-        client = shared if shared is not None else self._connect(i)
+        """One RPC to the member behind ``endpoint``, and no other."""
+        m = self._members[self.endpoints.index(endpoint)]
         self.metrics.etcd_ops.labels(op).inc()
         try:
-            return fn(client)
+            return fn(m.client)
         except grpc.RpcError as exc:
             raise _error(f"{op} on {endpoint}", exc) from exc
-        finally:
-            if shared is None:
-                client.close()
 
     def close(self) -> None:
-        self._client.close()
+        self._watches.close()
+        for m in self._members:
+            m.client.close()
 
     def __enter__(self) -> Etcd:
         return self

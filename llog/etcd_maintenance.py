@@ -31,7 +31,7 @@ class EtcdMaintenance:
         req = _range_req("\0", None, 1, revision=revision, count_only=True)
         try:
             etcd._call(
-                "range_at", lambda c: c.kvstub.Range(req, etcd.timeout, metadata=c.metadata),
+                "range_at", lambda c, t: c.kvstub.Range(req, t, metadata=c.metadata),
                 retry=True, revision=revision,
             )
         except HistoryCompacted:
@@ -46,7 +46,7 @@ class EtcdMaintenance:
         req = etcdrpc.CompactionRequest(revision=revision, physical=True)
         try:
             etcd._call(
-                "compact", lambda c: c.kvstub.Compact(req, etcd.timeout, metadata=c.metadata),
+                "compact", lambda c, t: c.kvstub.Compact(req, t, metadata=c.metadata),
                 retry=False, revision=revision,
             )
         except HistoryCompacted:
@@ -100,5 +100,6 @@ class EtcdMaintenance:
             self.etcd._call("alarm", functools.partial(self._alarm, req), retry=False)
         return raised
 
-    def _alarm(self, req: Any, c: Any) -> Any:
-        return c.maintenancestub.Alarm(req, self.etcd.timeout, metadata=c.metadata)
+    @staticmethod
+    def _alarm(req: Any, c: Any, deadline: float) -> Any:
+        return c.maintenancestub.Alarm(req, deadline, metadata=c.metadata)

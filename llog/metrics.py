@@ -25,6 +25,9 @@ class Metrics:
 
     def _declare_stores(self, r: CollectorRegistry) -> None:
         self.etcd_ops = Counter("llog_etcd_ops", "etcd RPCs by operation", ["op"], registry=r)
+        self.etcd_failovers = Counter(
+            "llog_etcd_failovers", "etcd calls that failed on a member and moved on (or gave up)", registry=r
+        )
         self.etcd_latency = Histogram(
             "llog_etcd_op_seconds", "etcd RPC latency", ["op"], buckets=_LATENCY_BUCKETS, registry=r
         )

@@ -39,7 +39,8 @@ class Readiness:
         self.ttl_s = ttl_s
         # One try per endpoint: a dead member fails over to the next within one probe.
         self._etcd = Etcd(config.etcd_endpoints, timeout=timeout_s, metrics=metrics,
-                          read_retries=len(config.etcd_endpoints))
+                          attempt_timeout=timeout_s / len(config.etcd_endpoints),
+                          keepalive_s=config.etcd_keepalive_s, read_retries=len(config.etcd_endpoints))
         self._store = _probe_store(config, store, metrics, timeout_s)
         # Never written, in etcd or the store: "absent" is the cheapest answer either gives.
         self._probe_key = f"{root}/ready-probe"
