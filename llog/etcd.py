@@ -339,6 +339,77 @@ class _Member:
     suspect_until: float = 0.0
 
 
+class _Members:
+    """An :class:`Etcd`'s members: which to try next, which failed lately."""
+
+    def __init__(self, members: list[_Member], suspect_s: float) -> None:
+        self.all = members
+        self._suspect_s = suspect_s
+        self._preferred = 0
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self.all)
+
+    def pick(self) -> _Member:
+        """The one that last worked unless it is suspect, else the next one that is not,
+        else the one suspect the longest."""
+        now = time.monotonic()
+        with self._lock:
+            n = len(self.all)
+            for k in range(n):
+                m = self.all[(self._preferred + k) % n]
+                if m.suspect_until <= now:
+                    return m
+            return min(self.all, key=lambda m: m.suspect_until)
+
+    def worked(self, m: _Member) -> None:
+        with self._lock:
+            self._preferred = self.all.index(m)
+            m.suspect_until = 0.0
+
+    def failed(self, m: _Member) -> bool:
+        """Pass ``m`` over for a while; whether it was not suspect already."""
+        with self._lock:
+            now = time.monotonic()
+            newly = m.suspect_until <= now
+            m.suspect_until = now + self._suspect_s
+        return newly
+
+
+def _member_client(endpoint: str, attempt_timeout: float, keepalive_s: float) -> Any:
+    """A python3-etcd3 client of the member at ``endpoint`` only."""
+    host, _, port = endpoint.rpartition(":")
+    client = etcd3.client(
+        host=host,
+        port=int(port),
+        timeout=attempt_timeout,  # what python3-etcd3's own calls (watch creation) wait
+        grpc_options={
+            "grpc.enable_http_proxy": 0,
+            # gRPC backs a failed connection off exponentially, by default up to
+            # two minutes: a client would not see etcd come back for that long.
+            "grpc.initial_reconnect_backoff_ms": 100,
+            "grpc.min_reconnect_backoff_ms": 1000,  # also the connect timeout
+            "grpc.max_reconnect_backoff_ms": _MAX_RECONNECT_BACKOFF_MS,
+            # Keepalive pings find a member that stopped answering on an idle
+            # connection (a watch's); etcd refuses pings more often than its
+            # --grpc-keepalive-min-time (5 s by default) with GOAWAY.
+            "grpc.keepalive_time_ms": int(keepalive_s * 1000),
+            "grpc.keepalive_timeout_ms": int(attempt_timeout * 1000),
+            "grpc.keepalive_permit_without_calls": 0,
+            "grpc.http2.max_pings_without_data": 0,
+        }.items(),
+    )
+    # A member without a leader refuses at once ("etcdserver: no leader") instead
+    # of holding the request: what etcd's own Go client asks for.
+    client.metadata = (("hasleader", "true"),)
+    # python3-etcd3 shuns an endpoint for 5 minutes after a failed watch and then
+    # refuses every call on that client; llog judges its members itself.
+    for endpoint_state in client.endpoints.values():
+        endpoint_state.time_retry = 0
+    return client
+
+
 class Etcd:
     """One connection to an etcd cluster: a client per member, requests on one member
     at a time, moving to another when it fails. Thread-safe; close it (or use ``with``).
@@ -372,68 +443,21 @@ class Etcd:
         self.endpoints = list(endpoints)
         self.timeout = timeout
         self.attempt_timeout = min(attempt_timeout, timeout)
-        self._keepalive_s = keepalive_s
         self.metrics = metrics if metrics is not None else Metrics()
         self.read_retries = read_retries
-        self._lock = threading.Lock()
-        self._members = [_Member(ep, self._connect(ep)) for ep in self.endpoints]
-        self._preferred = 0
+        self._members = _Members(
+            [_Member(ep, _member_client(ep, self.attempt_timeout, keepalive_s)) for ep in self.endpoints],
+            self.SUSPECT_S,
+        )
         self._watches = _Watches(self)
 
-    def _connect(self, endpoint: str) -> Any:
-        host, _, port = endpoint.rpartition(":")
-        client = etcd3.client(
-            host=host,
-            port=int(port),
-            timeout=self.attempt_timeout,  # what python3-etcd3's own calls (watch creation) wait
-            grpc_options={
-                "grpc.enable_http_proxy": 0,
-                # gRPC backs a failed connection off exponentially, by default up to
-                # two minutes: a client would not see etcd come back for that long.
-                "grpc.initial_reconnect_backoff_ms": 100,
-                "grpc.min_reconnect_backoff_ms": 1000,  # also the connect timeout
-                "grpc.max_reconnect_backoff_ms": _MAX_RECONNECT_BACKOFF_MS,
-                # Keepalive pings find a member that stopped answering on an idle
-                # connection (a watch's); etcd refuses pings more often than its
-                # --grpc-keepalive-min-time (5 s by default) with GOAWAY.
-                "grpc.keepalive_time_ms": int(self._keepalive_s * 1000),
-                "grpc.keepalive_timeout_ms": int(self.attempt_timeout * 1000),
-                "grpc.keepalive_permit_without_calls": 0,
-                "grpc.http2.max_pings_without_data": 0,
-            }.items(),
-        )
-        # A member without a leader refuses at once ("etcdserver: no leader") instead
-        # of holding the request: what etcd's own Go client asks for.
-        client.metadata = (("hasleader", "true"),)
-        # python3-etcd3 shuns an endpoint for 5 minutes after a failed watch and then
-        # refuses every call on that client; llog judges its members itself.
-        for endpoint_state in client.endpoints.values():
-            endpoint_state.time_retry = 0
-        return client
-
     def _member(self) -> _Member:
-        """The member to try next: the one that last worked unless it is suspect, else
-        the next one that is not, else the one suspect the longest."""
-        now = time.monotonic()
-        with self._lock:
-            n = len(self._members)
-            for k in range(n):
-                m = self._members[(self._preferred + k) % n]
-                if m.suspect_until <= now:
-                    return m
-            return min(self._members, key=lambda m: m.suspect_until)
-
-    def _worked(self, m: _Member) -> None:
-        with self._lock:
-            self._preferred = self._members.index(m)
-            m.suspect_until = 0.0
+        return self._members.pick()
 
     def _failed(self, m: _Member, why: str) -> None:
-        with self._lock:
-            was_suspect = m.suspect_until > time.monotonic()
-            m.suspect_until = time.monotonic() + self.SUSPECT_S
+        newly = self._members.failed(m)
         if len(self._members) > 1:
-            if not was_suspect:
+            if newly:
                 log.warning("etcd member %s failed (%s); moving to the others", m.endpoint, why)
             self.metrics.etcd_failovers.inc()
             self._watches.move_off(m)
@@ -469,7 +493,7 @@ class Etcd:
                 continue
             finally:
                 self.metrics.etcd_latency.labels(op).observe(time.perf_counter() - t0)
-            self._worked(m)
+            self._members.worked(m)
             return result
 
     def _range(self, req: Any, op: str = "range") -> Any:
@@ -663,7 +687,7 @@ class Etcd:
 
     def on_member(self, endpoint: str, op: str, fn: Callable[[Any], Any]) -> Any:
         """One RPC to the member behind ``endpoint``, and no other."""
-        m = self._members[self.endpoints.index(endpoint)]
+        m = self._members.all[self.endpoints.index(endpoint)]
         self.metrics.etcd_ops.labels(op).inc()
         try:
             return fn(m.client)
@@ -672,7 +696,7 @@ class Etcd:
 
     def close(self) -> None:
         self._watches.close()
-        for m in self._members:
+        for m in self._members.all:
             m.client.close()
 
     def __enter__(self) -> Etcd:

@@ -26,6 +26,7 @@ from llog.codec.etcd_values import WAL
 from llog.control import decode_index, now_ms, read_control
 from llog.errors import AmbiguousCommit, CoordinationError, HistoryCompacted
 from llog.etcd import Compare, Op, TxnResult
+from llog.etcd_maintenance import EtcdMaintenance
 from llog.write.resolution import find_committed
 from tests.conftest import PrivateEtcd, config_env, wait_until
 
@@ -238,7 +239,7 @@ def test_get_at_reads_history_until_it_is_compacted(private_etcd: PrivateEtcd, c
         assert etcd.get_at("k", r1 - 1) is None
         got = etcd.get_at("k", r2 - 1)
         assert got is not None and (got.value, got.mod_revision) == (b"one", r1)
-        etcd._client.compact(r2)
+        EtcdMaintenance(etcd).compact(r2)
         with pytest.raises(HistoryCompacted) as info:
             etcd.get_at("k", r1)
         assert info.value.key == "k" and info.value.revision == r1
@@ -258,7 +259,7 @@ def test_resolution_without_history_falls_back_to_the_index_key(
             w.append("nohistory", 0, [b"b"])
             w.append("nohistory", 0, [b"c"])
         st = read_control(conn, "nohistory", 0)
-        conn.etcd._client.compact(st.mod_revision)
+        EtcdMaintenance(conn.etcd).compact(st.mod_revision)
 
         def resolve(start: int) -> llog.codec.etcd_values.Pending | None:
             return find_committed(conn, "nohistory", 0, first.append_id, st.control, st.mod_revision, [start], 1)

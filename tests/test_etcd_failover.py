@@ -72,20 +72,33 @@ def test_a_write_that_timed_out_is_never_sent_again_and_lands_at_most_once(
     cluster: list[EtcdServer], request: pytest.FixtureRequest
 ) -> None:
     key = f"/failover/{request.node.name}"
-    with _client(cluster) as etcd, paused(cluster[0]):
-        txns = etcd.metrics.value("llog_etcd_ops_total", op="txn")
-        # The first attempt goes to the paused member: its outcome is unknown.
-        with pytest.raises(CoordinationError):
-            etcd.txn([absent(key)], [Put(key, b"first")])
-        assert etcd.metrics.value("llog_etcd_ops_total", op="txn") == txns + 1  # sent once, not again
-        # What a writer then does (spec §8.5): read, and decide on what it finds.
-        assert etcd.get(key) is None
-        assert etcd.txn([absent(key)], [Put(key, b"second")]).succeeded
+    with _client(cluster) as etcd:
+        assert etcd.get(key) is None  # connected to the first member: a write will reach it
+        with paused(cluster[0]):
+            _timed_out_write(etcd, key)
     # The paused member may now apply the first attempt it held: its compare fails.
     with _client(cluster[::-1]) as other:
-        wait_until(lambda: other.on_member(cluster[0].endpoint, "status", lambda c: c.status()) is not None, 30,
-                   "the paused member to answer again")
+        wait_until(lambda: _answers(other, cluster[0]), 30, "the paused member to answer again")
         assert other.get(key).value == b"second"  # type: ignore[union-attr]
+
+
+def _timed_out_write(etcd: Etcd, key: str) -> None:
+    txns = etcd.metrics.value("llog_etcd_ops_total", op="txn")
+    # The first attempt goes to the paused member: its outcome is unknown.
+    with pytest.raises(CoordinationError):
+        etcd.txn([absent(key)], [Put(key, b"first")])
+    assert etcd.metrics.value("llog_etcd_ops_total", op="txn") == txns + 1  # sent once, not again
+    # What a writer then does (spec §8.5): read, and decide on what it finds.
+    assert etcd.get(key) is None
+    assert etcd.txn([absent(key)], [Put(key, b"second")]).succeeded
+
+
+def _answers(etcd: Etcd, member: EtcdServer) -> bool:
+    try:
+        etcd.on_member(member.endpoint, "status", lambda c: c.status())
+    except Exception:  # not yet
+        return False
+    return True
 
 
 def test_a_watch_moves_and_misses_nothing(cluster: list[EtcdServer], request: pytest.FixtureRequest) -> None:
