@@ -157,6 +157,10 @@ class LlogConfig:
     #: Threads checking produced record batches (decompression, every record), off the
     #: event loop; each holds at most one batch's inflated records.
     kafka_check_threads: int = 2
+    #: A broker asks every other registered broker's Kafka listener whether it answers,
+    #: every half of this; one silent this long is left out of Metadata and
+    #: FindCoordinator until it answers again (docs/operations.md, "Availability").
+    kafka_peer_timeout_s: float = 1.0
     tail_cache_dir: str | None = None
     #: Bytes of recently committed records a broker keeps for tail consumers (in
     #: memory, and in ``tail_cache_dir`` when set); 0 turns the cache off.
@@ -275,7 +279,8 @@ class LlogConfig:
                      "iceberg_snapshots_kept", "kafka_max_frame_bytes", "kafka_max_preauth_frame_bytes",
                      "kafka_max_queued_bytes", "kafka_max_connections", "kafka_max_connections_per_ip",
                      "kafka_max_inflight_requests", "kafka_idle_timeout_s", "kafka_frame_timeout_s",
-                     "kafka_max_batch_records", "kafka_check_threads"):
+                     "kafka_max_batch_records", "kafka_check_threads",
+                     "kafka_peer_timeout_s"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
         for name in ("compact_min_age_ms", "vacuum_grace_s", "vacuum_interval_s",

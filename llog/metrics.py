@@ -143,6 +143,10 @@ class Metrics:
             buckets=_LATENCY_BUCKETS, registry=r,
         )
         self.kafka_connections = Gauge("llog_kafka_connections", "open Kafka client connections", registry=r)
+        self.kafka_peers_silent = Gauge(
+            "llog_kafka_peers_silent",
+            "registered brokers not answering this broker's probes, left out of Metadata", registry=r,
+        )
         self.kafka_connections_refused = Counter(
             "llog_kafka_connections_refused",
             "Kafka connections closed on arrival: max_connections or max_connections_per_ip reached",

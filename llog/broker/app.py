@@ -51,6 +51,7 @@ class BrokerApp:
         self.token = token.encode() if token else None
         self.on_ready = on_ready
         self.kafka_factory = kafka
+        self.kafka: KafkaListener | None = None
         self.broker: Broker | None = None
         self.routes: dict[str, Endpoint] = {e.path: e for e in ENDPOINTS}
 
@@ -120,7 +121,7 @@ class BrokerApp:
             b = self.broker = await anyio.to_thread.run_sync(self.open_broker)
             b.start(asyncio.get_running_loop())
             if self.kafka_factory is not None:
-                kafka = self.kafka_factory(b)
+                kafka = self.kafka = self.kafka_factory(b)
                 await kafka.start()
                 b.kafka_port = kafka.port
             if self.on_ready is not None:
@@ -147,6 +148,8 @@ class BrokerApp:
         broker = self.broker
         if broker is None:
             return
+        if self.kafka is not None:
+            self.kafka.begin_drain()
         if broker.tails is not None:
             broker.tails.release_waiters()
         threading.Thread(target=broker.producer.close, name="llog-broker-drain", daemon=True).start()

@@ -13,6 +13,7 @@ from typing import Any
 
 from llog.cli import values
 from llog.devstack import BrokerProcess, LocalStack
+from llog.kafka.client_settings import PRODUCER
 
 
 def register(subparsers: Any) -> None:
@@ -61,6 +62,8 @@ def _up(args: argparse.Namespace) -> int:
                 lines.append(f"# broker: {broker.url}  (POST /produce, /consume; GET /openapi.json)")
             if broker is not None and broker.kafka_bootstrap is not None:
                 lines.append(f"# Kafka bootstrap servers: {broker.kafka_bootstrap}  (docs/kafka.md)")
+                lines.append("# Kafka clients notice a stopped broker in seconds with (librdkafka names; "
+                             "llog.kafka.client_settings): " + " ".join(f"{k}={v}" for k, v in PRODUCER.items()))
             if args.env_file:
                 args.env_file.write_text("\n".join(lines) + "\n")
             print("\n".join(lines), flush=True)

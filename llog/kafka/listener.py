@@ -13,6 +13,7 @@ import logging
 import socket
 import ssl
 import struct
+import threading
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
@@ -27,6 +28,7 @@ from llog.kafka.apis import API_BY_KEY, SASL_AUTHENTICATE, SASL_HANDSHAKE, Conte
 from llog.kafka.batch_checks import BatchChecker
 from llog.kafka.coordinator import Coordinator
 from llog.kafka.limits import ConnectionSlots, RequestMemory
+from llog.kafka.peer_health import PeerHealth
 from llog.kafka.registry import BrokerRegistry
 from llog.kafka.sasl import SaslState
 
@@ -34,6 +36,9 @@ if TYPE_CHECKING:
     from llog.broker.state import Broker
 
 log = logging.getLogger(__name__)
+
+#: How long a stopping listener waits for the answers of requests already read.
+DRAIN_S = 10.0
 
 class KafkaListener:
     """Serves the Kafka protocol for ``broker`` on ``sock`` (bound and listening), over
@@ -56,6 +61,8 @@ class KafkaListener:
         self._memory = RequestMemory(cfg.kafka_max_queued_bytes, broker.conn.metrics)
         self.registry: BrokerRegistry | None = None
         self.context: Context | None = None
+        self._health: PeerHealth | None = None
+        self._deregistering: threading.Thread | None = None
 
     async def start(self) -> None:
         # Registered (a node id) before serving: every request finds the context set up.
@@ -68,9 +75,35 @@ class KafkaListener:
         self._server = await asyncio.start_server(self._serve, sock=self._sock, limit=1024 * 1024,
                                                   ssl=self._tls)
         self._sweeper = asyncio.create_task(self._sweep())
+        registry = self.registry
+        self._health = PeerHealth(lambda: registry.node_id, lambda: registry.registered(float("inf")),
+                                  self.broker.conn.metrics, tls=self._tls is not None,
+                                  interval_s=self.broker.config.kafka_peer_timeout_s / 2,
+                                  timeout_s=self.broker.config.kafka_peer_timeout_s)
+        registry.silent = self._health.silent
+        self._health.start()
         log.info("Kafka listener on %s:%d, node id %d", self.host, self.port, self.registry.node_id)
 
+    def begin_drain(self) -> None:
+        """Stop leading, before the broker stops: from now on Metadata from here names
+        other brokers, produce and fetch are answered NOT_LEADER_OR_FOLLOWER (clients
+        ask for Metadata and move at once, instead of noticing a closed connection),
+        and the registration goes, so the other brokers stop naming this one."""
+        if self.context is None or self.context.draining.is_set():
+            return
+        self.context.draining.set()
+        if self.registry is not None:
+            self._deregistering = threading.Thread(target=self.registry.close, name="llog-kafka-deregister",
+                                                   daemon=True)
+            self._deregistering.start()
+
     async def close(self) -> None:
+        self.begin_drain()
+        if self._deregistering is not None:
+            await asyncio.to_thread(self._deregistering.join)
+        await self._settle(DRAIN_S)
+        if self._health is not None:
+            await self._health.close()
         if self._server is not None:
             self._server.close()
         if self._sweeper is not None:
@@ -85,6 +118,15 @@ class KafkaListener:
             await asyncio.to_thread(self.context.checks.close)
         if self.registry is not None:
             await asyncio.to_thread(self.registry.close)
+
+    async def _settle(self, timeout_s: float) -> None:
+        """Wait (up to ``timeout_s``) for the answers of requests already read to go out."""
+        deadline = asyncio.get_running_loop().time() + timeout_s
+        while any(c.in_progress for c in self._connections.values()):
+            if asyncio.get_running_loop().time() >= deadline:
+                log.warning("Kafka requests still unanswered after %.0f s of draining; closing", timeout_s)
+                return
+            await asyncio.sleep(0.05)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         metrics = self.broker.conn.metrics

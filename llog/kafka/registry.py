@@ -10,6 +10,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from llog.connection import Connection
@@ -29,6 +30,16 @@ class BrokerNode:
     port: int
 
 
+def rendezvous(nodes: list[BrokerNode], key: str) -> BrokerNode:
+    """The node with the highest hash of (node id, ``key``): every broker picks the same
+    one from the same list, and a node joining or leaving moves only the keys it wins
+    or held, not everyone's."""
+    def weight(n: BrokerNode) -> bytes:
+        return hashlib.blake2b(f"{n.node_id}/{key}".encode(), digest_size=8).digest()
+
+    return max(nodes, key=weight)
+
+
 class BrokerRegistry:
     """This broker's registration (:meth:`start` to :meth:`close`) and the live list."""
 
@@ -39,8 +50,12 @@ class BrokerRegistry:
         self._lease = 0
         self.node_id = -1
         self._stop = threading.Event()
+        self._closing = threading.Lock()
         self._thread: threading.Thread | None = None
         self._cached: tuple[float, list[BrokerNode]] | None = None
+        #: Node ids of registered brokers not answering (:class:`PeerHealth`), which
+        #: :meth:`live` leaves out.
+        self.silent: Callable[[], frozenset[int]] = frozenset
 
     def start(self) -> int:
         """Register; returns this broker's node id."""
@@ -51,8 +66,16 @@ class BrokerRegistry:
         return self.node_id
 
     def live(self, max_age_s: float = 1.0) -> list[BrokerNode]:
-        """Every registered broker, by node id (this one included even if its key has
-        just expired: it is serving); read from etcd at most every ``max_age_s``."""
+        """Every registered broker that answers, by node id: this one included even if
+        its key has just expired (it is serving), unless it is stopping (then only when
+        there is no other)."""
+        silent = self.silent() | ({self.node_id} if self._stop.is_set() else frozenset())
+        return ([n for n in self.registered(max_age_s) if n.node_id not in silent]
+                or [BrokerNode(self.node_id, self.host, self.port)])
+
+    def registered(self, max_age_s: float = 1.0) -> list[BrokerNode]:
+        """Every registered broker, by node id (this one included); read from etcd at
+        most every ``max_age_s``."""
         now = time.monotonic()
         if self._cached is not None and now - self._cached[0] < max_age_s:
             return self._cached[1]
@@ -75,22 +98,20 @@ class BrokerRegistry:
         return [out[k] for k in sorted(out)]
 
     def coordinator(self, key: str) -> BrokerNode:
-        """The broker that coordinates group ``key``: rendezvous hashing over the live
-        brokers, so a broker joining or leaving moves only its share of the groups.
-        From the list the keep-alive thread refreshes (no I/O: callers are on the
-        event loop)."""
-        def weight(n: BrokerNode) -> bytes:
-            return hashlib.blake2b(f"{n.node_id}/{key}".encode(), digest_size=8).digest()
-
-        return max(self.live(max_age_s=float("inf")), key=weight)
+        """The broker that coordinates group ``key`` (:func:`rendezvous`). From the
+        list the keep-alive thread refreshes (no I/O: callers are on the event loop)."""
+        return rendezvous(self.live(max_age_s=float("inf")), key)
 
     def close(self) -> None:
+        """Deregister (the key goes with its lease, so the other brokers stop naming this
+        one at once); once is enough, a second call does nothing."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        if self._lease:
-            self._conn.etcd.revoke_lease(self._lease)  # the key goes with it
-            self._lease = 0
+        with self._closing:
+            lease, self._lease = self._lease, 0
+        if lease:
+            self._conn.etcd.revoke_lease(lease)
 
     def _register(self) -> None:
         etcd, keys = self._conn.etcd, self._conn.keys

@@ -22,18 +22,21 @@ from llog.kafka.errors import ErrorCode, error_code
 async def fetch(ctx: Context, req: Any) -> FetchResponse:
     wanted: list[Wanted] = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
                             for t in req.topics for p in t.partitions]
+    if ctx.draining.is_set():  # stopping: the client asks for Metadata and goes elsewhere at once
+        return _response(req, wanted, [ErrorCode.NOT_LEADER_OR_FOLLOWER] * len(wanted))
     got = await long_poll(ctx.broker, wanted, max_bytes=req.max_bytes, min_bytes=req.min_bytes,
                           max_wait_ms=max(0, req.max_wait_ms), past_end_is_error=True, kafka=True)
     return _response(req, wanted, got)
 
 
-def _response(req: Any, wanted: list[Wanted], got: list[PartitionRead | LlogError]) -> FetchResponse:
+def _response(req: Any, wanted: list[Wanted], got: list[PartitionRead | LlogError] | list[ErrorCode]) -> FetchResponse:
     R = FetchResponse
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition, _offset, _limit), part in zip(wanted, got, strict=True):
-        if isinstance(part, LlogError):
+        if isinstance(part, (LlogError, ErrorCode)):
+            code = part if isinstance(part, ErrorCode) else error_code(part)
             data = R.FetchableTopicResponse.PartitionData(
-                partition_index=partition, error_code=error_code(part), high_watermark=-1, last_stable_offset=-1,
+                partition_index=partition, error_code=code, high_watermark=-1, last_stable_offset=-1,
                 log_start_offset=-1, aborted_transactions=None, preferred_read_replica=-1, records=None)
         else:
             data = R.FetchableTopicResponse.PartitionData(

@@ -26,7 +26,14 @@ async def api_versions(_ctx: Context, req: Any, apis: Iterable[Api]) -> ApiVersi
 
 def metadata(ctx: Context, req: Any) -> MetadataResponse:
     broker = ctx.broker
-    nodes = ctx.registry.live(max_age_s=0)  # fresh: clients ask rarely, and act on the answer
+    # Fresh: clients ask rarely, and act on the answer. A silent broker stays in the
+    # broker list but leads nothing: clients move its partitions to the others, and
+    # librdkafka, which retires a broker gone from the list, keeps it to return to.
+    nodes = ctx.registry.registered(max_age_s=0)
+    silent = ctx.registry.silent()
+    if ctx.draining.is_set():
+        silent |= {ctx.registry.node_id}
+    leaders = [n for n in nodes if n.node_id not in silent] or nodes
     names = None if req.topics is None else [t.name for t in req.topics]
     if names is None:
         metas: list[tuple[str, int | LlogError]] = [(m.name, m.partitions) for m in Topics(broker.conn).list()]
@@ -41,7 +48,7 @@ def metadata(ctx: Context, req: Any) -> MetadataResponse:
             continue
         parts = []
         for p in range(got):
-            leader = leader_of(nodes, name, p).node_id
+            leader = leader_of(leaders, name, p).node_id
             parts.append(R.MetadataResponseTopic.MetadataResponsePartition(
                 error_code=0, partition_index=p, leader_id=leader, leader_epoch=0,
                 replica_nodes=[leader], isr_nodes=[leader], offline_replicas=[]))
@@ -50,7 +57,7 @@ def metadata(ctx: Context, req: Any) -> MetadataResponse:
     return R[req.API_VERSION](
         throttle_time_ms=0,
         brokers=[R.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port, rack=None) for n in nodes],
-        cluster_id=ctx.cluster_id, controller_id=nodes[0].node_id, topics=topics,
+        cluster_id=ctx.cluster_id, controller_id=leaders[0].node_id, topics=topics,
     )
 
 

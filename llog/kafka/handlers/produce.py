@@ -32,6 +32,10 @@ _Outcome = Future[AppendResult] | LlogError | KafkaBatchError | ErrorCode
 async def produce(ctx: Context, req: Any) -> Awaitable[ProduceResponse | None]:
     """Submit every partition in request order; return the wait for their answer."""
     broker = ctx.broker
+    if ctx.draining.is_set():  # stopping: the client asks for Metadata and goes elsewhere at once
+        moved: _Outcome = ErrorCode.NOT_LEADER_OR_FOLLOWER
+        return _none() if req.acks == 0 else _answer(req.API_VERSION, broker, [
+            (t.name, [(pd.index, moved) for pd in t.partition_data]) for t in req.topic_data])
     checked = iter(await ctx.checks.check_all([pd.records for t in req.topic_data for pd in t.partition_data
                                                if pd.records]))
     submitted: list[tuple[str, list[tuple[int, _Outcome]]]] = []

@@ -1,0 +1,179 @@
+"""Kafka clients route around a broker that stops answering (issue 36): the paused
+broker leads nothing in the others' Metadata within about a second, only its own
+partitions move (rendezvous hashing), and an idempotent confluent-kafka producer keeps
+every partition moving through the pause with nothing lost, stored twice or fatal."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from typing import Any
+
+import pytest
+from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+from llog.config import LlogConfig
+from llog.connection import Connection
+from llog.kafka.client_settings import PRODUCER
+from llog.kafka.context import leader_of
+from llog.kafka.registry import BrokerNode
+from llog.reader import Reader
+from llog.topics import Topics
+from tests.conftest import wait_until
+from tests.test_kafka import KafkaBroker, _exchange, kafka_broker
+
+TOPIC = "moving"
+PARTITIONS = 8
+
+
+def test_a_broker_leaving_moves_only_its_own_partitions() -> None:
+    nodes = [BrokerNode(i, "h", 9092 + i) for i in range(3)]
+    keys = [(f"topic-{t}", p) for t in range(4) for p in range(32)]
+    before = {k: leader_of(nodes, *k).node_id for k in keys}
+    assert set(Counter(before.values())) == {0, 1, 2}  # spread over every broker
+    after = {k: leader_of([nodes[0], nodes[2]], *k).node_id for k in keys}
+    moved = {k for k in keys if before[k] != after[k]}
+    assert moved == {k for k in keys if before[k] == 1}
+    assert {after[k] for k in moved} == {0, 2}  # and spread over the rest
+
+
+def _metadata(bootstrap: str) -> Any:
+    return _exchange(bootstrap, MetadataRequest[8](topics=None, allow_auto_topic_creation=False,
+                                                   include_cluster_authorized_operations=False,
+                                                   include_topic_authorized_operations=False), MetadataResponse)
+
+
+def _leaders(bootstrap: str) -> tuple[set[int], dict[int, int]]:
+    """(the brokers listed, partition -> leader) in ``bootstrap``'s Metadata for TOPIC."""
+    got = _metadata(bootstrap)
+    [topic] = [t for t in got.topics if t.name == TOPIC]
+    return {b.node_id for b in got.brokers}, {p.partition_index: p.leader_id for p in topic.partitions}
+
+
+def _node_id(bootstrap: str) -> int:
+    host, port = bootstrap.rsplit(":", 1)
+    return next(b.node_id for b in _metadata(bootstrap).brokers if b.host == host and b.port == int(port))
+
+
+@contextmanager
+def _two_brokers(config: LlogConfig) -> Iterator[list[KafkaBroker]]:
+    with Connection(config) as conn:
+        Topics(conn).create(TOPIC, PARTITIONS)
+    with ExitStack() as stack:
+        brokers = [stack.enter_context(kafka_broker(config)) for _ in range(2)]
+        try:
+            yield brokers
+        finally:
+            for b in brokers:
+                if b.http.proc.poll() is None:
+                    os.kill(b.http.proc.pid, signal.SIGCONT)
+
+
+def test_a_paused_broker_leads_nothing_until_it_answers_again(config: LlogConfig) -> None:
+    with _two_brokers(config) as (a, b):
+        a_id, b_id = _node_id(a.bootstrap), _node_id(b.bootstrap)
+        listed, leaders = _leaders(b.bootstrap)
+        assert listed == {a_id, b_id} and set(leaders.values()) == {a_id, b_id}
+        ours = {p for p, n in leaders.items() if n == b_id}
+        os.kill(a.http.proc.pid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: set(_leaders(b.bootstrap)[1].values()) == {b_id}, 30, "b leading every partition")
+            # Still listed (clients keep it to return to), and b's own partitions never moved.
+            assert _leaders(b.bootstrap)[0] == {a_id, b_id}
+            assert b.http.metric("llog_kafka_peers_silent") == 1
+        finally:
+            os.kill(a.http.proc.pid, signal.SIGCONT)
+        wait_until(lambda: _leaders(b.bootstrap)[1] == leaders, 30, "a leading its partitions again")
+        assert {p for p, n in _leaders(a.bootstrap)[1].items() if n == b_id} == ours
+        assert b.http.metric("llog_kafka_peers_silent") == 0
+
+
+class _Producing:
+    """An idempotent confluent-kafka producer (llog's recommended settings) sending
+    round-robin to every partition on a thread; acknowledgements kept per partition."""
+
+    def __init__(self, bootstrap: str) -> None:
+        confluent_kafka = pytest.importorskip("confluent_kafka")
+        self.fatal: list[str] = []
+        self.failed: list[str] = []
+        self.acked: dict[int, list[tuple[float, str]]] = defaultdict(list)
+        self._producer = confluent_kafka.Producer({
+            "bootstrap.servers": bootstrap, "enable.idempotence": True, "linger.ms": 5, **PRODUCER,
+            "error_cb": lambda err: self.fatal.append(str(err)) if err.fatal() else None,
+        })
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def _delivered(self, err: Any, msg: Any) -> None:
+        if err is None:
+            self.acked[msg.partition()].append((time.monotonic(), msg.value().decode()))
+        else:
+            self.failed.append(str(err))
+
+    def _run(self) -> None:
+        seq = 0
+        while not self._stop.is_set() and not self.fatal:
+            self._producer.produce(TOPIC, f"r{seq}".encode(), partition=seq % PARTITIONS,
+                                   on_delivery=self._delivered)
+            seq += 1
+            self._producer.poll(0.002)
+        self._producer.flush(60)
+
+    def __enter__(self) -> _Producing:
+        self._thread.start()
+        wait_until(lambda: all(self.acked[p] for p in range(PARTITIONS)), 30, "every partition acknowledging")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def moved_on(self, since: float) -> bool:
+        """Every partition acknowledged after ``since``."""
+        return all(self.acked[p] and self.acked[p][-1][0] > since for p in range(PARTITIONS))
+
+    def check_stored(self, config: LlogConfig) -> None:
+        """No fatal error, every acknowledged record stored, none twice."""
+        assert not self.fatal and not self.failed
+        with Connection(config) as conn, Reader(conn) as r:
+            stored = Counter((p, rec.value.decode()) for p in range(PARTITIONS) for rec in r.scan(TOPIC, p))
+        sent = {(p, v) for p, got in self.acked.items() for _t, v in got}
+        assert sent <= set(stored)
+        assert max(stored.values()) == 1
+
+
+def test_an_idempotent_producer_keeps_every_partition_moving_through_a_pause(config: LlogConfig) -> None:
+    with _two_brokers(config) as brokers:
+        victim = brokers[0].http.proc.pid
+        with _Producing(",".join(b.bootstrap for b in brokers)) as producing:
+            os.kill(victim, signal.SIGSTOP)
+            try:
+                # Every partition, the paused broker's included, is acknowledged again while
+                # it is still paused: the producer moved them.
+                paused_at = time.monotonic()
+                wait_until(lambda: producing.moved_on(paused_at + 0.5), 20, "every partition acknowledged again")
+            finally:
+                os.kill(victim, signal.SIGCONT)
+        producing.check_stored(config)
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_a_stopped_or_killed_broker_loses_its_producers_nothing(config: LlogConfig, how: str) -> None:
+    with _two_brokers(config) as (a, b):
+        with _Producing(f"{a.bootstrap},{b.bootstrap}") as producing:
+            stopped_at = time.monotonic()
+            if how == "SIGKILL":
+                a.http.kill()
+            else:
+                a.http.proc.send_signal(signal.SIGTERM)
+            wait_until(lambda: producing.moved_on(stopped_at + 0.5), 20, "every partition acknowledged again")
+            if how == "SIGTERM":
+                assert a.http.proc.wait(60) == 0  # a clean drain
+        b_id = _node_id(b.bootstrap)
+        assert set(_leaders(b.bootstrap)[1].values()) == {b_id}
+        producing.check_stored(config)
