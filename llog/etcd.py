@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -200,6 +201,18 @@ def _never_sent(exc: grpc.RpcError) -> bool:
     )
 
 
+def _pause(attempt: int, members: int) -> float:
+    """Seconds to wait after failed attempt number ``attempt`` of a call. One member: a
+    short pause (0.05, 0.1, 0.2, ... s) so a read outlasts its restart; several: none,
+    the next member at once, but the same pause (at most 0.5 s) once each has failed
+    this call, as during an election, when every member answers "no leader" at once:
+    spinning would take the CPU the election needs."""
+    if attempt % members:
+        return 0.0
+    pause: float = 0.05 * 2.0 ** (attempt // members - 1)
+    return pause if members == 1 else min(pause, 0.5)
+
+
 def _kv(kv: Any) -> KV:
     return KV(
         kv.key.decode(), kv.value, kv.mod_revision, kv.create_revision, kv.version, kv.lease
@@ -342,25 +355,29 @@ class _Member:
 class _Members:
     """An :class:`Etcd`'s members: which to try next, which failed lately."""
 
-    def __init__(self, members: list[_Member], suspect_s: float) -> None:
+    def __init__(self, members: list[_Member], suspect_s: float, first: int | None = None) -> None:
         self.all = members
         self._suspect_s = suspect_s
-        self._preferred = 0
+        # Unless told, each client starts on a member of its own, so one member's pause
+        # stalls a share of the clients, not all of them at once.
+        self._preferred = random.randrange(len(members)) if first is None else first
         self._lock = threading.Lock()
 
     def __len__(self) -> int:
         return len(self.all)
 
     def pick(self) -> _Member:
-        """The one that last worked unless it is suspect, else the next one that is not,
-        else the one suspect the longest."""
+        """The one that last worked unless it is suspect, else another that is not (in
+        random order, so clients leaving one member spread over the rest), else the one
+        suspect the longest."""
         now = time.monotonic()
         with self._lock:
-            n = len(self.all)
-            for k in range(n):
-                m = self.all[(self._preferred + k) % n]
-                if m.suspect_until <= now:
-                    return m
+            first = self.all[self._preferred]
+            if first.suspect_until <= now:
+                return first
+            others = [m for m in self.all if m is not first and m.suspect_until <= now]
+            if others:
+                return random.choice(others)
             return min(self.all, key=lambda m: m.suspect_until)
 
     def worked(self, m: _Member) -> None:
@@ -423,7 +440,9 @@ class Etcd:
     a member without a leader). Any other failure of a write is an unknown outcome
     (:class:`CoordinationError`), which the caller resolves by reading (spec §8.5),
     never by a blind resend. Watches move with the members: a watch whose member failed
-    is opened again on another from the revision after the last it delivered."""
+    is opened again on another from the revision after the last it delivered.
+    ``first_member``: the index of the member to start on (default: one at random, so
+    the clients of a cluster spread over its members)."""
 
     #: Seconds a member that failed an attempt is passed over.
     SUSPECT_S = 5.0
@@ -437,6 +456,7 @@ class Etcd:
         keepalive_s: float = 6.0,
         metrics: Metrics | None = None,
         read_retries: int = 5,
+        first_member: int | None = None,
     ) -> None:
         if not endpoints:
             raise CoordinationError("no etcd endpoints given")
@@ -447,7 +467,7 @@ class Etcd:
         self.read_retries = read_retries
         self._members = _Members(
             [_Member(ep, _member_client(ep, self.attempt_timeout, keepalive_s)) for ep in self.endpoints],
-            self.SUSPECT_S,
+            self.SUSPECT_S, first_member,
         )
         self._watches = _Watches(self)
 
@@ -486,10 +506,7 @@ class Etcd:
                 if not resend or time.monotonic() + 0.05 >= budget_end or (retry and attempt >= self.read_retries
                                                                           and len(self._members) == 1):
                     raise _error(op, exc, revision) from exc
-                # One member: a short pause (0.05, 0.1, 0.2, ... s) so a read outlasts its
-                # restart; several: the next member at once.
-                if len(self._members) == 1:
-                    time.sleep(min(0.05 * 2 ** (attempt - 1), max(0.0, budget_end - time.monotonic())))
+                time.sleep(min(_pause(attempt, len(self._members)), max(0.0, budget_end - time.monotonic())))
                 continue
             finally:
                 self.metrics.etcd_latency.labels(op).observe(time.perf_counter() - t0)

@@ -48,7 +48,7 @@ def paused(member: EtcdServer) -> Iterator[None]:
 
 def _client(cluster: list[EtcdServer]) -> Etcd:
     """A client that prefers the first member (its first endpoint)."""
-    return Etcd([m.endpoint for m in cluster], timeout=10, attempt_timeout=1.0)
+    return Etcd([m.endpoint for m in cluster], timeout=10, attempt_timeout=1.0, first_member=0)
 
 
 def test_reads_leases_and_writes_move_off_a_paused_member(

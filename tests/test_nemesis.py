@@ -44,3 +44,13 @@ def test_short_nemesis_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     # etcd's size at both ends is reported.
     state = summary["etcd"]["state"]
     assert state["start"]["keys"] > 0 and state["end"]["db_size"] > 0
+    # Availability per kind of fault, from the same run (figures, not a pass mark: the
+    # closing notes and loadtest/README.md carry them).
+    a = summary["availability"]
+    assert set(a["by_kind"]) >= {"pause:broker", "kill:broker", "kill:etcd-leader", "kill:etcd-all",
+                                 "pause:etcd-member", "faults:s3-drop"}
+    assert set(a["zero_ack_intervals_unexcused"]) <= set(a["zero_ack_intervals"])
+    assert a["steady_rate_rec_s"] > 0
+    # A paused broker no longer stops the log for the length of its pause: its requests
+    # are cut and re-sent elsewhere (4 s of pause; it used to be 7 zero-ack seconds).
+    assert a["by_kind"]["pause:broker"]["longest_gap_s"] < 4

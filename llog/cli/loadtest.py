@@ -54,6 +54,14 @@ def _run(args: argparse.Namespace) -> int:
           f"requests ${s['billing_estimate_usd']['requests_total']}")
     for e in s["chaos"]:
         print(f"chaos: {e['action']} {e['target']} at {e['done_s']}s ok={e['ok']}")
+    a = s["availability"]
+    print(f"availability: {len(a['zero_ack_intervals'])} interval(s) of {a['interval_s']} s with nothing acknowledged, "
+          f"{len(a['zero_ack_intervals_unexcused'])} of them while etcd had a majority "
+          f"{a['zero_ack_intervals_unexcused']}; longest gap {a['longest_gap_s']} s "
+          f"({a['longest_unexcused_gap_s']} s unexcused); steady rate {a['steady_rate_rec_s']} rec/s")
+    for kind, k in a["by_kind"].items():
+        print(f"  {kind}: longest gap {k['longest_gap_s']} s, {k['zero_ack_intervals']} zero-ack interval(s), "
+              f"rate during it {k['worst_vs_steady']} x steady (worst of {k['windows']})")
     print(f"reconciliation: {v['verified']}/{v['acked']} verified, {v['lost']} lost, {v['duplicated']} duplicated, "
           f"{v['mismatch_count']} mismatches, {v['unreadable_offsets']} unreadable offsets")
     if s.get("faults_injected"):

@@ -31,6 +31,7 @@ from urllib.parse import urlsplit
 
 from llog.errors import LlogError
 from llog.loadtest import kafka_sender
+from llog.loadtest.broker_watch import AdaptiveTimeout, BrokerWatch
 from llog.loadtest.generator_state import GeneratorPlan, GeneratorStats
 from llog.loadtest.histogram import Histogram
 from llog.loadtest.routing import NoLiveOwner, Router
@@ -72,6 +73,11 @@ class _Process:
         self.router = Router([b for b, _ in plan.brokers], load.owners, plan.seed, load.routing,
                              revive_after_s=load.revive_after_s)
         self.urls = dict(plan.brokers)
+        self.timeouts = AdaptiveTimeout(min(1.0, load.request_timeout_s), load.request_timeout_s)
+        self.watch: BrokerWatch | None = None
+        if load.protocol == "http" and load.health_interval_s > 0:
+            self.watch = BrokerWatch(self.urls, self.router, plan.partitions,
+                                     interval_s=load.health_interval_s, timeout_s=load.health_timeout_s)
         self.stats = GeneratorStats()
         out = Path(plan.out_dir)
         self.acks: TextIO = open(out / f"acks-{index}.tsv", "w")  # noqa: SIM115 - closed in run()
@@ -90,6 +96,8 @@ class _Process:
             for t, parts in enumerate(self.plan.assignment(self.index)) if parts
         ]
         sampler = threading.Thread(target=self._sampler, name=f"gen-{self.index}-sampler", daemon=True)
+        if self.watch is not None:
+            self.watch.start()
         for th in threads:
             th.start()
         sampler.start()
@@ -98,6 +106,8 @@ class _Process:
         for th in threads:
             th.join()
         self.stop.set()
+        if self.watch is not None:
+            self.watch.close()
         elapsed = time.monotonic() - self.t0
         with self.stats.lock:
             self._write_sample()
@@ -222,6 +232,7 @@ class _Process:
         finally:
             self.router.end(broker)
         ms = (time.perf_counter() - t) * 1000
+        self.timeouts.observe(ms / 1000)
         settled: list[_Batch] = []
         results = doc.get("results") if isinstance(doc, dict) else None
         with self.stats.lock:
@@ -252,13 +263,20 @@ class _Process:
 
     def _post(self, broker: str, body: bytes, conns: dict[str, http.client.HTTPConnection]) -> tuple[int, Any]:
         conn = conns.get(broker)
+        timeout = self.timeouts.seconds()
         if conn is None:
             u = urlsplit(self.urls[broker])
-            conn = conns[broker] = http.client.HTTPConnection(
-                u.hostname or "127.0.0.1", u.port or 80, timeout=self.plan.load.request_timeout_s)
+            conn = conns[broker] = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80)
+        conn.timeout = timeout
+        if conn.sock is not None:
+            conn.sock.settimeout(timeout)
         conn.request("POST", "/produce", body=body, headers={"content-type": "application/json"})
-        resp = conn.getresponse()
-        return resp.status, json.loads(resp.read())
+        if self.watch is None:
+            resp = conn.getresponse()
+            return resp.status, json.loads(resp.read())
+        with self.watch.sending(broker, conn.sock):  # cut if the broker goes silent meanwhile
+            resp = conn.getresponse()
+            return resp.status, json.loads(resp.read())
 
     def _abandon(self, batches: list[_Batch], why: str) -> None:
         with self.stats.lock:

@@ -286,9 +286,11 @@ def run(
         s3_proxy = None if cluster.stack.s3_proxy is None else proxy_state(cluster.stack.s3_proxy.endpoint_url)
     finally:
         exits = cluster.down()
+    samples = [json.loads(line) for line in (run_dir / "client" / "client_samples.jsonl").read_text().splitlines()]
     summary = build_summary(
         scenario, load.client, rec, load.collector, load.chaos.events, cluster.stack.config,
         timings={"setup_s": setup_s, "load_s": load.load_s, "reconcile_s": reconcile_s}, exits=exits,
+        samples=samples,
     )
     _add_states(summary, load.chaos, etcd_start, etcd_end, s3_proxy)
     _write(run_dir / "summary.json", summary)

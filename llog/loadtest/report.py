@@ -167,6 +167,20 @@ def _figures(summary: dict[str, Any]) -> list[tuple[str, str]]:
     ]
 
 
+def _availability(a: dict[str, Any]) -> str:
+    """The availability section: the headline, then one row per fault window."""
+    if not a:
+        return "<p>No availability figures in summary.json.</p>"
+    head = (f"<p>{len(a['zero_ack_intervals'])} interval(s) of {a['interval_s']} s with nothing acknowledged, "
+            f"{len(a['zero_ack_intervals_unexcused'])} while etcd had a majority; longest gap "
+            f"{a['longest_gap_s']} s ({a['longest_unexcused_gap_s']} s unexcused); steady rate "
+            f"{a['steady_rate_rec_s']} rec/s.</p>")
+    cells = ("kind", "target", "start_s", "end_s", "rate_rec_s", "vs_steady", "zero_ack_intervals", "longest_gap_s")
+    rows = "".join("<tr>" + "".join(f"<td>{html.escape(str(f.get(c)))}</td>" for c in cells) + "</tr>"
+                   for f in a.get("faults", []))
+    return head + "<table><tr>" + "".join(f"<th>{c}</th>" for c in cells) + f"</tr>{rows}</table>"
+
+
 def write_report(run_dir: Path) -> Path:
     """Draw the charts and write ``report.html``; return its path."""
     charts = draw_charts(run_dir)
@@ -176,6 +190,7 @@ def write_report(run_dir: Path) -> Path:
                else "RECONCILIATION FAILED: see summary.json")
     faults = "".join(f"<li>{at:.1f} s: {html.escape(what)}</li>" for at, what in _faults(run_dir)) or "<li>none</li>"
     rows = "".join(f"<tr><th>{html.escape(k)}</th><td>{html.escape(v)}</td></tr>" for k, v in _figures(summary))
+    avail = _availability(summary.get("availability", {}))
     imgs = "".join(f'<figure><img src="{c}" alt="{c}"></figure>' for c in charts) or (
         "<p>No charts: matplotlib is not installed (<code>pip install 'llog[loadtest]'</code>).</p>")
     name = html.escape(str(summary.get("scenario", run_dir.name)))
@@ -192,6 +207,7 @@ img {{ max-width: 100%; }} figure {{ margin: 1em 0; }}
 <p class="verdict" id="verdict">{verdict}</p>
 <table>{rows}</table>
 <h2>Faults injected</h2><ul>{faults}</ul>
+<h2>Availability through the faults</h2>{avail}
 <h2>Over time</h2>{imgs}
 <p>Run directory: <code>{html.escape(str(run_dir))}</code>; every figure comes from its
 <code>summary.json</code>, <code>client/client_samples.jsonl</code> and <code>collector.jsonl</code>.</p>

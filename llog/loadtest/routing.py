@@ -60,6 +60,7 @@ class Router:
         self._turn: dict[TopicPartition, int] = {}
         self._inflight = dict.fromkeys(self.brokers, 0)
         self._dead_until: dict[str, float] = {}
+        self._silent: set[str] = set()
         self.remaps = 0
 
     def owners(self, topic: str, partition: int) -> tuple[str, ...]:
@@ -74,6 +75,8 @@ class Router:
             return self._alive(broker)
 
     def _alive(self, broker: str) -> bool:
+        if broker in self._silent:
+            return False
         until = self._dead_until.get(broker)
         if until is None:
             return True
@@ -121,6 +124,21 @@ class Router:
                 self.remaps += 1
                 log.warning("broker %s down: %s/%d remapped to %s (owner set %s)",
                             broker, topic, p, ",".join(rest) or "nobody", ",".join(owners))
+
+    def set_silent(self, broker: str, silent: bool, partitions: Iterable[TopicPartition] = ()) -> None:
+        """Out of rotation while its health check fails (:class:`BrokerWatch`), whatever
+        ``revive_after_s`` says; back at once when it answers."""
+        if silent:
+            self.mark_dead(broker, partitions)
+            with self._lock:
+                self._silent.add(broker)
+            return
+        with self._lock:
+            if broker not in self._silent:
+                return
+            self._silent.discard(broker)
+            self._dead_until.pop(broker, None)
+        log.warning("broker %s answers its health check again: back in rotation", broker)
 
     def manifest(self, partitions: Iterable[TopicPartition]) -> dict[str, Any]:
         return {

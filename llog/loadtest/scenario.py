@@ -54,9 +54,16 @@ class LoadSpec:
     routing: str = "round_robin"
     #: Brokers in each partition's owner set (capped at the broker count).
     owners: int = 2
+    #: The most a produce request waits for its answer; the timeout used follows the
+    #: latencies seen (4 x their p99, at least 1 s: :class:`AdaptiveTimeout`) up to this.
     request_timeout_s: float = 10.0
-    #: Seconds a dead broker sits out before it is tried again.
+    #: Seconds a broker whose request failed sits out before it is tried again.
     revive_after_s: float = 1.0
+    #: Every broker's ``GET /health`` is asked this often; one silent for
+    #: ``health_timeout_s`` is out of rotation, and the requests waiting on it are cut
+    #: and re-sent elsewhere, until it answers again (:class:`BrokerWatch`). 0: no checks.
+    health_interval_s: float = 0.25
+    health_timeout_s: float = 0.5
     #: After the run ends, seconds an unacknowledged batch keeps being retried.
     drain_s: float = 20.0
     #: ``http`` (the brokers' HTTP API, idempotent batches routed by ``routing``) or

@@ -1,14 +1,16 @@
-"""``summary.json``: client intent and acknowledgements, what the brokers say they
-accepted, etcd and S3 request counts with a billing estimate, process usage, chaos,
-and the reconciliation verdict with every mismatch."""
+"""``summary.json``: client intent and acknowledgements, availability through the
+faults (:mod:`llog.loadtest.availability`), what the brokers say they accepted, etcd
+and S3 request counts with a billing estimate, process usage, chaos, and the
+reconciliation verdict with every mismatch."""
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from llog.config import LlogConfig
+from llog.loadtest.availability import availability
 from llog.loadtest.collector import Collector
 from llog.loadtest.reconcile import Reconciliation
 from llog.loadtest.scenario import Scenario
@@ -31,8 +33,7 @@ def _by_label(series: Mapping[str, float]) -> dict[str, float]:
 def build_summary(
     scenario: Scenario, client: dict[str, Any], rec: Reconciliation, collector: Collector,
     chaos: list[dict[str, Any]], config: LlogConfig, *, timings: dict[str, float],
-    exits: Mapping[str, int | None],
-) -> dict[str, Any]:
+    exits: Mapping[str, int | None], samples: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     s3_ops = _by_label(collector.series("llog_s3_ops_total"))
     etcd_ops = _by_label(collector.series("llog_etcd_ops_total"))
     s3_bytes = _by_label(collector.series("llog_s3_bytes_total"))
@@ -54,6 +55,7 @@ def build_summary(
             "unreadable_offsets": len(rec.unreadable),
         },
         "client": client,
+        "availability": availability(samples, chaos, interval_s=scenario.interval_s, duration_s=scenario.duration_s),
         "brokers": {
             # Counters of a broker killed with -9 end at its last scrape; a retry answered with
             # the original offsets counts again at the broker that answered it.
