@@ -37,11 +37,13 @@ install: $(PY)
 	$(PIP) install -q -e '.[dev,spark]'
 
 # What the suite needs beyond Python packages, from Debian when missing: a JVM for the
-# Spark tests, faketime for the nemesis's clock-skewed broker.
+# Spark tests, faketime for the nemesis's clock-skewed broker, iproute2's `ip` for its
+# network partitions.
 tools:
 	@missing=""; \
 	command -v java >/dev/null 2>&1 || missing="$$missing openjdk-17-jre-headless"; \
 	command -v faketime >/dev/null 2>&1 || missing="$$missing faketime"; \
+	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing from Debian:$$missing"; \
 		SUDO=$$(command -v sudo >/dev/null 2>&1 && [ "$$(id -u)" != 0 ] && echo sudo); \

@@ -20,6 +20,7 @@ import urllib.request
 from pathlib import Path
 
 from llog.errors import LlogError
+from llog.nemesis.network import Network
 
 log = logging.getLogger(__name__)
 
@@ -129,27 +130,33 @@ class EtcdServer(LocalServer):
         peer_port: int | None = None,
         initial_cluster: str | None = None,
         quota_backend_bytes: int = 4 * 1024**3,
+        network: Network | None = None,
     ) -> None:
         self.member = member
         self.name = "etcd" if member == "llog-dev" else f"etcd-{member}"
         self.peer_port = peer_port or free_port()
         port = port or free_port()
-        self.endpoint = f"127.0.0.1:{port}"
-        self._args = (workdir, port, member, self.peer_port, initial_cluster, quota_backend_bytes)
-        argv = [
+        host = _host(network, self.name)
+        self.endpoint = f"{host}:{port}"
+        self._args = (workdir, port, member, self.peer_port, initial_cluster, quota_backend_bytes, network)
+        argv = _wrap(network, self.name, [
             etcd_binary(),
             "--name", member,
             "--data-dir", str(workdir / f"{self.name}-data"),
-            "--listen-client-urls", f"http://127.0.0.1:{port}",
-            "--advertise-client-urls", f"http://127.0.0.1:{port}",
-            "--listen-peer-urls", f"http://127.0.0.1:{self.peer_port}",
-            "--initial-advertise-peer-urls", f"http://127.0.0.1:{self.peer_port}",
-            "--initial-cluster", initial_cluster or f"{member}=http://127.0.0.1:{self.peer_port}",
+            "--listen-client-urls", f"http://{host}:{port}",
+            "--advertise-client-urls", f"http://{host}:{port}",
+            "--listen-peer-urls", f"http://{host}:{self.peer_port}",
+            "--initial-advertise-peer-urls", f"http://{host}:{self.peer_port}",
+            "--initial-cluster", initial_cluster or f"{member}=http://{host}:{self.peer_port}",
             "--auto-compaction-mode", "periodic",
             "--auto-compaction-retention", "5m",
             "--quota-backend-bytes", str(quota_backend_bytes),
             "--log-level", "warn",
-        ]
+            # On one machine a member's heartbeat takes microseconds: an election after
+            # 0.5 s without one (etcd's default is 1 s, for networks with real latency)
+            # halves the time a cluster that lost its leader has none.
+            *(["--heartbeat-interval", "50", "--election-timeout", "500"] if initial_cluster else []),
+        ])
         super().__init__(argv, port, workdir)
 
     def ready(self) -> bool:
@@ -168,23 +175,37 @@ class EtcdServer(LocalServer):
 
     def restart(self) -> EtcdServer:
         """The same member started again on its ports and data (after :meth:`kill9`)."""
-        workdir, port, member, peer_port, initial_cluster, quota = self._args
+        workdir, port, member, peer_port, initial_cluster, quota, network = self._args
         return EtcdServer(workdir, port, member=member, peer_port=peer_port, initial_cluster=initial_cluster,
-                          quota_backend_bytes=quota)
+                          quota_backend_bytes=quota, network=network)
 
 
-def etcd_cluster(workdir: Path, members: int) -> list[EtcdServer]:
-    """``members`` etcd processes on loopback forming one cluster (not yet ready: call
+def etcd_cluster(workdir: Path, members: int, network: Network | None = None) -> list[EtcdServer]:
+    """``members`` etcd processes on loopback (or each in its node of ``network``,
+    named ``etcd-m<i>``) forming one cluster (not yet ready: call
     :meth:`EtcdServer.wait_ready` on each)."""
     if members == 1:
-        return [EtcdServer(workdir)]
+        return [EtcdServer(workdir, network=network)]
     names = [f"m{i}" for i in range(members)]
     peers = [free_port() for _ in names]
-    initial = ",".join(f"{n}=http://127.0.0.1:{p}" for n, p in zip(names, peers, strict=True))
+    initial = ",".join(f"{n}=http://{_host(network, f'etcd-{n}')}:{p}" for n, p in zip(names, peers, strict=True))
     return [
-        EtcdServer(workdir, member=n, peer_port=p, initial_cluster=initial)
+        EtcdServer(workdir, member=n, peer_port=p, initial_cluster=initial, network=network)
         for n, p in zip(names, peers, strict=True)
     ]
+
+
+def etcd_nodes(members: int) -> list[str]:
+    """The node names :func:`etcd_cluster` gives its members in a :class:`Network`."""
+    return ["etcd"] if members == 1 else [f"etcd-m{i}" for i in range(members)]
+
+
+def _host(network: Network | None, node: str) -> str:
+    return "127.0.0.1" if network is None else network.address(node)
+
+
+def _wrap(network: Network | None, node: str, argv: list[str]) -> list[str]:
+    return argv if network is None else network.wrap(node, argv)
 
 
 class S3Server(LocalServer):
@@ -192,10 +213,11 @@ class S3Server(LocalServer):
 
     name = "s3"
 
-    def __init__(self, workdir: Path, port: int | None = None) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, network: Network | None = None) -> None:
         port = port or free_port()
-        self.endpoint_url = f"http://127.0.0.1:{port}"
-        argv = [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)]
+        host = _host(network, self.name)
+        self.endpoint_url = f"http://{host}:{port}"
+        argv = _wrap(network, self.name, [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)])
         env = dict(os.environ)
         env.setdefault("AWS_ACCESS_KEY_ID", "llog")
         env.setdefault("AWS_SECRET_ACCESS_KEY", "llog-secret")
@@ -216,12 +238,15 @@ class S3ProxyServer(LocalServer):
 
     name = "s3-proxy"
 
-    def __init__(self, workdir: Path, upstream_url: str, latency: str = "none", seed: int = 0) -> None:
+    def __init__(self, workdir: Path, upstream_url: str, latency: str = "none", seed: int = 0,
+                 network: Network | None = None) -> None:
         port = free_port()
-        self.endpoint_url = f"http://127.0.0.1:{port}"
+        host = _host(network, self.name)
+        self.endpoint_url = f"http://{host}:{port}"
         self.latency = latency
-        argv = [sys.executable, "-m", "llog.nemesis", "--upstream", upstream_url, "--port", str(port),
-                "--latency", latency, "--seed", str(seed)]
+        argv = _wrap(network, self.name, [
+            sys.executable, "-m", "llog.nemesis", "--upstream", upstream_url, "--host", host, "--port", str(port),
+            "--latency", latency, "--seed", str(seed)])
         super().__init__(argv, port, workdir)
 
     def ready(self) -> bool:
@@ -252,6 +277,7 @@ class LocalStack:
         s3_latency: str | None = None,
         seed: int = 0,
         etcd_members: int = 1,
+        network: Network | None = None,
     ) -> None:
         if s3_latency is not None:
             from llog.nemesis.latency import profile
@@ -260,10 +286,10 @@ class LocalStack:
         self.workdir = workdir or scratch_dir("llog-stack-")
         self.workdir.mkdir(parents=True, exist_ok=True)
         #: Every etcd member; :attr:`etcd` is the first.
-        self.etcds = etcd_cluster(self.workdir, etcd_members)
-        self.s3 = S3Server(self.workdir) if s3 or s3_latency is not None else None
+        self.etcds = etcd_cluster(self.workdir, etcd_members, network)
+        self.s3 = S3Server(self.workdir, network=network) if s3 or s3_latency is not None else None
         self.s3_proxy = (
-            S3ProxyServer(self.workdir, self.s3.endpoint_url, s3_latency, seed)
+            S3ProxyServer(self.workdir, self.s3.endpoint_url, s3_latency, seed, network)
             if self.s3 is not None and s3_latency is not None else None
         )
         self.bucket = bucket

@@ -367,18 +367,16 @@ class _Members:
         return len(self.all)
 
     def pick(self) -> _Member:
-        """The one that last worked unless it is suspect, else another that is not (in
-        random order, so clients leaving one member spread over the rest), else the one
-        suspect the longest."""
+        """The one that last worked unless it is suspect, else another that is not, else
+        any: at random, so clients leaving one member, or coming back after every member
+        failed, spread over the members instead of all meeting on one."""
         now = time.monotonic()
         with self._lock:
             first = self.all[self._preferred]
             if first.suspect_until <= now:
                 return first
             others = [m for m in self.all if m is not first and m.suspect_until <= now]
-            if others:
-                return random.choice(others)
-            return min(self.all, key=lambda m: m.suspect_until)
+            return random.choice(others or self.all)
 
     def worked(self, m: _Member) -> None:
         with self._lock:

@@ -66,7 +66,19 @@ def test_dead_broker_remaps_inside_the_owner_set_and_comes_back(caplog: pytest.L
         assert victim not in picks
         assert picks <= set(router.owners(*tp))
     clock.now = 1.5
+    # Out of its time out, one request tries it; the others keep away until it answers.
+    tried = [tp for tp in affected if victim in {router.pick(*tp) for _ in range(4)}]
+    assert len(tried) == 1
+    assert all(victim not in {router.pick(*tp) for _ in range(4)} for tp in affected)
+    router.answered(victim)
     assert all(victim in {router.pick(*tp) for _ in range(4)} for tp in affected)
+    # A failure in a row doubles the time out.
+    router.mark_dead(victim, PARTS)
+    router.mark_dead(victim, PARTS)
+    clock.now = 1.5 + 1.5
+    assert all(victim not in {router.pick(*tp) for _ in range(4)} for tp in affected)
+    clock.now = 1.5 + 2.5
+    assert any(victim in {router.pick(*tp) for _ in range(4)} for tp in affected)
 
 
 def test_round_robin_rotates_over_owners_and_fails_with_no_live_owner() -> None:

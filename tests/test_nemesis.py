@@ -1,18 +1,21 @@
 """The short nemesis (``loadtest/scenarios/nemesis-ci.toml``): every fault type the
 long one has, at least once, against a real cluster under load, then every
-acknowledged record reconciled. The long run is ``llog loadtest run
+acknowledged record reconciled; and the network partitions
+(``loadtest/scenarios/partitions-ci.toml``), each kind of cut once. The long run is ``llog loadtest run
 loadtest/scenarios/nemesis.toml`` (loadtest/README.md)."""
 
 from __future__ import annotations
 
 import glob
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 
 from llog.loadtest import orchestrator
 from llog.loadtest.scenario import load_scenario
+from llog.nemesis.network import available as network_available
 
 SCENARIOS = Path(__file__).resolve().parent.parent / "loadtest" / "scenarios"
 
@@ -54,3 +57,26 @@ def test_short_nemesis_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     # A paused broker no longer stops the log for the length of its pause: its requests
     # are cut and re-sent elsewhere (4 s of pause; it used to be 7 zero-ack seconds).
     assert a["by_kind"]["pause:broker"]["longest_gap_s"] < 4
+
+
+@pytest.mark.timeout(420)
+def test_network_partitions_lose_and_duplicate_nothing(tmp_path: Path) -> None:
+    why = network_available()
+    if why is not None:
+        pytest.fail(f"{why}: CI runs as root with iproute2 (make test installs it)")
+    scenario = load_scenario(SCENARIOS / "partitions-ci.toml")
+    run_dir, summary = orchestrator.run(scenario, tmp_path)
+    v = summary["verdict"]
+    assert summary["reconciliation"]["mismatches"] == [] and summary["reconciliation"]["unreadable"] == []
+    assert (v["lost"], v["duplicated"]) == (0, 0)
+    assert v["acked"] > 0 and v["verified"] == v["acked"] and v["all_acked_verified"]
+    cuts = [e for e in summary["chaos"] if e["action"] == "partition"]
+    assert all(e["ok"] for e in summary["chaos"]), summary["chaos"]
+    assert len(cuts) == len(scenario.chaos) and all(e["side_a"] and e["side_b"] for e in cuts)
+    kinds = set(summary["availability"]["by_kind"])
+    assert kinds >= {"partition:broker|etcd", "partition:broker|s3", "partition:etcd-member|etcd",
+                     "partition:etcd-leader|etcd", "partition:clients|broker", "partition:broker>s3"}
+    # The network is gone with the cluster: no namespace of this run is left.
+    left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+    layout = json.loads((run_dir / "layout.json").read_text())
+    assert not any(layout["network"]["tag"] in line for line in left.splitlines())

@@ -20,7 +20,7 @@ from typing import Any
 
 #: Fault kinds that must stop writes: no etcd majority.
 EXCUSED = frozenset({"kill:etcd-all", "pause:etcd-all"})
-_ENDS = {"pause": "resume", "kill": "restart", "faults": "faults-off"}
+_ENDS = {"pause": "resume", "kill": "restart", "faults": "faults-off", "partition": "heal"}
 
 
 @dataclass(frozen=True)
@@ -31,18 +31,23 @@ class FaultWindow:
     end_s: float
 
 
-def fault_kind(action: str, target: str, fault: str | None = None) -> str:
+def fault_kind(action: str, target: str, fault: str | None = None, peer: str | None = None,
+               one_way: bool = False) -> str:
     """``pause:broker``, ``kill:etcd-leader``, ``kill:etcd-all``, ``pause:etcd-member``,
-    ``faults:s3-drop``, …"""
-    if target == "s3":
-        what = f"s3-{fault}"
-    elif target == "etcd":
-        what = "etcd-all"
-    elif target.startswith("etcd-") and target != "etcd-leader":
-        what = "etcd-member"
-    else:
-        what = target.split("-")[0] if target.split("-")[-1].isdigit() else target
-    return f"{action}:{what}"
+    ``faults:s3-drop``, ``partition:broker|etcd`` (``>`` for a one-way cut), …"""
+    if action == "partition":
+        return f"partition:{_side(target)}{'>' if one_way else '|'}{_side(peer or '')}"
+    if target == "s3" and fault:
+        return f"{action}:s3-{fault}"
+    if target == "etcd":
+        return f"{action}:etcd-all"
+    return f"{action}:{_side(target)}"
+
+
+def _side(target: str) -> str:
+    if target.startswith("etcd-") and target != "etcd-leader":
+        return "etcd-member"
+    return target.split("-")[0] if target.split("-")[-1].isdigit() else target
 
 
 def fault_windows(events: Iterable[Mapping[str, Any]], end_s: float) -> list[FaultWindow]:
@@ -59,13 +64,17 @@ def fault_windows(events: Iterable[Mapping[str, Any]], end_s: float) -> list[Fau
         started = open_.get((action, target))
         if started:
             s = started.pop(0)
-            out.append(FaultWindow(fault_kind(str(s["action"]), target, s.get("fault")), target,
+            out.append(FaultWindow(_kind(s, target), target,
                                    float(s["done_s"]), float(e["done_s"])))
     for (_end, target), left in open_.items():
         for s in left:
-            out.append(FaultWindow(fault_kind(str(s["action"]), target, s.get("fault")), target,
+            out.append(FaultWindow(_kind(s, target), target,
                                    float(s["done_s"]), max(end_s, float(s["done_s"]))))
     return sorted(out, key=lambda w: (w.start_s, w.kind))
+
+
+def _kind(step: Mapping[str, Any], target: str) -> str:
+    return fault_kind(str(step["action"]), target, step.get("fault"), step.get("peer"), bool(step.get("one_way")))
 
 
 def _runs(flags: Sequence[bool]) -> int:

@@ -34,7 +34,9 @@ log = logging.getLogger(__name__)
 
 class AdaptiveTimeout:
     """``factor`` x the p99 of the last ``window`` request latencies, within
-    ``[floor_s, ceiling_s]`` (the ceiling until ``window`` / 4 latencies are known)."""
+    ``[floor_s, ceiling_s]`` (the ceiling until :data:`MIN_SEEN` latencies are known)."""
+
+    MIN_SEEN = 20
 
     def __init__(self, floor_s: float, ceiling_s: float, *, factor: float = 4.0, window: int = 400) -> None:
         self.floor_s, self.ceiling_s, self.factor = floor_s, min(max(floor_s, ceiling_s), ceiling_s), factor
@@ -45,7 +47,7 @@ class AdaptiveTimeout:
     def observe(self, seconds: float) -> None:
         with self._lock:
             self._seen.append(seconds)
-            if len(self._seen) >= max(1, (self._seen.maxlen or 1) // 4) and len(self._seen) % 20 == 0:
+            if len(self._seen) >= self.MIN_SEEN and len(self._seen) % 10 == 0:
                 ranked = sorted(self._seen)
                 p99 = ranked[min(len(ranked) - 1, int(len(ranked) * 0.99))]
                 self._current = min(self.ceiling_s, max(self.floor_s, self.factor * p99))

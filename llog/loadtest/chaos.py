@@ -8,7 +8,10 @@
   or a VM freeze), then ``SIGCONT``;
 * ``faults``: the S3 proxy in front of the object store injects one kind of fault
   (5xx, timeouts, slow responses, connections dropped mid-body) into a share of the
-  requests for ``duration_s``.
+  requests for ``duration_s``;
+* ``partition``: every packet between ``target`` and ``peer`` (one way only with
+  ``one_way``) is dropped for ``duration_s``, then the network heals
+  (:mod:`llog.nemesis.network`; the cluster's processes in namespaces of their own).
 
 A member's clock skew is not an event: it runs under libfaketime from the start
 (:class:`llog.loadtest.scenario.ClusterSpec`).
@@ -29,10 +32,11 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
-from llog.devstack import EtcdServer, LocalStack
+from llog.devstack import EtcdServer, LocalStack, etcd_nodes
 from llog.errors import LlogError
 from llog.loadtest.process import ManagedProcess
 from llog.loadtest.scenario import ChaosEvent
+from llog.nemesis.network import CLIENTS, Network
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +79,7 @@ class Chaos:
         *,
         stack: LocalStack | None = None,
         s3_faults: FaultSwitch | None = None,
+        network: Network | None = None,
     ) -> None:
         steps: list[tuple[float, int, str, ChaosEvent]] = []
         for i, e in enumerate(events):
@@ -84,12 +89,17 @@ class Chaos:
                     steps.append((e.at_s + e.restart_after_s, i, "restart", e))
             elif e.action == "pause":
                 steps += [(e.at_s, i, "pause", e), (e.at_s + e.duration_s, i, "resume", e)]
+            elif e.action == "partition":
+                steps += [(e.at_s, i, "partition", e), (e.at_s + e.duration_s, i, "heal", e)]
             else:
                 steps += [(e.at_s, i, "faults", e), (e.at_s + e.duration_s, i, "faults-off", e)]
         self._steps = sorted(steps, key=lambda s: (s[0], s[1]))
         self._processes = processes
         self._stack = stack
         self._s3 = s3_faults
+        self._network = network
+        #: The two sides (node names) each partition event cut.
+        self._cut: dict[int, tuple[list[str], list[str]]] = {}
         self._t0 = t0
         #: Which etcd members an event acted on, for its restart/resume step.
         self._etcd_targets: dict[int, list[int]] = {}
@@ -106,7 +116,7 @@ class Chaos:
         """Faults injected so far, by type (``kill:broker``, ``pause:etcd``, ``faults:5xx``, …)."""
         out: Counter[str] = Counter()
         for e in self.events:
-            if e["action"] in ("kill", "pause", "faults") and e.get("ok"):
+            if e["action"] in ("kill", "pause", "faults", "partition") and e.get("ok"):
                 kind = e.get("fault") if e["action"] == "faults" else e["target"].split("-")[0]
                 out[f"{e['action']}:{kind}"] += 1
         return dict(out)
@@ -126,6 +136,9 @@ class Chaos:
             self.events.append(entry)
 
     def _do(self, i: int, action: str, e: ChaosEvent, entry: dict[str, Any]) -> None:
+        if action in ("partition", "heal"):
+            self._partition(i, action, e, entry)
+            return
         if action in ("faults", "faults-off"):
             if self._s3 is None:
                 raise LlogError("no S3 proxy in this cluster (cluster.store must be 's3')")
@@ -176,6 +189,41 @@ class Chaos:
             for m in chosen:
                 self._signal(i, members[m].proc.pid, action)
 
+    def _partition(self, i: int, action: str, e: ChaosEvent, entry: dict[str, Any]) -> None:
+        net = self._network
+        if net is None:
+            raise LlogError("partitions need the cluster's network (cluster.network = true)")
+        if action == "partition":
+            a = self._side(e.target)
+            b = [n for n in self._side(e.peer) if n not in a]
+            self._cut[i] = (a, b)
+            net.cut(a, b)
+            if not e.one_way:
+                net.cut(b, a)
+        a, b = self._cut.get(i, ([], []))
+        if action == "heal":
+            net.heal(a, b)
+            net.heal(b, a)
+        entry.update(peer=e.peer, one_way=e.one_way, side_a=a, side_b=b)
+
+    def _side(self, name: str) -> list[str]:
+        """The network nodes a partition side names."""
+        assert self._stack is not None
+        etcds = etcd_nodes(len(self._stack.etcds))
+        if name == CLIENTS:
+            return [CLIENTS]
+        if name == "brokers":
+            return [n for n in self._processes if n.startswith("broker-")]
+        if name == "etcd":
+            return etcds
+        if name == "etcd-leader":
+            return [etcds[etcd_leader(self._stack.etcds)]]
+        if name.startswith("etcd-"):
+            return [etcds[int(name.rsplit("-", 1)[1])]]
+        if name == "s3":
+            return [n for n in ("s3", "s3-proxy") if self._network is not None and n in self._network.nodes]
+        return [name]
+
     def _signal(self, i: int, pid: int | None, action: str) -> None:
         if pid is None:
             raise LlogError("the process is not running")
@@ -195,6 +243,8 @@ class Chaos:
         self._paused.clear()
         if self._s3 is not None:
             self._s3.clear()
+        if self._network is not None:  # never leave a cut behind
+            self._network.heal()
 
 
 def skew_env(offset: str) -> dict[str, str]:

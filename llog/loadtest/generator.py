@@ -73,7 +73,7 @@ class _Process:
         self.router = Router([b for b, _ in plan.brokers], load.owners, plan.seed, load.routing,
                              revive_after_s=load.revive_after_s)
         self.urls = dict(plan.brokers)
-        self.timeouts = AdaptiveTimeout(min(1.0, load.request_timeout_s), load.request_timeout_s)
+        self.timeouts = AdaptiveTimeout(min(0.5, load.request_timeout_s), load.request_timeout_s)
         self.watch: BrokerWatch | None = None
         if load.protocol == "http" and load.health_interval_s > 0:
             self.watch = BrokerWatch(self.urls, self.router, plan.partitions,
@@ -233,6 +233,7 @@ class _Process:
             self.router.end(broker)
         ms = (time.perf_counter() - t) * 1000
         self.timeouts.observe(ms / 1000)
+        self.router.answered(broker)
         settled: list[_Batch] = []
         results = doc.get("results") if isinstance(doc, dict) else None
         with self.stats.lock:

@@ -27,7 +27,7 @@ from typing import Any
 
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.devstack import DevStackError, LocalStack, free_port
+from llog.devstack import DevStackError, LocalStack, etcd_nodes, free_port
 from llog.keys import prefix_range_end
 from llog.loadtest.chaos import Chaos, skew_env
 from llog.loadtest.collector import Collector, Target
@@ -42,6 +42,7 @@ from llog.loadtest.scenario import Scenario
 from llog.loadtest.summary import build_summary
 from llog.nemesis.control import ProxyFaults, proxy_state, set_faults
 from llog.nemesis.faults import FaultPlan
+from llog.nemesis.network import Network
 from llog.topics import Topics
 
 log = logging.getLogger(__name__)
@@ -66,9 +67,22 @@ class Cluster:
         self.scenario = scenario
         self.run_dir = run_dir
         self.logs = run_dir / "logs"
-        self.stack = LocalStack(self.logs, s3=scenario.cluster.store == "s3", seed=scenario.seed,
-                                s3_latency=scenario.s3.profile if scenario.needs_s3_proxy else None,
-                                etcd_members=scenario.cluster.etcd_members)
+        c = scenario.cluster
+        #: Every process in a network namespace of its own, when partitions are asked for.
+        self.network: Network | None = None
+        if c.network:
+            nodes = [*etcd_nodes(c.etcd_members), *(["s3"] if c.store == "s3" else []),
+                     *(["s3-proxy"] if scenario.needs_s3_proxy else []),
+                     *(f"broker-{i}" for i in range(c.brokers)), *(["compactor"] if c.compactor else [])]
+            self.network = Network(nodes).up()
+        try:
+            self.stack = LocalStack(self.logs, s3=c.store == "s3", seed=scenario.seed,
+                                    s3_latency=scenario.s3.profile if scenario.needs_s3_proxy else None,
+                                    etcd_members=c.etcd_members, network=self.network)
+        except BaseException:
+            if self.network is not None:
+                self.network.down()
+            raise
         self.members: dict[str, ManagedProcess] = {}
         #: Broker id -> its Kafka listener's host:port, when the load speaks Kafka.
         self.kafka_addresses: dict[str, str] = {}
@@ -83,17 +97,17 @@ class Cluster:
                     Topics(conn).create(t.name, t.partitions)
             py = [sys.executable, "-m", "llog"]
             for i in range(s.cluster.brokers):
-                port = free_port()
-                argv = [*py, "broker", "--host", "127.0.0.1", "--port", str(port)]
+                port, host = free_port(), self._host(f"broker-{i}")
+                argv = [*py, "broker", "--host", host, "--port", str(port)]
                 if s.load.protocol == "kafka":  # a fixed port, so a restarted broker keeps its address
                     kafka_port = free_port()
                     argv += ["--kafka-port", str(kafka_port)]
-                    self.kafka_addresses[f"broker-{i}"] = f"127.0.0.1:{kafka_port}"
+                    self.kafka_addresses[f"broker-{i}"] = f"{host}:{kafka_port}"
                 self._member(f"broker-{i}", argv, port)
             if s.cluster.compactor:
                 port = free_port()
                 self._member("compactor", [
-                    *py, "compactor", "--host", "127.0.0.1", "--port", str(port), "--pass-interval", "1",
+                    *py, "compactor", "--host", self._host("compactor"), "--port", str(port), "--pass-interval", "1",
                     "--discovery-interval", "2", "--vacuum-interval", str(s.cluster.vacuum_interval_s),
                 ], port, LLOG_COMPACT_MIN_AGE_MS=str(s.cluster.compact_min_age_ms),
                     LLOG_VACUUM_GRACE_S=str(s.cluster.vacuum_grace_s))
@@ -113,7 +127,13 @@ class Cluster:
         skew = self.scenario.cluster.clock_skew.get(name)
         if skew is not None:
             env = {**env, **skew_env(skew)}
-        self.members[name] = ManagedProcess(name, argv, {**self.env, **env}, port, self.logs / f"{name}.log")
+        if self.network is not None:
+            argv = self.network.wrap(name, argv)
+        self.members[name] = ManagedProcess(name, argv, {**self.env, **env}, port, self.logs / f"{name}.log",
+                                            self._host(name))
+
+    def _host(self, node: str) -> str:
+        return "127.0.0.1" if self.network is None else self.network.address(node)
 
     @property
     def brokers(self) -> list[ManagedProcess]:
@@ -140,8 +160,12 @@ class Cluster:
             stack["s3-proxy"] = {"pid": self.stack.s3_proxy.proc.pid, "url": self.stack.s3_proxy.endpoint_url,
                                  "log": str(self.stack.s3_proxy.log_path)}
         skews = self.scenario.cluster.clock_skew
+        net = self.network
         return {**stack, **{n: {**m.describe(), "clock_skew": skews.get(n)} for n, m in self.members.items()},
-                "object_store": self.stack.config.object_store}
+                "object_store": self.stack.config.object_store,
+                "network": None if net is None else {
+                    "tag": net.tag, "bridge": net.bridge, "subnet": f"{net.subnet}.0/24",
+                    "nodes": {n.name: {"address": n.address, "netns": n.netns} for n in net.nodes.values()}}}
 
     def _write_layout(self) -> None:
         _write(self.run_dir / "layout.json", self.layout())
@@ -154,6 +178,8 @@ class Cluster:
     def down(self) -> dict[str, int | None]:
         codes = {n: m.stop() for n, m in reversed(self.members.items())}
         self.stack.stop()
+        if self.network is not None:
+            self.network.down()
         return codes
 
 
@@ -218,7 +244,8 @@ def _load(scenario: Scenario, cluster: Cluster, say: Report, live_progress: bool
                           scenario.interval_s, t0).start()
     proxy = cluster.stack.s3_proxy
     s3_faults = None if proxy is None else ProxyFaults(proxy.endpoint_url, FaultPlan(scenario.s3.faults))
-    chaos = Chaos(scenario.chaos, cluster.members, t0, stack=cluster.stack, s3_faults=s3_faults).start()
+    chaos = Chaos(scenario.chaos, cluster.members, t0, stack=cluster.stack, s3_faults=s3_faults,
+                  network=cluster.network).start()
     live = LiveProgress(run_dir / "client", scenario.load.processes, scenario.duration_s,
                         scenario.interval_s, lambda: sum(chaos.injected().values()), say)
     if live_progress:

@@ -15,13 +15,14 @@ from llog.devstack import DevStackError
 
 
 class ManagedProcess:
-    def __init__(self, name: str, argv: list[str], env: dict[str, str], port: int, log_path: Path) -> None:
+    def __init__(self, name: str, argv: list[str], env: dict[str, str], port: int, log_path: Path,
+                 host: str = "127.0.0.1") -> None:
         self.name = name
         self.argv = argv
         self.env = env
         self.port = port
         self.log_path = log_path
-        self.url = f"http://127.0.0.1:{port}"
+        self.url = f"http://{host}:{port}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
 

@@ -43,7 +43,10 @@ class Router:
     """Picks a live owner for each request; thread-safe. ``round_robin`` rotates over
     the live owners of a partition, ``least_inflight`` takes the owner with the fewest
     requests in flight from this process. A broker marked dead sits out
-    ``revive_after_s`` and is then tried again."""
+    ``revive_after_s``; then one request tries it (the others keep away until that one
+    is answered), and each failure in a row doubles the time out (up to 16 times): a
+    broker that holds requests without answering costs one request per period, not
+    every thread at once."""
 
     def __init__(
         self, brokers: Sequence[str], owners: int, seed: int, policy: str, *,
@@ -61,6 +64,9 @@ class Router:
         self._inflight = dict.fromkeys(self.brokers, 0)
         self._dead_until: dict[str, float] = {}
         self._silent: set[str] = set()
+        self._strikes: dict[str, int] = {}
+        #: Brokers out of their time out with one request trying them.
+        self._trying: set[str] = set()
         self.remaps = 0
 
     def owners(self, topic: str, partition: int) -> tuple[str, ...]:
@@ -75,16 +81,11 @@ class Router:
             return self._alive(broker)
 
     def _alive(self, broker: str) -> bool:
-        if broker in self._silent:
+        """In rotation, or out of its time out with no request trying it yet."""
+        if broker in self._silent or broker in self._trying:
             return False
         until = self._dead_until.get(broker)
-        if until is None:
-            return True
-        if self._clock() < until:
-            return False
-        del self._dead_until[broker]
-        log.warning("broker %s back in rotation", broker)
-        return True
+        return until is None or self._clock() >= until
 
     def pick(self, topic: str, partition: int) -> str:
         owners = self.owners(topic, partition)
@@ -93,13 +94,17 @@ class Router:
             if not live:
                 raise NoLiveOwner(topic, partition, owners)
             if self.policy == "least_inflight":
-                return min(live, key=lambda b: (self._inflight[b], owners.index(b)))
-            # Rotate in broker-id order: partitions with the same owner set then agree on the
-            # broker each turn, so one request can carry them all.
-            live.sort()
-            turn = self._turn.get((topic, partition), 0)
-            self._turn[(topic, partition)] = turn + 1
-            return live[turn % len(live)]
+                chosen = min(live, key=lambda b: (self._inflight[b], owners.index(b)))
+            else:
+                # Rotate in broker-id order: partitions with the same owner set then agree
+                # on the broker each turn, so one request can carry them all.
+                live.sort()
+                turn = self._turn.get((topic, partition), 0)
+                self._turn[(topic, partition)] = turn + 1
+                chosen = live[turn % len(live)]
+            if chosen in self._dead_until:
+                self._trying.add(chosen)  # the one request that tries it
+            return chosen
 
     def begin(self, broker: str) -> None:
         with self._lock:
@@ -112,8 +117,10 @@ class Router:
     def mark_dead(self, broker: str, partitions: Iterable[TopicPartition]) -> None:
         """Take ``broker`` out of rotation and log where its ``partitions`` go now."""
         with self._lock:
+            self._trying.discard(broker)
             first = broker not in self._dead_until
-            self._dead_until[broker] = self._clock() + self.revive_after_s
+            strikes = self._strikes[broker] = min(self._strikes.get(broker, 0) + 1, 5)
+            self._dead_until[broker] = self._clock() + self.revive_after_s * 2 ** (strikes - 1)
             if not first:
                 return
             for topic, p in partitions:
@@ -124,6 +131,17 @@ class Router:
                 self.remaps += 1
                 log.warning("broker %s down: %s/%d remapped to %s (owner set %s)",
                             broker, topic, p, ",".join(rest) or "nobody", ",".join(owners))
+
+    def answered(self, broker: str) -> None:
+        """``broker`` answered a request: back in rotation, and its next failure sits
+        out ``revive_after_s`` again."""
+        if broker not in self._dead_until and not self._strikes.get(broker):
+            return
+        with self._lock:
+            self._strikes[broker] = 0
+            self._trying.discard(broker)
+            if self._dead_until.pop(broker, None) is not None:
+                log.warning("broker %s back in rotation", broker)
 
     def set_silent(self, broker: str, silent: bool, partitions: Iterable[TopicPartition] = ()) -> None:
         """Out of rotation while its health check fails (:class:`BrokerWatch`), whatever
@@ -138,6 +156,7 @@ class Router:
                 return
             self._silent.discard(broker)
             self._dead_until.pop(broker, None)
+            self._trying.discard(broker)
         log.warning("broker %s answers its health check again: back in rotation", broker)
 
     def manifest(self, partitions: Iterable[TopicPartition]) -> dict[str, Any]:

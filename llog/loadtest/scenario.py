@@ -41,6 +41,9 @@ class ClusterSpec:
     #: Member name -> wall-clock offset it runs with under Debian's libfaketime
     #: (``"+600s"``, ``"-10m"``): a writer whose clock is minutes off.
     clock_skew: dict[str, str] = field(default_factory=dict)
+    #: Each etcd member, broker, the compactor and the S3 server in a network namespace
+    #: of its own (llog/nemesis/network.py; needs root): what ``partition`` chaos cuts.
+    network: bool = False
 
 
 @dataclass(frozen=True)
@@ -55,7 +58,7 @@ class LoadSpec:
     #: Brokers in each partition's owner set (capped at the broker count).
     owners: int = 2
     #: The most a produce request waits for its answer; the timeout used follows the
-    #: latencies seen (4 x their p99, at least 1 s: :class:`AdaptiveTimeout`) up to this.
+    #: latencies seen (4 x their p99, at least 0.5 s: :class:`AdaptiveTimeout`) up to this.
     request_timeout_s: float = 10.0
     #: Seconds a broker whose request failed sits out before it is tried again.
     revive_after_s: float = 1.0
@@ -78,7 +81,12 @@ CHAOS_ACTIONS = {
     "pause": "SIGSTOP for duration_s, then SIGCONT",
     "faults": "the S3 proxy injects `fault` (llog/nemesis/faults.py KINDS) into a `rate` share of requests "
               "for duration_s",
+    "partition": "drop every packet between `target` and `peer` (from target to peer only with one_way) for "
+                 "duration_s, then heal; needs cluster.network",
 }
+#: Partition sides besides the members' own names: every broker, every etcd member,
+#: the S3 server (and its proxy), the load generators and the orchestrator.
+PARTITION_GROUPS = ("brokers", "etcd", "s3", "clients")
 S3_FAULTS = KINDS
 
 
@@ -114,6 +122,10 @@ class ChaosEvent:
     #: faults: one of S3_FAULTS, injected into this share of requests.
     fault: str = ""
     rate: float = 0.0
+    #: partition: the other side (a target name or one of PARTITION_GROUPS; a member of
+    #: both sides stays with ``target``), and whether only packets from target to peer drop.
+    peer: str = ""
+    one_way: bool = False
 
 
 @dataclass(frozen=True)
@@ -238,12 +250,12 @@ def _check(s: Scenario, where: str) -> None:
             problems.append(f"cluster.clock_skew names {name!r}, not one of {sorted(members)}")
     etcds = {"etcd", "etcd-leader", *(f"etcd-{i}" for i in range(s.cluster.etcd_members))}
     for c in s.chaos:
-        problems.extend(_chaos_problems(c, members, etcds, s.cluster.store))
+        problems.extend(_chaos_problems(c, members, etcds, s.cluster.store, s.cluster.network))
     if problems:
         raise ConfigError(f"{where}: " + "; ".join(problems))
 
 
-def _chaos_problems(c: ChaosEvent, members: set[str], etcds: set[str], store: str) -> list[str]:
+def _chaos_problems(c: ChaosEvent, members: set[str], etcds: set[str], store: str, network: bool) -> list[str]:
     if c.action not in CHAOS_ACTIONS:
         return [f"chaos action {c.action!r}: one of {sorted(CHAOS_ACTIONS)}"]
     if c.action == "faults":
@@ -254,6 +266,15 @@ def _chaos_problems(c: ChaosEvent, members: set[str], etcds: set[str], store: st
             out.append(f"chaos fault {c.fault!r}: one of {S3_FAULTS}")
         if not 0 < c.rate <= 1 or c.duration_s <= 0:
             out.append("chaos faults need 0 < rate <= 1 and duration_s > 0")
+        return out
+    if c.action == "partition":
+        sides = members | etcds | set(PARTITION_GROUPS)
+        out = [f"chaos partition side {x!r} is not one of {sorted(sides)}" for x in (c.target, c.peer)
+               if x not in sides]
+        if not network:
+            out.append("chaos partition needs cluster.network = true")
+        if c.duration_s <= 0 or c.target == c.peer:
+            out.append("chaos partition needs duration_s > 0 and a peer other than its target")
         return out
     if c.target not in members | etcds:
         return [f"chaos target {c.target!r} is not one of {sorted(members | etcds)}"]
