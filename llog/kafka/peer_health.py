@@ -84,25 +84,35 @@ class PeerHealth:
             await asyncio.sleep(self.interval_s)
 
     async def _probe(self, node: BrokerNode) -> None:
+        loop = asyncio.get_running_loop()
         while True:
             writer: asyncio.StreamWriter | None = None
             answered = False
+            asked = loop.time()
             try:
                 reader, opened = await asyncio.wait_for(
                     asyncio.open_connection(node.host, node.port, ssl=self._tls), self.timeout_s)
                 writer = opened
                 while True:
+                    asked = loop.time()
                     opened.write(_PROBE)
                     await asyncio.wait_for(self._answer(reader), self.timeout_s)
                     answered = True
                     self._mark(node, silent=False)
                     await asyncio.sleep(self.interval_s)
+            except TimeoutError as exc:
+                # Far past the deadline: this broker's own loop was late (it was paused,
+                # or stalled), so the silence proves nothing about the peer; ask again.
+                if loop.time() - asked > 2 * self.timeout_s:
+                    answered = True
+                else:
+                    self._mark(node, silent=True, why=exc)
             except (asyncio.IncompleteReadError, ConnectionResetError) as exc:
                 # A peer that answered and then closed the connection (its auth or idle
                 # timeout) is asked again at once; only a second failure counts.
                 if not answered:
                     self._mark(node, silent=True, why=exc)
-            except (OSError, TimeoutError, ssl.SSLError, ValueError) as exc:
+            except (OSError, ssl.SSLError, ValueError) as exc:
                 self._mark(node, silent=True, why=exc)
             finally:
                 if writer is not None:

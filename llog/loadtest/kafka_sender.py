@@ -13,6 +13,7 @@ import time
 from functools import partial
 from typing import Any
 
+from llog.kafka.client_settings import PRODUCER
 from llog.loadtest.generator_state import ProcessState
 from llog.names import TopicPartition
 
@@ -36,6 +37,8 @@ class _KafkaThread:
         self.producer = confluent_kafka.Producer({
             "bootstrap.servers": ",".join(addr for _, addr in plan.kafka),
             "enable.idempotence": True, "acks": "all", "linger.ms": 5,
+            # What docs/kafka.md advises: a silent broker noticed in seconds, not 30.
+            **PRODUCER,
             # Undelivered by the end of the drain: reported failed, never silently dropped.
             "message.timeout.ms": int((plan.duration_s + load.drain_s) * 1000),
             "client.id": f"llog-loadtest-{self.prefix}",
