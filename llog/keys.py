@@ -87,6 +87,10 @@ class KeyLayout:
     def group_epoch(self, group: str) -> str:
         return f"{self.group_prefix(group)}epoch"
 
+    def group_generation(self, group: str) -> str:
+        """A Kafka consumer group's completed generation (:class:`GroupGeneration`)."""
+        return f"{self.group_prefix(group)}kafka-generation"
+
     def group_member_prefix(self, group: str) -> str:
         return f"{self.group_prefix(group)}members/"
 

@@ -457,3 +457,22 @@ CR = CompactionRecord("DELETING_OLD", 0, 11, 10, 12, "k", 500, 6, 9, "me")
 def test_meta_decode_of_wrong_types_raises(cls: Any, raw: bytes) -> None:
     with pytest.raises(MetaFormatError):
         cls.decode(raw)
+
+
+def test_a_group_generation_round_trips_and_a_malformed_one_is_refused() -> None:
+    from llog.codec.etcd_values import GroupGeneration, GroupMember
+
+    gen = GroupGeneration(7, "consumer", "range", "m-1", (
+        GroupMember("m-1", None, "c1", 6000, 300000, (("range", b"\x00\x01"), ("roundrobin", b"")), b"\x00a"),
+        GroupMember("m-2", "static-2", "c2", 10000, 60000, (("range", b"\x02"),), b""),
+    ))
+    assert GroupGeneration.decode(gen.encode()) == gen
+    for bad in (msgpack.packb({"epoch": 7}), msgpack.packb([1, 2]),
+                msgpack.packb({"epoch": 7, "protocol_type": "consumer", "protocol": "range", "leader": "m",
+                               "members": [{"member_id": 3}]}),
+                msgpack.packb({"epoch": 7, "protocol_type": "consumer", "protocol": "range", "leader": "m",
+                               "members": [{"member_id": "m", "group_instance_id": None, "client_id": "c",
+                                            "session_timeout_ms": 1, "rebalance_timeout_ms": 1,
+                                            "protocols": [["range"]], "assignment": b""}]})):
+        with pytest.raises(MetaFormatError):
+            GroupGeneration.decode(bad)

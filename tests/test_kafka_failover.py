@@ -177,3 +177,66 @@ def test_a_stopped_or_killed_broker_loses_its_producers_nothing(config: LlogConf
         b_id = _node_id(b.bootstrap)
         assert set(_leaders(b.bootstrap)[1].values()) == {b_id}
         producing.check_stored(config)
+
+
+def _coordinator_of(bootstrap: str, group: str) -> int:
+    from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
+
+    got = _exchange(bootstrap, FindCoordinatorRequest[1](key=group, key_type=0), FindCoordinatorResponse)
+    assert got.error_code == 0
+    return int(got.node_id)
+
+
+def test_a_consumer_group_keeps_its_partitions_when_its_coordinator_pauses(config: LlogConfig) -> None:
+    """The coordinator's broker is paused: the members carry on with their generation at
+    the next coordinator (kept in etcd), so nobody gives up a partition, and every
+    partition keeps being read during the pause."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    from llog.kafka.client_settings import CONSUMER
+
+    group = "carry-on"
+    with _two_brokers(config) as brokers:
+        bootstrap = ",".join(b.bootstrap for b in brokers)
+        ids = {_node_id(b.bootstrap): b for b in brokers}
+        coordinator = ids[_coordinator_of(brokers[0].bootstrap, group)]
+        assignments: list[tuple[float, str, list[int]]] = []
+        received: dict[int, list[float]] = defaultdict(list)
+        stop = threading.Event()
+
+        def consume(name: str) -> None:
+            c = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group, **CONSUMER,
+                                          "auto.offset.reset": "earliest", "client.id": name})
+            c.subscribe([TOPIC], on_assign=lambda _c, ps: assignments.append(
+                (time.monotonic(), name, sorted(p.partition for p in ps))))
+            try:
+                while not stop.is_set():
+                    msg = c.poll(0.1)
+                    if msg is not None and msg.error() is None:
+                        received[msg.partition()].append(time.monotonic())
+            finally:
+                c.close()
+
+        consumers = [threading.Thread(target=consume, args=(f"m{i}",)) for i in range(3)]
+        for t in consumers:
+            t.start()
+        try:
+            with _Producing(bootstrap) as producing:
+                wait_until(lambda: all(received[p] for p in range(PARTITIONS)) and len(
+                    {n for _t, n, _ps in assignments}) == 3, 60, "three members reading every partition")
+                wait_until(lambda: len(assignments) >= 3 and time.monotonic() - assignments[-1][0] > 2, 60,
+                           "the group to settle")
+                settled = len(assignments)
+                os.kill(coordinator.http.proc.pid, signal.SIGSTOP)
+                paused_at = time.monotonic()
+                try:
+                    wait_until(lambda: all(received[p] and received[p][-1] > paused_at + 6 for p in range(PARTITIONS)),
+                               30, "every partition read again during the pause, past a session timeout")
+                finally:
+                    os.kill(coordinator.http.proc.pid, signal.SIGCONT)
+                # Nobody was given new partitions: the generation carried on.
+                assert assignments[settled:] == []
+            producing.check_stored(config)
+        finally:
+            stop.set()
+            for t in consumers:
+                t.join()

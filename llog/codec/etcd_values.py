@@ -456,6 +456,65 @@ class GroupEpoch:
 
 
 @dataclass(frozen=True)
+class GroupMember:
+    """One member of a Kafka consumer group's generation (:class:`GroupGeneration`)."""
+
+    member_id: str
+    group_instance_id: str | None
+    client_id: str
+    session_timeout_ms: int
+    rebalance_timeout_ms: int
+    #: The protocols it joined with (name, metadata), and its assignment from the leader.
+    protocols: tuple[tuple[str, bytes], ...]
+    assignment: bytes
+
+    def to_map(self) -> dict[str, Any]:
+        return {"member_id": self.member_id, "group_instance_id": self.group_instance_id,
+                "client_id": self.client_id, "session_timeout_ms": self.session_timeout_ms,
+                "rebalance_timeout_ms": self.rebalance_timeout_ms,
+                "protocols": [[n, md] for n, md in self.protocols], "assignment": self.assignment}
+
+    @classmethod
+    def from_map(cls, m: Any) -> GroupMember:
+        if not isinstance(m, dict):
+            raise MetaFormatError(f"a group member is a map, got {type(m).__name__}")
+        instance = m.get("group_instance_id")
+        if instance is not None and not isinstance(instance, str):
+            raise MetaFormatError("field 'group_instance_id' must be a string or nil")
+        protocols = _field(m, "protocols", list)
+        if not all(isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], bytes)
+                   for p in protocols):
+            raise MetaFormatError("field 'protocols' must be [name, metadata] pairs")
+        return cls(_field(m, "member_id", str), instance, _field(m, "client_id", str),
+                   _field(m, "session_timeout_ms", int), _field(m, "rebalance_timeout_ms", int),
+                   tuple((p[0], p[1]) for p in protocols), _field(m, "assignment", bytes))
+
+
+@dataclass(frozen=True)
+class GroupGeneration:
+    """``_groups/{group}/kafka-generation``: a Kafka consumer group's generation as its
+    coordinator completed it (the epoch it bumped, the protocol, the leader, every
+    member with its assignment), so that another broker taking over coordination
+    carries on with the same generation instead of making every member join again."""
+
+    epoch: int
+    protocol_type: str
+    protocol: str
+    leader: str
+    members: tuple[GroupMember, ...]
+
+    def encode(self) -> bytes:
+        return _pack({"epoch": self.epoch, "protocol_type": self.protocol_type, "protocol": self.protocol,
+                      "leader": self.leader, "members": [m.to_map() for m in self.members]})
+
+    @classmethod
+    def decode(cls, raw: bytes) -> GroupGeneration:
+        m = _unpack(raw)
+        return cls(_field(m, "epoch", int), _field(m, "protocol_type", str), _field(m, "protocol", str),
+                   _field(m, "leader", str), tuple(GroupMember.from_map(x) for x in _field(m, "members", list)))
+
+
+@dataclass(frozen=True)
 class SequencedBatch:
     """One of an idempotent producer's recent batches on a partition (spec §8.7): its
     first sequence, offsets and content digest (``None``: written before digests)."""

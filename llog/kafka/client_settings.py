@@ -30,6 +30,10 @@ PRODUCER = MappingProxyType({
 #: For consumers (confluent_kafka.Consumer).
 CONSUMER = MappingProxyType({
     **_COMMON,
+    # A Fetch waits socket.timeout.ms + fetch.wait.max.ms before the consumer gives up
+    # on its broker: 1.25 s here, then librdkafka's once-a-second timeout scan.
+    "socket.timeout.ms": 1000,
+    "fetch.wait.max.ms": 250,
     "session.timeout.ms": 6000,
     "heartbeat.interval.ms": 1000,
 })

@@ -5,11 +5,12 @@ clients run their own assignors, as with Apache Kafka.
 
 What survives the coordinator is in etcd: each completed rebalance bumps the group's
 epoch (llog's exclusive-consumer epoch, :mod:`llog.groups.epoch`) and the epoch is the
-generation id, so a commit carries its generation as a fence. When the coordinator
-dies, the live list changes, the members find the new coordinator and join it, its
-first rebalance bumps the epoch again, and every commit of an older generation (a
-member that missed the rebalance, or the old coordinator waking from a pause) is
-refused by etcd, not by anyone's clock.
+generation id, so a commit carries its generation as a fence; and the completed
+generation itself is kept (:mod:`llog.kafka.group_generations`). When the coordinator
+dies or pauses, the members find the next one, which carries the generation on while
+it is still the epoch; a rebalance there bumps the epoch again, and every commit of an
+older generation (a member that missed the rebalance, or the old coordinator waking
+from a pause) is refused by etcd, not by anyone's clock.
 
 All state is touched on the event loop only; etcd is reached on worker threads.
 """
@@ -24,9 +25,10 @@ import uuid
 from dataclasses import dataclass, field
 from enum import Enum
 
-from llog.codec.etcd_values import GroupEpoch
+from llog.codec.etcd_values import GroupEpoch, GroupGeneration
 from llog.connection import Connection
 from llog.groups.epoch import bump_epoch
+from llog.kafka import group_generations
 from llog.kafka.errors import ErrorCode
 
 log = logging.getLogger(__name__)
@@ -35,6 +37,10 @@ log = logging.getLogger(__name__)
 #: so members starting together get one rebalance, not one each (Kafka's
 #: ``group.initial.rebalance.delay.ms``, shorter).
 INITIAL_REBALANCE_DELAY_S = 0.5
+#: The member-expiry tick; a tick this much later than due means this broker was
+#: paused or stalled: it forgets its groups and reads them back from etcd.
+EXPIRY_TICK_S = 0.5
+PAUSED_S = 3.0
 MIN_SESSION_TIMEOUT_MS = 1_000
 MAX_SESSION_TIMEOUT_MS = 300_000
 
@@ -109,6 +115,7 @@ class Coordinator:
         self._owner = owner  # written into the epoch key: who started the generation
         self._groups: dict[str, Group] = {}
         self._expiry: asyncio.Task[None] | None = None
+        self._saving: set[asyncio.Future[None]] = set()
 
     def start(self) -> None:
         self._expiry = asyncio.create_task(self._expire_members())
@@ -179,12 +186,67 @@ class Coordinator:
             for mid, member in g.members.items():
                 member.assignment = assignments.get(mid, b"")
             g.state = State.STABLE
+            self._keep(g)
             for member in g.members.values():
                 if member.syncing is not None and not member.syncing.done():
                     member.syncing.set_result(member.assignment)
             return m.assignment
         m.syncing = asyncio.get_running_loop().create_future()
         return await m.syncing
+
+    def _keep(self, g: Group) -> None:
+        """Write the generation just completed to etcd, off the event loop."""
+        assert g.epoch is not None and g.protocol_type is not None and g.protocol is not None and g.leader
+        kept = GroupGeneration(g.epoch.epoch, g.protocol_type, g.protocol, g.leader, tuple(
+            group_generations.member_record(m.member_id, m.group_instance_id, m.client_id, m.session_timeout_s,
+                                            m.rebalance_timeout_s, m.protocols, m.assignment)
+            for m in g.members.values()))
+        task = asyncio.get_running_loop().run_in_executor(None, group_generations.save, self._conn, g.group_id, kept)
+        self._saving.add(task)
+        task.add_done_callback(self._saving.discard)
+
+    async def carry_on(self, group_id: str, member_id: str, generation: int) -> None:
+        """Before a member's heartbeat or commit: if this coordinator does not know the
+        member at that generation (coordination moved here, or this broker was paused),
+        take the group's generation from etcd when it is still current
+        (:mod:`llog.kafka.group_generations`), so the member carries on without a
+        rebalance. Otherwise the request gets its usual answer."""
+        g = self._groups.get(group_id)
+        if generation < 0 or (g is not None and (g.state in (State.PREPARING, State.COMPLETING)
+                                                 or (member_id in g.members and g.generation == generation))):
+            return
+        try:
+            got = await asyncio.to_thread(group_generations.load, self._conn, group_id, generation, member_id)
+        except Exception as exc:  # etcd unreachable or a bad value: the member rejoins
+            log.warning("group %s: could not read its kept generation: %s", group_id, exc)
+            return
+        g = self._groups.get(group_id)  # it may have changed meanwhile
+        if got is None:
+            return
+        kept, epoch = got
+        if (g is not None and (g.state in (State.PREPARING, State.COMPLETING)
+                                               or g.generation > kept.epoch or member_id in g.members)):
+            return
+        if g is not None:
+            self._drop(g, ErrorCode.REBALANCE_IN_PROGRESS)
+        now = time.monotonic()
+        self._groups[group_id] = Group(
+            group_id, State.STABLE, kept.protocol_type, kept.protocol, kept.leader, epoch,
+            {m.member_id: Member(m.member_id, m.group_instance_id, m.session_timeout_ms / 1000,
+                                 m.rebalance_timeout_ms / 1000, list(m.protocols), last_seen=now,
+                                 assignment=m.assignment, client_id=m.client_id) for m in kept.members})
+        log.info("group %s: generation %d carried on from etcd with %d members", group_id, kept.epoch,
+                 len(kept.members))
+
+    @staticmethod
+    def _drop(g: Group, code: ErrorCode) -> None:
+        """Fail whatever ``g``'s members wait for: this coordinator lets it go."""
+        if g.completion is not None:
+            g.completion.cancel()
+        for m in g.members.values():
+            for fut in (m.joining, m.syncing):
+                if fut is not None and not fut.done():
+                    fut.set_exception(GroupError(code))
 
     def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
         g, m = self._member(group_id, member_id)
@@ -309,10 +371,21 @@ class Coordinator:
             g.state, g.leader = State.EMPTY, None
 
     async def _expire_members(self) -> None:
-        """Members that stopped heartbeating past their session timeout leave."""
+        """Members that stopped heartbeating past their session timeout leave; after a
+        pause of this broker, nothing is judged: it forgets its groups (the members
+        may have moved on meanwhile) and reads each back from etcd when asked."""
+        last = time.monotonic()
         while True:
-            await asyncio.sleep(0.5)
+            await asyncio.sleep(EXPIRY_TICK_S)
             now = time.monotonic()
+            late, last = now - last - EXPIRY_TICK_S, now
+            if late > PAUSED_S:
+                log.warning("Kafka coordinator was paused or stalled for %.1f s: forgetting %d group(s), read "
+                            "back from etcd when their members ask", late, len(self._groups))
+                for g in self._groups.values():
+                    self._drop(g, ErrorCode.NOT_COORDINATOR)
+                self._groups.clear()
+                continue
             for g in list(self._groups.values()):
                 for mid in [mid for mid, until in g.pending.items() if until < now]:
                     del g.pending[mid]

@@ -113,6 +113,7 @@ async def sync_group(ctx: Context, req: Any) -> SyncGroupResponse:
 async def heartbeat(ctx: Context, req: Any) -> HeartbeatResponse:
     try:
         _coordinated(ctx, req.group_id)
+        await ctx.coordinator.carry_on(req.group_id, req.member_id, req.generation_id)
         ctx.coordinator.heartbeat(req.group_id, req.member_id, req.generation_id)
     except GroupError as exc:
         return HeartbeatResponse[req.API_VERSION](throttle_time_ms=0, error_code=exc.code)
@@ -148,6 +149,7 @@ async def offset_commit(ctx: Context, req: Any) -> OffsetCommitResponse:
     try:
         _coordinated(ctx, req.group_id)
         if generation >= 0 or req.member_id:  # a group member's commit
+            await ctx.coordinator.carry_on(req.group_id, req.member_id, generation)
             epoch = ctx.coordinator.check_commit(req.group_id, req.member_id, generation)
         elif ctx.coordinator.has_members(req.group_id):
             # A standalone consumer's commit (no generation, no member) is for a group
