@@ -123,6 +123,17 @@ class BackPressure(LlogError):
     retriable = True
 
 
+class ProducerClosed(LlogError):
+    """The producer was closed (its broker is stopping): nothing was accepted; send it
+    again, to another broker."""
+
+    retriable = True
+
+    def __init__(self, topic: str, partition: int) -> None:
+        super().__init__(f"producer is closed; {topic}/{partition} not accepted")
+        self.topic, self.partition = topic, partition
+
+
 class CorruptBlob(LlogError):
     def __init__(self, key: str, offset: int, length: int, reason: str) -> None:
         super().__init__(f"corrupt data in {key} bytes [{offset}, {offset + length}): {reason}")

@@ -23,6 +23,7 @@ from llog.errors import (
     InvalidTopicName,
     LlogError,
     OffsetOutOfRange,
+    ProducerClosed,
     ProducerFenced,
     RecordTooLarge,
     SequenceError,
@@ -106,7 +107,8 @@ _CODES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Error
     (StaleEpoch, ErrorCode.ILLEGAL_GENERATION),
     (CommitRejected, ErrorCode.INVALID_COMMIT_OFFSET_SIZE),
     (CorruptBlob, ErrorCode.KAFKA_STORAGE_ERROR),
-    (Fenced, ErrorCode.NOT_LEADER_OR_FOLLOWER),
+    # A broker that is stopping: the client asks for Metadata and goes to another.
+    ((Fenced, ProducerClosed), ErrorCode.NOT_LEADER_OR_FOLLOWER),
     ((AmbiguousCommit, BackPressure, CoordinationError, StoreError, SessionExpired), ErrorCode.REQUEST_TIMED_OUT),
     (UnsupportedCompression, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
     (UnsupportedMessageFormat, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT),

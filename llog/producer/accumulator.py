@@ -15,7 +15,7 @@ from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Any
 
-from llog.errors import BackPressure, LlogError
+from llog.errors import BackPressure, ProducerClosed
 from llog.metrics import Metrics
 from llog.names import TopicPartition
 from llog.records import KafkaBatches, Record
@@ -90,7 +90,7 @@ class Accumulator:
                     )
                 self._cond.wait(left)
             if self._closed:
-                raise LlogError(f"producer is closed; {group.topic}/{group.partition} not accepted")
+                raise ProducerClosed(group.topic, group.partition)
             key = (group.topic, group.partition)
             target = self._open.get(key) if single else None
             if target is not None:
