@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import signal
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
@@ -21,6 +22,7 @@ import llog
 from llog.devstack import EtcdServer, etcd_cluster
 from llog.errors import CoordinationError
 from llog.etcd import KV, Etcd, Put, absent
+from llog.groups import GroupOffsets
 from tests.conftest import wait_until
 
 
@@ -145,3 +147,42 @@ def test_a_writer_appends_through_a_paused_member(
         for p in range(2):
             got = [(r.offset, r.value) for r in llog.Reader(conn).scan("fo", p)]
             assert got == [(j, b"a%d" % i) for j, i in enumerate(range(p, 40, 2))]
+
+
+def test_appends_reads_group_commits_and_compactions_go_on_while_any_one_member_is_paused(
+    config: llog.LlogConfig, cluster: list[EtcdServer], request: pytest.FixtureRequest,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """Each member in turn is paused (whichever the client started on is among them):
+    every kind of operation completes on the other two. The slowest of each is printed
+    (issue 36 asks at most 2 s; a figure, not a pass mark)."""
+    from compactor import compact_once
+    from compactor.compact import COMPACTED
+
+    cfg = replace(config, etcd_endpoints=tuple(m.endpoint for m in cluster), etcd_attempt_timeout_s=1.0,
+                  root_prefix=f"ops-{abs(hash(request.node.name)) % 10**8}", compact_min_age_ms=0)
+    slowest: dict[str, float] = {}
+    compacted = []
+    with llog.Connection(cfg) as conn:
+        llog.Topics(conn).create("ops", 1)
+        offsets = GroupOffsets(conn, "g")
+        with llog.Writer(conn) as w:
+            w.append("ops", 0, [b"seed"])
+            for k, member in enumerate(cluster):
+                steps = {
+                    "append": lambda k=k: w.append("ops", 0, [b"m%d" % k]),
+                    "read": lambda: list(llog.Reader(conn).scan("ops", 0)),
+                    "group commit": lambda k=k: offsets.commit("ops", 0, k + 2),
+                    "compaction": lambda: compacted.append(compact_once(conn, "ops", 0).outcome),
+                }
+                with paused(member):
+                    for name, step in steps.items():
+                        t0 = time.monotonic()
+                        step()
+                        slowest[name] = max(slowest.get(name, 0.0), time.monotonic() - t0)
+        assert [r.value for r in llog.Reader(conn).scan("ops", 0)] == [b"seed", b"m0", b"m1", b"m2"]
+        assert offsets.get("ops", 0).offset == 4  # type: ignore[union-attr]
+    assert COMPACTED in compacted
+    with capsys.disabled():
+        print("\nslowest operation with one etcd member of three paused (s): "
+              + ", ".join(f"{k} {v:.2f}" for k, v in slowest.items()))
