@@ -7,13 +7,14 @@ from __future__ import annotations
 import http.server
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from typing import Any
 
 import pytest
 
 from llog.loadtest.availability import availability, fault_kind, fault_windows
-from llog.loadtest.broker_watch import AdaptiveTimeout, BrokerWatch
+from llog.loadtest.broker_watch import AdaptiveTimeout, BrokerWatch, Hedger
 from llog.loadtest.routing import NoLiveOwner, Router
 from tests.conftest import wait_until
 
@@ -148,3 +149,50 @@ def test_a_silent_broker_is_never_picked_until_it_answers() -> None:
         r.pick("t", 0)
     r.set_silent("x", False)
     assert r.pick("t", 0) == "x"
+
+
+def _hedger(median_s: float) -> Hedger:
+    timeouts = AdaptiveTimeout(0.5, 10.0)
+    for _ in range(AdaptiveTimeout.MIN_SEEN):
+        timeouts.observe(median_s)
+    return Hedger(4, timeouts, factor=4.0, min_delay_s=0.05)
+
+
+def test_a_request_not_answered_in_time_is_hedged_and_the_first_answer_taken() -> None:
+    hedger = _hedger(0.02)  # hedge after max(0.05, 4 x 0.02) = 0.08 s
+    release = threading.Event()
+    abandoned: list[str] = []
+
+    def attempt(broker: str) -> str:
+        if broker == "stuck":
+            release.wait(10)
+        return f"from {broker}"
+
+    try:
+        assert hedger.send("stuck", "spare", attempt, abandoned.append) == ("spare", "from spare")
+        assert abandoned == ["stuck"] and (hedger.sent, hedger.won) == (1, 1)
+        release.set()
+        # Answered in time: no hedge; no second broker: none either.
+        assert hedger.send("fast", "spare", attempt, abandoned.append) == ("fast", "from fast")
+        release.clear()
+        threading.Timer(0.3, release.set).start()
+        assert hedger.send("stuck", None, attempt, abandoned.append) == ("stuck", "from stuck")
+        assert hedger.sent == 1
+    finally:
+        release.set()
+        hedger.close()
+
+
+def test_when_both_attempts_fail_the_first_brokers_error_is_raised() -> None:
+    hedger = _hedger(0.01)
+
+    def attempt(broker: str) -> str:
+        if broker == "first":
+            time.sleep(0.2)
+        raise ConnectionRefusedError(broker)
+
+    try:
+        with pytest.raises(ConnectionRefusedError, match="first"):
+            hedger.send("first", "second", attempt, lambda _b: None)
+    finally:
+        hedger.close()

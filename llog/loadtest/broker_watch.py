@@ -10,9 +10,15 @@ to another owner now: the batches carry their producer id and sequence, so a fir
 attempt that did commit is answered with its original offsets, never stored twice.
 It is back in rotation as soon as it answers.
 
-:class:`AdaptiveTimeout` is the backstop for a broker that answers its health check but
+:class::class:`AdaptiveTimeout` is the backstop for a broker that answers its health check but
 not a produce (stuck on a commit): a request's timeout follows the latencies just seen
 (a multiple of their p99, within bounds), not a fixed worst case.
+
+:class:`Hedger` does not wait for either: a request not answered within a few times
+the median latency is sent to a second owner as well, and the first answer is taken
+(the batches are idempotent: the broker that commits second answers with the first's
+offsets), so one broker held up by its object store or its etcd member costs a
+fraction of a second, not its timeout.
 """
 
 from __future__ import annotations
@@ -23,13 +29,18 @@ import logging
 import socket
 import threading
 from collections import deque
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from concurrent.futures import TimeoutError as FutureTimeout
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 from llog.loadtest.routing import Router
 from llog.names import TopicPartition
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class AdaptiveTimeout:
@@ -43,6 +54,7 @@ class AdaptiveTimeout:
         self._seen: deque[float] = deque(maxlen=window)
         self._lock = threading.Lock()
         self._current = ceiling_s
+        self._median: float | None = None
 
     def observe(self, seconds: float) -> None:
         with self._lock:
@@ -51,9 +63,14 @@ class AdaptiveTimeout:
                 ranked = sorted(self._seen)
                 p99 = ranked[min(len(ranked) - 1, int(len(ranked) * 0.99))]
                 self._current = min(self.ceiling_s, max(self.floor_s, self.factor * p99))
+                self._median = ranked[len(ranked) // 2]
 
     def seconds(self) -> float:
         return self._current
+
+    def median(self) -> float | None:
+        """The median latency seen, once :data:`MIN_SEEN` are known."""
+        return self._median
 
 
 class BrokerWatch:
@@ -134,3 +151,66 @@ class BrokerWatch:
             with contextlib.suppress(OSError):
                 s.shutdown(socket.SHUT_RDWR)
                 self.cuts += 1
+
+
+class Hedger:
+    """Runs a request on a pool thread and, if it is not answered within
+    ``factor`` x the median latency (at least ``min_delay_s``), the same request to a
+    second broker too; the first to succeed is the answer."""
+
+    def __init__(self, workers: int, timeouts: AdaptiveTimeout, *, factor: float = 4.0,
+                 min_delay_s: float = 0.25) -> None:
+        self._pool = ThreadPoolExecutor(max(2, workers), thread_name_prefix="llog-hedge")
+        # Attempts running (losers still finishing included): no hedge beyond the pool.
+        self._slots = threading.BoundedSemaphore(max(2, workers))
+        self._timeouts = timeouts
+        self.factor, self.min_delay_s = factor, min_delay_s
+        self.sent = self.won = 0
+
+    def delay(self) -> float | None:
+        median = self._timeouts.median()
+        return None if median is None else max(self.min_delay_s, self.factor * median)
+
+    def send(self, first: str, second: str | None, attempt: Callable[[str], T],
+             abandon: Callable[[str], None]) -> tuple[str, T]:
+        """``(broker, attempt(broker))`` of the first attempt to succeed; the error of the
+        first broker's when none does. ``abandon(broker)`` is called for an attempt still
+        running when the other's answer is taken (its connection is its own now)."""
+        delay = self.delay()
+        if second is None or delay is None or not self._slots.acquire(blocking=False):
+            return first, attempt(first)  # on the caller's thread, as without hedging
+        primary = self._pool.submit(self._holding, attempt, first)
+        try:
+            return first, primary.result(timeout=delay)
+        except FutureTimeout:
+            pass
+        if not self._slots.acquire(blocking=False):
+            return first, primary.result()
+        hedge = self._pool.submit(self._holding, attempt, second)
+        self.sent += 1
+        running: dict[Future[T], str] = {primary: first, hedge: second}
+        failure: BaseException | None = None
+        while running:
+            done, _ = wait(running, return_when=FIRST_COMPLETED)
+            for f in done:
+                broker = running.pop(f)
+                exc = f.exception()
+                if exc is None:
+                    for other in running.values():
+                        abandon(other)
+                    self.won += broker == second
+                    return broker, f.result()
+                if broker == first or failure is None:
+                    failure = exc
+        assert failure is not None
+        raise failure
+
+    def _holding(self, attempt: Callable[[str], T], broker: str) -> T:
+        try:
+            return attempt(broker)
+        finally:
+            self._slots.release()
+
+    def close(self) -> None:
+        self._pool.shutdown(wait=True)
+

@@ -31,7 +31,7 @@ from urllib.parse import urlsplit
 
 from llog.errors import LlogError
 from llog.loadtest import kafka_sender
-from llog.loadtest.broker_watch import AdaptiveTimeout, BrokerWatch
+from llog.loadtest.broker_watch import AdaptiveTimeout, BrokerWatch, Hedger
 from llog.loadtest.generator_state import GeneratorPlan, GeneratorStats
 from llog.loadtest.histogram import Histogram
 from llog.loadtest.routing import NoLiveOwner, Router
@@ -74,6 +74,9 @@ class _Process:
                              revive_after_s=load.revive_after_s)
         self.urls = dict(plan.brokers)
         self.timeouts = AdaptiveTimeout(min(0.5, load.request_timeout_s), load.request_timeout_s)
+        # Each sender thread has at most two attempts of its own running, and a few
+        # hedge losers still finishing.
+        self.hedger = Hedger(4 * load.threads, self.timeouts) if load.hedge else None
         self.watch: BrokerWatch | None = None
         if load.protocol == "http" and load.health_interval_s > 0:
             self.watch = BrokerWatch(self.urls, self.router, plan.partitions,
@@ -108,11 +111,14 @@ class _Process:
         self.stop.set()
         if self.watch is not None:
             self.watch.close()
+        if self.hedger is not None:
+            self.hedger.close()
         elapsed = time.monotonic() - self.t0
         with self.stats.lock:
             self._write_sample()
             summary = {"proc": self.index, "elapsed_s": round(elapsed, 3), **self.stats.snapshot(),
-                       "remaps": self.router.remaps, "hist": self.stats.hist.to_json()}
+                       "remaps": self.router.remaps, "hedges_sent": self.hedger.sent if self.hedger else 0,
+                       "hedges_won": self.hedger.won if self.hedger else 0, "hist": self.stats.hist.to_json()}
         self.acks.close()
         self.samples.close()
         (Path(self.plan.out_dir) / f"client-{self.index}.json").write_text(json.dumps(summary))
@@ -219,8 +225,17 @@ class _Process:
         } for b in group]}).encode()
         self.router.begin(broker)
         t = time.perf_counter()
+        answered_by = broker
         try:
-            status, doc = self._post(broker, body, conns)
+            if self.hedger is None:
+                status, doc = self._post(broker, body, self._connection(broker, conns))
+            else:
+                # The connections are picked here, on this thread; an attempt abandoned
+                # for the other's answer keeps its own, which leaves the cache.
+                picked = {b: self._connection(b, conns) for b in filter(None, (broker, self._hedge_to(broker, group)))}
+                answered_by, (status, doc) = self.hedger.send(
+                    broker, next((b for b in picked if b != broker), None),
+                    lambda b: self._post(b, body, picked[b]), lambda b: _forget(conns, b, picked[b]))
         except (OSError, http.client.HTTPException, ValueError) as exc:
             conn = conns.pop(broker, None)
             if conn is not None:
@@ -233,7 +248,7 @@ class _Process:
             self.router.end(broker)
         ms = (time.perf_counter() - t) * 1000
         self.timeouts.observe(ms / 1000)
-        self.router.answered(broker)
+        self.router.answered(answered_by)
         settled: list[_Batch] = []
         results = doc.get("results") if isinstance(doc, dict) else None
         with self.stats.lock:
@@ -250,7 +265,7 @@ class _Process:
                     if res["end_offset"] - res["start_offset"] + 1 != b.count:
                         self.stats.errors["ack_count_mismatch"] += 1
                     self.acks.write(f"{b.topic}\t{b.partition}\t{res['start_offset']}\t{res['end_offset']}\t"
-                                    f"{b.prefix}\t{b.first}\t{b.sequence}\t{broker}\n")
+                                    f"{b.prefix}\t{b.first}\t{b.sequence}\t{answered_by}\n")
                     self.stats.acked_batches += 1
                     self.stats.acked_records += b.count
                     settled.append(b)
@@ -262,12 +277,21 @@ class _Process:
                     settled.append(b)
         return settled
 
-    def _post(self, broker: str, body: bytes, conns: dict[str, http.client.HTTPConnection]) -> tuple[int, Any]:
+    def _connection(self, broker: str, conns: dict[str, http.client.HTTPConnection]) -> http.client.HTTPConnection:
         conn = conns.get(broker)
-        timeout = self.timeouts.seconds()
         if conn is None:
             u = urlsplit(self.urls[broker])
             conn = conns[broker] = http.client.HTTPConnection(u.hostname or "127.0.0.1", u.port or 80)
+        return conn
+
+    def _hedge_to(self, broker: str, group: list[_Batch]) -> str | None:
+        """Another live broker in every batch's owner set (the first by name), if any."""
+        common = set.intersection(*(set(self.router.owners(b.topic, b.partition)) for b in group)) - {broker}
+        live = [b for b in sorted(common) if self.router.alive(b)]
+        return live[0] if live else None
+
+    def _post(self, broker: str, body: bytes, conn: http.client.HTTPConnection) -> tuple[int, Any]:
+        timeout = self.timeouts.seconds()
         conn.timeout = timeout
         if conn.sock is not None:
             conn.sock.settimeout(timeout)
@@ -289,6 +313,12 @@ class _Process:
                       b.topic, b.partition, b.sequence, b.prefix, b.first, b.count, why)
             self.stats.failed_batches += 1
             self.stats.failed_records += b.count
+
+
+def _forget(conns: dict[str, http.client.HTTPConnection], broker: str, conn: http.client.HTTPConnection) -> None:
+    """An abandoned attempt keeps ``conn``: the next request to ``broker`` opens another."""
+    if conns.get(broker) is conn:
+        del conns[broker]
 
 
 def _process_main(plan: GeneratorPlan, index: int, ready: Any, go: Any, stop: Any) -> None:

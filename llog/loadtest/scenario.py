@@ -67,6 +67,9 @@ class LoadSpec:
     #: and re-sent elsewhere, until it answers again (:class:`BrokerWatch`). 0: no checks.
     health_interval_s: float = 0.25
     health_timeout_s: float = 0.5
+    #: A request not answered within 4 x the median latency (at least 0.25 s) goes to a
+    #: second owner too, and the first answer is taken (:class:`Hedger`).
+    hedge: bool = True
     #: After the run ends, seconds an unacknowledged batch keeps being retried.
     drain_s: float = 20.0
     #: ``http`` (the brokers' HTTP API, idempotent batches routed by ``routing``) or
