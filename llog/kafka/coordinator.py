@@ -224,8 +224,8 @@ class Coordinator:
         if got is None:
             return
         kept, epoch = got
-        if (g is not None and (g.state in (State.PREPARING, State.COMPLETING)
-                                               or g.generation > kept.epoch or member_id in g.members)):
+        if g is not None and (g.state in (State.PREPARING, State.COMPLETING) or g.generation > kept.epoch
+                              or member_id in g.members):
             return
         if g is not None:
             self._drop(g, ErrorCode.REBALANCE_IN_PROGRESS)
