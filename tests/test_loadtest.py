@@ -208,3 +208,31 @@ def test_up_status_down_leave_nothing_running(tmp_path: Path) -> None:
     assert down.returncode == 0, down.stdout + down.stderr
     assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
     assert not (tmp_path / "current").exists()
+
+
+def test_up_and_down_of_a_cluster_in_namespaces_leave_no_namespace_behind(tmp_path: Path) -> None:
+    from llog.nemesis.network import available
+
+    if available() is not None:
+        pytest.fail(f"{available()}: CI runs as root with iproute2 (make test installs it)")
+
+    def llog(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "llog", "loadtest", *args, "--results", str(tmp_path)],
+                              capture_output=True, text=True, timeout=120)
+
+    def namespaces() -> str:
+        return subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
+
+    up = llog("up", str(SCENARIOS / "partitions-ci.toml"))
+    assert up.returncode == 0, up.stderr
+    assert "network 10." in up.stdout
+    net = json.loads((orchestrator.current(tmp_path) / "layout.json").read_text())["network"]
+    ours = [n["netns"] for n in net["nodes"].values() if n["netns"]]
+    try:
+        assert len(ours) == 9 and all(ns in namespaces() for ns in ours)  # 3 etcd, s3, proxy, 3 brokers, compactor
+        status = llog("status")
+        assert all(p["alive"] and p.get("healthy", True) for p in json.loads(status.stdout)["processes"].values())
+    finally:
+        down = llog("down")
+    assert down.returncode == 0, down.stdout + down.stderr
+    assert not any(ns in namespaces() for ns in ours)

@@ -79,8 +79,11 @@ def _up(args: argparse.Namespace) -> int:
     layout = json.loads((run_dir / "layout.json").read_text())
     print(f"cluster up; run directory {run_dir}")
     for name, v in layout.items():
-        if isinstance(v, dict):
+        if isinstance(v, dict) and "pid" in v:
             print(f"  {name}: pid {v['pid']} {v.get('url') or v.get('endpoint', '')}")
+    if layout.get("network"):
+        net = layout["network"]
+        print(f"  network {net['subnet']} on bridge {net['bridge']} (each process in a namespace llog-{net['tag']}-*)")
     print((run_dir / "env.sh").read_text(), end="")
     return 0
 

@@ -406,5 +406,8 @@ def down(root: Path = DEFAULT_RESULTS, timeout: float = 30.0) -> dict[str, bool]
         if _pid_alive(pid):
             os.kill(pid, signal.SIGKILL)
         stopped[name] = not _pid_alive(pid)
+    net = layout.get("network")
+    if net:  # the processes are gone: their namespaces and the bridge can go too
+        Network.remove([n["netns"] for n in net["nodes"].values() if n["netns"]], net["bridge"])
     (root / "current").unlink()
     return stopped

@@ -158,6 +158,16 @@ class Network:
         self._made.clear()
 
     @staticmethod
+    def remove(netns: Iterable[str], bridge: str) -> None:
+        """Remove a network another process made (``llog loadtest down`` after ``up``),
+        by the names its layout recorded; what is already gone is skipped."""
+        for name in netns:
+            with contextlib.suppress(NetworkError):
+                Network._ip("netns", "del", name)
+        with contextlib.suppress(NetworkError):
+            Network._ip("link", "del", bridge)
+
+    @staticmethod
     def _ip(*args: str) -> None:
         try:
             subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=30)
