@@ -136,10 +136,10 @@ class EtcdServer(LocalServer):
         self.name = "etcd" if member == "llog-dev" else f"etcd-{member}"
         self.peer_port = peer_port or free_port()
         port = port or free_port()
-        host = _host(network, self.name)
+        host = node_host(network, self.name)
         self.endpoint = f"{host}:{port}"
         self._args = (workdir, port, member, self.peer_port, initial_cluster, quota_backend_bytes, network)
-        argv = _wrap(network, self.name, [
+        argv = node_argv(network, self.name, [
             etcd_binary(),
             "--name", member,
             "--data-dir", str(workdir / f"{self.name}-data"),
@@ -188,7 +188,7 @@ def etcd_cluster(workdir: Path, members: int, network: Network | None = None) ->
         return [EtcdServer(workdir, network=network)]
     names = [f"m{i}" for i in range(members)]
     peers = [free_port() for _ in names]
-    initial = ",".join(f"{n}=http://{_host(network, f'etcd-{n}')}:{p}" for n, p in zip(names, peers, strict=True))
+    initial = ",".join(f"{n}=http://{node_host(network, f'etcd-{n}')}:{p}" for n, p in zip(names, peers, strict=True))
     return [
         EtcdServer(workdir, member=n, peer_port=p, initial_cluster=initial, network=network)
         for n, p in zip(names, peers, strict=True)
@@ -200,11 +200,13 @@ def etcd_nodes(members: int) -> list[str]:
     return ["etcd"] if members == 1 else [f"etcd-m{i}" for i in range(members)]
 
 
-def _host(network: Network | None, node: str) -> str:
+def node_host(network: Network | None, node: str) -> str:
+    """The address ``node`` listens on: its own in ``network``, else loopback."""
     return "127.0.0.1" if network is None else network.address(node)
 
 
-def _wrap(network: Network | None, node: str, argv: list[str]) -> list[str]:
+def node_argv(network: Network | None, node: str, argv: list[str]) -> list[str]:
+    """``argv`` run in ``node``'s namespace of ``network`` (as is without one)."""
     return argv if network is None else network.wrap(node, argv)
 
 
@@ -215,9 +217,9 @@ class S3Server(LocalServer):
 
     def __init__(self, workdir: Path, port: int | None = None, network: Network | None = None) -> None:
         port = port or free_port()
-        host = _host(network, self.name)
+        host = node_host(network, self.name)
         self.endpoint_url = f"http://{host}:{port}"
-        argv = _wrap(network, self.name, [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)])
+        argv = node_argv(network, self.name, [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)])
         env = dict(os.environ)
         env.setdefault("AWS_ACCESS_KEY_ID", "llog")
         env.setdefault("AWS_SECRET_ACCESS_KEY", "llog-secret")
@@ -241,10 +243,10 @@ class S3ProxyServer(LocalServer):
     def __init__(self, workdir: Path, upstream_url: str, latency: str = "none", seed: int = 0,
                  network: Network | None = None) -> None:
         port = free_port()
-        host = _host(network, self.name)
+        host = node_host(network, self.name)
         self.endpoint_url = f"http://{host}:{port}"
         self.latency = latency
-        argv = _wrap(network, self.name, [
+        argv = node_argv(network, self.name, [
             sys.executable, "-m", "llog.nemesis", "--upstream", upstream_url, "--host", host, "--port", str(port),
             "--latency", latency, "--seed", str(seed)])
         super().__init__(argv, port, workdir)

@@ -244,9 +244,7 @@ class Coordinator:
         if g.completion is not None:
             g.completion.cancel()
         for m in g.members.values():
-            for fut in (m.joining, m.syncing):
-                if fut is not None and not fut.done():
-                    fut.set_exception(GroupError(code))
+            _fail_waits(m, code)
 
     def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
         g, m = self._member(group_id, member_id)
@@ -358,9 +356,7 @@ class Coordinator:
         m = g.members.pop(member_id, None)
         if m is None:
             return
-        for fut in (m.joining, m.syncing):
-            if fut is not None and not fut.done():
-                fut.set_exception(GroupError(ErrorCode.UNKNOWN_MEMBER_ID))
+        _fail_waits(m, ErrorCode.UNKNOWN_MEMBER_ID)
         if g.members:
             self._prepare(g)
             self._maybe_complete(g)
@@ -394,3 +390,10 @@ class Coordinator:
                     if not waiting and now - m.last_seen > m.session_timeout_s:
                         log.info("group %s: member %s timed out", g.group_id, mid)
                         self._remove(g, mid)
+
+
+def _fail_waits(m: Member, code: ErrorCode) -> None:
+    """Answer ``m``'s JoinGroup or SyncGroup still waiting with ``code``."""
+    for fut in (m.joining, m.syncing):
+        if fut is not None and not fut.done():
+            fut.set_exception(GroupError(code))

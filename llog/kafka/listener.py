@@ -93,6 +93,7 @@ class KafkaListener:
             return
         self.context.draining.set()
         if self.registry is not None:
+            self.registry.stop_leading()
             self._deregistering = threading.Thread(target=self.registry.close, name="llog-kafka-deregister",
                                                    daemon=True)
             self._deregistering.start()

@@ -102,6 +102,11 @@ class BrokerRegistry:
         list the keep-alive thread refreshes (no I/O: callers are on the event loop)."""
         return rendezvous(self.live(max_age_s=float("inf")), key)
 
+    def stop_leading(self) -> None:
+        """From now on :meth:`live` (Metadata's leaders, FindCoordinator) leaves this
+        broker out while another is there; :meth:`close` then deregisters it."""
+        self._stop.set()
+
     def close(self) -> None:
         """Deregister (the key goes with its lease, so the other brokers stop naming this
         one at once); once is enough, a second call does nothing."""

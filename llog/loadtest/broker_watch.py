@@ -50,7 +50,7 @@ class AdaptiveTimeout:
     MIN_SEEN = 20
 
     def __init__(self, floor_s: float, ceiling_s: float, *, factor: float = 4.0, window: int = 400) -> None:
-        self.floor_s, self.ceiling_s, self.factor = floor_s, min(max(floor_s, ceiling_s), ceiling_s), factor
+        self.floor_s, self.ceiling_s, self.factor = floor_s, ceiling_s, factor
         self._seen: deque[float] = deque(maxlen=window)
         self._lock = threading.Lock()
         self._current = ceiling_s

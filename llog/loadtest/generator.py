@@ -17,6 +17,7 @@ every interval), ``client-<i>.json`` (the process's totals) and ``generator-<i>.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
 import logging
@@ -296,10 +297,8 @@ class _Process:
         if conn.sock is not None:
             conn.sock.settimeout(timeout)
         conn.request("POST", "/produce", body=body, headers={"content-type": "application/json"})
-        if self.watch is None:
-            resp = conn.getresponse()
-            return resp.status, json.loads(resp.read())
-        with self.watch.sending(broker, conn.sock):  # cut if the broker goes silent meanwhile
+        # Cut if the broker goes silent meanwhile.
+        with contextlib.nullcontext() if self.watch is None else self.watch.sending(broker, conn.sock):
             resp = conn.getresponse()
             return resp.status, json.loads(resp.read())
 

@@ -27,7 +27,7 @@ from typing import Any
 
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.devstack import DevStackError, LocalStack, etcd_nodes, free_port
+from llog.devstack import DevStackError, LocalStack, etcd_nodes, free_port, node_argv, node_host
 from llog.keys import prefix_range_end
 from llog.loadtest.chaos import Chaos, skew_env
 from llog.loadtest.collector import Collector, Target
@@ -97,7 +97,7 @@ class Cluster:
                     Topics(conn).create(t.name, t.partitions)
             py = [sys.executable, "-m", "llog"]
             for i in range(s.cluster.brokers):
-                port, host = free_port(), self._host(f"broker-{i}")
+                port, host = free_port(), node_host(self.network, f"broker-{i}")
                 argv = [*py, "broker", "--host", host, "--port", str(port)]
                 if s.load.protocol == "kafka":  # a fixed port, so a restarted broker keeps its address
                     kafka_port = free_port()
@@ -107,8 +107,9 @@ class Cluster:
             if s.cluster.compactor:
                 port = free_port()
                 self._member("compactor", [
-                    *py, "compactor", "--host", self._host("compactor"), "--port", str(port), "--pass-interval", "1",
-                    "--discovery-interval", "2", "--vacuum-interval", str(s.cluster.vacuum_interval_s),
+                    *py, "compactor", "--host", node_host(self.network, "compactor"), "--port", str(port),
+                    "--pass-interval", "1", "--discovery-interval", "2",
+                    "--vacuum-interval", str(s.cluster.vacuum_interval_s),
                 ], port, LLOG_COMPACT_MIN_AGE_MS=str(s.cluster.compact_min_age_ms),
                     LLOG_VACUUM_GRACE_S=str(s.cluster.vacuum_grace_s))
             for m in self.members.values():
@@ -127,13 +128,8 @@ class Cluster:
         skew = self.scenario.cluster.clock_skew.get(name)
         if skew is not None:
             env = {**env, **skew_env(skew)}
-        if self.network is not None:
-            argv = self.network.wrap(name, argv)
-        self.members[name] = ManagedProcess(name, argv, {**self.env, **env}, port, self.logs / f"{name}.log",
-                                            self._host(name))
-
-    def _host(self, node: str) -> str:
-        return "127.0.0.1" if self.network is None else self.network.address(node)
+        self.members[name] = ManagedProcess(name, node_argv(self.network, name, argv), {**self.env, **env}, port,
+                                            self.logs / f"{name}.log", node_host(self.network, name))
 
     @property
     def brokers(self) -> list[ManagedProcess]:

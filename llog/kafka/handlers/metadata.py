@@ -29,11 +29,8 @@ def metadata(ctx: Context, req: Any) -> MetadataResponse:
     # Fresh: clients ask rarely, and act on the answer. A silent broker stays in the
     # broker list but leads nothing: clients move its partitions to the others, and
     # librdkafka, which retires a broker gone from the list, keeps it to return to.
-    nodes = ctx.registry.registered(max_age_s=0)
-    silent = ctx.registry.silent()
-    if ctx.draining.is_set():
-        silent |= {ctx.registry.node_id}
-    leaders = [n for n in nodes if n.node_id not in silent] or nodes
+    leaders = ctx.registry.live(max_age_s=0)
+    nodes = ctx.registry.registered(max_age_s=float("inf"))  # the list just read
     names = None if req.topics is None else [t.name for t in req.topics]
     if names is None:
         metas: list[tuple[str, int | LlogError]] = [(m.name, m.partitions) for m in Topics(broker.conn).list()]
