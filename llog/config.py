@@ -99,7 +99,7 @@ class LlogConfig:
     #: A WAL blob PUT still unanswered after this quantile of the recent PUTs'
     #: latencies is sent again, the first answer winning (llog/store/hedging.py); 0: never.
     put_hedge_quantile: float = 0.9
-    #: ... while that quantile is at least this many milliseconds (faster stores: no hedging).
+    #: ... but never before this many milliseconds (a faster store's PUT is not worth a second).
     put_hedge_min_ms: float = 20.0
     #: The broker process's first garbage-collector threshold (llog/gc_tuning.py;
     #: Python's is 700); 0 leaves the collector as Python sets it.

@@ -5,9 +5,11 @@ and that resolution reads etcd's history, so it survives compaction anyway."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
@@ -27,6 +29,7 @@ from llog.control import decode_index, now_ms, read_control
 from llog.errors import AmbiguousCommit, CoordinationError, HistoryCompacted
 from llog.etcd import Compare, Op, TxnResult
 from llog.etcd_maintenance import EtcdMaintenance
+from llog.loadtest.chaos import skew_env
 from llog.write.resolution import find_committed
 from tests.conftest import PrivateEtcd, config_env, wait_until
 
@@ -340,3 +343,17 @@ def test_etcd_failing_while_an_unknown_outcome_is_resolved_is_ambiguous(
     assert isinstance(out, llog.AppendFailure)
     assert type(out.error) is AmbiguousCommit, out.error
     assert _values(other, "flaky") == [(0, b"once"), (1, b"next")]
+
+
+
+@pytest.mark.skipif(shutil.which("faketime") is None, reason="needs Debian's faketime (apt-get install faketime)")
+def test_load_test_skewed_process_keeps_its_sleeps_and_monotonic_clock() -> None:
+    """Under the load test's skew (libfaketime, monotonic left true) ``time.sleep`` used
+    to fail with EINVAL, which broke botocore's retry back-off in the skewed broker."""
+    probe = "import time; m = time.monotonic(); time.sleep(0.05); print(time.time(), time.monotonic() - m)"
+    out = subprocess.run([sys.executable, "-c", probe], env={**os.environ, **skew_env("+600s")},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    wall, slept = map(float, out.stdout.split())
+    assert wall - time.time() > 590  # the wall clock is ten minutes ahead
+    assert 0.05 <= slept < 5  # the sleep slept, timed by a true monotonic clock

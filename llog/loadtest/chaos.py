@@ -30,6 +30,7 @@ import time
 import urllib.request
 from collections import Counter
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Protocol
 
 from llog.devstack import EtcdServer, LocalStack, etcd_nodes
@@ -251,11 +252,14 @@ def skew_env(offset: str) -> dict[str, str]:
     """Environment that runs a process with its wall clock ``offset`` off (``"+600s"``,
     ``"-10m"``): Debian's libfaketime preloaded into the process itself (not the
     ``faketime`` wrapper, which forks, so that signals reach the member); its monotonic
-    clock stays true."""
+    clock stays true. A Python process also loads ``faketime_shim/sitecustomize.py``,
+    which keeps ``time.sleep`` working under the preload."""
     libs = sorted(glob.glob("/usr/lib/*/faketime/libfaketimeMT.so.1"))
     if not libs:
         raise LlogError("clock skew needs libfaketime: install Debian's faketime package")
-    return {"LD_PRELOAD": libs[0], "FAKETIME": offset, "FAKETIME_DONT_FAKE_MONOTONIC": "1"}
+    shim = str(Path(__file__).with_name("faketime_shim"))
+    path = os.pathsep.join(filter(None, (shim, os.environ.get("PYTHONPATH"))))
+    return {"LD_PRELOAD": libs[0], "FAKETIME": offset, "FAKETIME_DONT_FAKE_MONOTONIC": "1", "PYTHONPATH": path}
 
 
 __all__ = ["Chaos", "FaultSwitch", "etcd_leader", "skew_env"]

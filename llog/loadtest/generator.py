@@ -250,6 +250,12 @@ class _Process:
         ms = (time.perf_counter() - t) * 1000
         self.timeouts.observe(ms / 1000)
         self.router.answered(answered_by)
+        if answered_by != broker:
+            # Another broker answered while this one sat on the request past the hedge
+            # delay (alive, but cut off from S3, say): out of rotation as if it had
+            # failed, or every round pays a hedge for it and its losers hold the
+            # hedger's slots until none is left to hedge with.
+            self.router.mark_dead(broker, self.plan.partitions)
         settled: list[_Batch] = []
         results = doc.get("results") if isinstance(doc, dict) else None
         with self.stats.lock:
