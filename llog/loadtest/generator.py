@@ -256,6 +256,10 @@ class _Process:
             # failed, or every round pays a hedge for it and its losers hold the
             # hedger's slots until none is left to hedge with.
             self.router.mark_dead(broker, self.plan.partitions)
+        return self._settle(group, status, doc, answered_by, ms)
+
+    def _settle(self, group: list[_Batch], status: int, doc: Any, answered_by: str, ms: float) -> list[_Batch]:
+        """Count a produce answer; returns the batches it settled."""
         settled: list[_Batch] = []
         results = doc.get("results") if isinstance(doc, dict) else None
         with self.stats.lock:
