@@ -56,16 +56,22 @@ def describe_configs(ctx: Context, req: Any) -> DescribeConfigsResponse:
 
 def _topic_configs(ctx: Context, name: str) -> list[tuple[str, str | None, int, int]]:
     meta = ctx.broker.topic(name, create=False, refresh=True)
+    return topic_configs(ctx, meta.retention_ms, meta.retention_bytes)
+
+
+def topic_configs(ctx: Context, retention_ms: int | None,
+                  retention_bytes: int | None) -> list[tuple[str, str | None, int, int]]:
+    """A topic's configs under their Kafka names: ``(name, value, source, type)``."""
     cfg = ctx.broker.config
 
     def limit(value: int | None) -> tuple[str, int]:
         return ("-1", DEFAULT_CONFIG) if value is None else (str(value), TOPIC_CONFIG)
 
-    retention_ms, ms_source = limit(meta.retention_ms)
-    retention_bytes, bytes_source = limit(meta.retention_bytes)
+    ms, ms_source = limit(retention_ms)
+    nbytes, bytes_source = limit(retention_bytes)
     return [
-        ("retention.ms", retention_ms, ms_source, LONG),
-        ("retention.bytes", retention_bytes, bytes_source, LONG),
+        ("retention.ms", ms, ms_source, LONG),
+        ("retention.bytes", nbytes, bytes_source, LONG),
         ("cleanup.policy", "delete", DEFAULT_CONFIG, STRING),  # llog never compacts by key
         ("compression.type", "producer", DEFAULT_CONFIG, STRING),  # batches are stored as produced
         ("message.timestamp.type", "CreateTime", DEFAULT_CONFIG, STRING),

@@ -12,6 +12,7 @@ from kafka.protocol.admin import CreateTopicsResponse
 from llog.errors import LlogError, UnknownTopic
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
+from llog.kafka.handlers.admin import topic_configs
 from llog.topics import Topics
 
 
@@ -19,16 +20,24 @@ def create_topics(ctx: Context, req: Any) -> CreateTopicsResponse:
     R = CreateTopicsResponse
     out = []
     for t in req.topics:
-        code, message, partitions = _create(ctx, t, req.validate_only)
+        retention: dict[str, int] = {}
+        code, message, partitions = _create(ctx, t, req.validate_only, retention)
+        # The created topic's configs (v5+): the Java admin client reads them from every
+        # successful result (a null list there is a NullPointerException in the client).
+        configs = [] if code != ErrorCode.NONE else [
+            R.CreatableTopicResult.CreatableTopicConfigs(name=name, value=value, read_only=True,
+                                                         config_source=source, is_sensitive=False)
+            for name, value, source, _ in topic_configs(ctx, retention.get("retention_ms"),
+                                                        retention.get("retention_bytes"))]
         out.append(R.CreatableTopicResult(name=t.name, error_code=code, error_message=message,
-                                          num_partitions=partitions, replication_factor=1, configs=None))
+                                          num_partitions=partitions, replication_factor=1, configs=configs))
     return R[req.API_VERSION](throttle_time_ms=0, topics=out)
 
 
-def _create(ctx: Context, t: Any, validate_only: bool) -> tuple[int, str | None, int]:
+def _create(ctx: Context, t: Any, validate_only: bool, retention: dict[str, int]) -> tuple[int, str | None, int]:
+    """Create (or only check) topic ``t``; the retention it asks for goes into ``retention``."""
     conn = ctx.broker.conn
     partitions = ctx.broker.config.default_partitions if t.num_partitions == -1 else t.num_partitions
-    retention: dict[str, Any] = {}
     for c in t.configs:
         if c.name == "cleanup.policy" and c.value not in (None, "delete"):
             return ErrorCode.INVALID_CONFIG, f"cleanup.policy={c.value}: llog topics are not compacted by key", -1
@@ -53,7 +62,8 @@ def _create(ctx: Context, t: Any, validate_only: bool) -> tuple[int, str | None,
     if validate_only:
         return ErrorCode.NONE, None, partitions
     try:
-        Topics(conn).create(t.name, partitions, **retention)
+        Topics(conn).create(t.name, partitions, retention_ms=retention.get("retention_ms"),
+                            retention_bytes=retention.get("retention_bytes"))
     except LlogError as exc:
         return error_code(exc), str(exc), -1
     return ErrorCode.NONE, None, partitions

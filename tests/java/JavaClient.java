@@ -1,0 +1,86 @@
+import java.time.Duration;
+import java.util.*;
+import java.util.concurrent.Future;
+import org.apache.kafka.clients.admin.*;
+import org.apache.kafka.clients.consumer.*;
+import org.apache.kafka.clients.producer.*;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
+import org.apache.kafka.common.serialization.*;
+
+/**
+ * The Kafka Java client (kafka-clients) against an llog broker, driven by tests/test_kafka_java.py:
+ * {@code produce|consume|admin BOOTSTRAP ...}, one line of stdout per result.
+ */
+public class JavaClient {
+    public static void main(String[] args) throws Exception {
+        String mode = args[0], bootstrap = args[1];
+        switch (mode) {
+            case "produce" -> produce(bootstrap, args[2], Integer.parseInt(args[3]), args[4], Boolean.parseBoolean(args[5]));
+            case "consume" -> consume(bootstrap, args[2], args[3], Integer.parseInt(args[4]));
+            case "admin" -> admin(bootstrap, args[2], Integer.parseInt(args[3]));
+            default -> throw new IllegalArgumentException(mode);
+        }
+    }
+
+    static void produce(String bootstrap, String topic, int n, String compression, boolean idempotent) throws Exception {
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ProducerConfig.ACKS_CONFIG, "all");
+        p.put(ProducerConfig.COMPRESSION_TYPE_CONFIG, compression);
+        p.put(ProducerConfig.ENABLE_IDEMPOTENCE_CONFIG, Boolean.toString(idempotent));
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        try (Producer<String, String> producer = new KafkaProducer<>(p, new StringSerializer(), new StringSerializer())) {
+            int partitions = producer.partitionsFor(topic).size();
+            List<Future<RecordMetadata>> acks = new ArrayList<>();
+            for (int i = 0; i < n; i++) {
+                ProducerRecord<String, String> r = new ProducerRecord<>(topic, i % partitions, "k" + i, "v" + i);
+                r.headers().add("i", Integer.toString(i).getBytes());
+                acks.add(producer.send(r));
+            }
+            producer.flush();
+            for (int i = 0; i < n; i++) {
+                RecordMetadata m = acks.get(i).get();
+                System.out.println("acked " + i + " " + m.partition() + " " + m.offset());
+            }
+        }
+    }
+
+    static void consume(String bootstrap, String topic, String group, int n) {
+        Properties p = new Properties();
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        try (Consumer<String, String> consumer = new KafkaConsumer<>(p, new StringDeserializer(), new StringDeserializer())) {
+            consumer.subscribe(List.of(topic));
+            int seen = 0;
+            long deadline = System.currentTimeMillis() + 60_000;
+            while (seen < n && System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(500))) {
+                    Header h = r.headers().lastHeader("i");
+                    System.out.println("record " + r.partition() + " " + r.offset() + " " + r.key() + " " + r.value()
+                            + " " + (h == null ? "-" : new String(h.value())));
+                    seen++;
+                }
+            }
+            consumer.commitSync();
+            for (TopicPartition tp : consumer.assignment()) {
+                OffsetAndMetadata c = consumer.committed(Set.of(tp)).get(tp);
+                System.out.println("committed " + tp.partition() + " " + (c == null ? -1 : c.offset()));
+            }
+        }
+    }
+
+    static void admin(String bootstrap, String topic, int partitions) throws Exception {
+        Properties p = new Properties();
+        p.put(AdminClientConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        try (Admin admin = Admin.create(p)) {
+            admin.createTopics(List.of(new NewTopic(topic, partitions, (short) 1))).all().get();
+            System.out.println("cluster " + admin.describeCluster().nodes().get().size() + " nodes");
+            System.out.println("topics " + new TreeSet<>(admin.listTopics().names().get()));
+            TopicDescription d = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic);
+            System.out.println("partitions " + d.partitions().size());
+        }
+    }
+}

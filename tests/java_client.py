@@ -1,0 +1,49 @@
+"""The Kafka Java client for the suite: ``kafka-clients`` from Maven Central, fetched
+with Maven into ``.cache/java`` of this checkout (once; ``make test`` installs Maven and
+a JDK from Debian when missing), and ``tests/java/JavaClient.java`` compiled beside it."""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+SOURCES = Path(__file__).resolve().parent / "java"
+CACHE = Path(__file__).resolve().parent.parent / ".cache" / "java"
+
+
+@functools.cache
+def classpath() -> str:
+    """``kafka-clients`` and its dependencies, and the compiled ``JavaClient``."""
+    for tool in ("mvn", "javac", "java"):
+        if shutil.which(tool) is None:
+            pytest.fail(f"the Java client tests need {tool} (make test installs maven and a JDK from Debian)")
+    lib, classes = CACHE / "lib", CACHE / "classes"
+    pom = SOURCES / "pom.xml"
+    stamp = lib / ".pom"
+    if not stamp.exists() or stamp.read_bytes() != pom.read_bytes():
+        shutil.rmtree(lib, ignore_errors=True)
+        _run(["mvn", "-q", "-B", f"-Dmaven.repo.local={CACHE / 'repo'}", "-f", str(pom),
+              "dependency:copy-dependencies", f"-DoutputDirectory={lib}"], "fetching kafka-clients with Maven")
+        stamp.write_bytes(pom.read_bytes())
+    shutil.rmtree(classes, ignore_errors=True)
+    _run(["javac", "-d", str(classes), "-cp", f"{lib}/*", str(SOURCES / "JavaClient.java")], "compiling JavaClient")
+    return os.pathsep.join((str(classes), f"{lib}/*"))
+
+
+def run(*args: str, timeout: float = 120.0) -> list[str]:
+    """``JavaClient args...``; its stdout lines. A failure fails the test with stderr."""
+    out = _run(["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath(), "JavaClient", *args],
+               f"JavaClient {' '.join(args)}", timeout)
+    return out.splitlines()
+
+
+def _run(argv: list[str], what: str, timeout: float = 600.0) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if proc.returncode != 0:
+        pytest.fail(f"{what} failed ({proc.returncode}):\n{proc.stderr[-4000:]}\n{proc.stdout[-2000:]}")
+    return proc.stdout
