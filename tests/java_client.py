@@ -1,6 +1,7 @@
-"""The Kafka Java client for the suite: ``kafka-clients`` from Maven Central, fetched
-with Maven into ``.cache/java`` of this checkout (once; ``make test`` installs Maven and
-a JDK from Debian when missing), and ``tests/java/JavaClient.java`` compiled beside it."""
+"""The Kafka Java client and Kafka's command-line tools for the suite:
+``kafka-clients`` and ``kafka-tools`` from Maven Central, fetched with Maven into
+``.cache/java`` of this checkout (once; ``make test`` installs Maven and a JDK from
+Debian when missing), and ``tests/java/JavaClient.java`` compiled beside them."""
 
 from __future__ import annotations
 
@@ -37,13 +38,22 @@ def classpath() -> str:
 
 def run(*args: str, timeout: float = 120.0) -> list[str]:
     """``JavaClient args...``; its stdout lines. A failure fails the test with stderr."""
-    out = _run(["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath(), "JavaClient", *args],
-               f"JavaClient {' '.join(args)}", timeout)
-    return out.splitlines()
+    return tool("JavaClient", *args, timeout=timeout).splitlines()
 
 
-def _run(argv: list[str], what: str, timeout: float = 600.0) -> str:
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+def tool(main_class: str, *args: str, stdin: str | None = None, timeout: float = 120.0, check: bool = True) -> str:
+    """Run ``main_class`` (a Kafka tool, ``org.apache.kafka.tools.TopicCommand`` for
+    ``kafka-topics.sh``, say) with ``args``; its stdout, or with ``check=False`` its
+    stdout and stderr together whatever its exit status."""
+    argv = ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath(), main_class, *args]
+    if not check:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=stdin)
+        return proc.stdout + proc.stderr
+    return _run(argv, f"{main_class} {' '.join(args)}", timeout, stdin)
+
+
+def _run(argv: list[str], what: str, timeout: float = 600.0, stdin: str | None = None) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=stdin)
     if proc.returncode != 0:
         pytest.fail(f"{what} failed ({proc.returncode}):\n{proc.stderr[-4000:]}\n{proc.stdout[-2000:]}")
     return proc.stdout

@@ -190,6 +190,10 @@ class GroupOffsets:
                 f"member {fence.owner} does not own it (owner: {describe_owner(owner_kv)})",
             )
 
+    def delete_offset(self, topic: str, partition: int) -> bool:
+        """Forget the committed offset of ``topic/partition``; whether there was one."""
+        return self.conn.etcd.delete_range(self.conn.keys.group_offset(self.group, topic, partition)) > 0
+
     def delete(self) -> int:
         """Forget the whole group (offsets, epoch, members, owners)."""
         prefix = self.conn.keys.group_prefix(self.group)

@@ -14,6 +14,7 @@ from typing import Any
 
 from kafka.protocol.admin import (
     CreateTopicsRequest,
+    DeleteGroupsRequest,
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
@@ -28,6 +29,7 @@ from kafka.protocol.consumer import (
     LeaveGroupRequest,
     ListOffsetsRequest,
     OffsetCommitRequest,
+    OffsetDeleteRequest,
     OffsetFetchRequest,
     SyncGroupRequest,
 )
@@ -45,7 +47,7 @@ from kafka.protocol.sasl import (
 from llog.kafka.api_spec import Api
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode
-from llog.kafka.handlers import admin, fetch, groups, metadata, offsets, produce, producers, topics
+from llog.kafka.handlers import admin, fetch, group_admin, groups, metadata, offsets, produce, producers, topics
 
 __all__ = ["API_BY_KEY", "SASL_AUTHENTICATE", "SASL_HANDSHAKE", "Api", "Context", "unsupported_response"]
 
@@ -76,6 +78,8 @@ API_BY_KEY: dict[int, Api] = {api.request.API_KEY: api for api in (
     Api(DescribeClusterRequest, 0, 2, admin.describe_cluster),
     Api(ListGroupsRequest, 0, 5, admin.list_groups),
     Api(DescribeGroupsRequest, 0, 6, admin.describe_groups),
+    Api(DeleteGroupsRequest, 0, 2, group_admin.delete_groups),
+    Api(OffsetDeleteRequest, 0, 0, group_admin.offset_delete),
     Api(SaslHandshakeRequest, 1, 1, None),  # v0: raw tokens, not served
     Api(SaslAuthenticateRequest, 0, 2, None),
 )}

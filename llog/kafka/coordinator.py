@@ -258,6 +258,16 @@ class Coordinator:
         g, _ = self._member(group_id, member_id)
         self._remove(g, member_id)
 
+    def forget(self, group_id: str) -> bool:
+        """Drop group ``group_id`` when it has no members (DeleteGroups); whether it
+        was known here. A group with members is kept: :meth:`has_members` first."""
+        g = self._groups.get(group_id)
+        if g is None or g.members:
+            return False
+        self._drop(g, ErrorCode.GROUP_ID_NOT_FOUND)
+        del self._groups[group_id]
+        return True
+
     def has_members(self, group_id: str) -> bool:
         """Whether ``group_id`` has live members here (its coordinator)."""
         g = self._groups.get(group_id)

@@ -3,10 +3,11 @@
 and the fixed policies behind it, and a broker's settings that have a Kafka name, all
 read-only: configs change through ``llog topics``), DescribeCluster (the live brokers),
 ListGroups and DescribeGroups (the groups this broker coordinates, as Kafka lists
-them per coordinator)."""
+them per coordinator: live ones, and those with only stored state)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -17,6 +18,7 @@ from kafka.protocol.admin import (
 )
 
 from llog.errors import LlogError
+from llog.groups.offsets import list_groups as stored_groups
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
 
@@ -106,14 +108,29 @@ async def describe_cluster(ctx: Context, req: Any) -> DescribeClusterResponse:
 async def list_groups(ctx: Context, req: Any) -> ListGroupsResponse:
     R = ListGroupsResponse
     version = req.API_VERSION
-    states = set(req.states_filter or []) if version >= 4 else set()
-    types = set(req.types_filter or []) if version >= 5 else set()
+    # Filters match case-insensitively, as Kafka's: the Java admin client asks for the
+    # types "Classic" and "Consumer" (kafka-consumer-groups.sh --list).
+    states = {s.lower() for s in req.states_filter or []} if version >= 4 else set()
+    types = {t.lower() for t in req.types_filter or []} if version >= 5 else set()
+    if types and "classic" not in types:
+        return R[version](throttle_time_ms=0, error_code=0, groups=[])
     listed = []
-    for g in ctx.coordinator.groups():
-        if (states and g.state.value not in states) or (types and "classic" not in types):
-            continue
-        listed.append(R.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "",
-                                    group_state=g.state.value, group_type="classic"))
+    live = ctx.coordinator.groups()
+    for g in live:
+        if not states or g.state.value.lower() in states:
+            listed.append(R.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "",
+                                        group_state=g.state.value, group_type="Classic"))
+    # Groups with only stored state (offsets committed through the SDK, or by members
+    # gone before this broker started), each listed by the broker that coordinates it,
+    # as Kafka lists a group with offsets and no members: Empty, no protocol type.
+    if not states or "empty" in states:
+        names = {g.group_id for g in live}
+        me = ctx.registry.node_id
+        for name in await asyncio.to_thread(stored_groups, ctx.broker.conn):
+            node = ctx.registry.coordinator(name)
+            if name not in names and node is not None and node.node_id == me:
+                listed.append(R.ListedGroup(group_id=name, protocol_type="", group_state="Empty",
+                                            group_type="Classic"))
     return R[version](throttle_time_ms=0, error_code=0, groups=listed)
 
 

@@ -67,7 +67,7 @@ async def find_coordinator(ctx: Context, req: Any) -> FindCoordinatorResponse:
                       port=-1 if node is None else node.port)
 
 
-def _coordinated(ctx: Context, group_id: str) -> None:
+def coordinated(ctx: Context, group_id: str) -> None:
     """Refuse a group this broker does not coordinate: the client finds the right one."""
     try:
         check_group(group_id)
@@ -80,7 +80,7 @@ def _coordinated(ctx: Context, group_id: str) -> None:
 async def join_group(ctx: Context, req: Any) -> JoinGroupResponse:
     R = JoinGroupResponse[req.API_VERSION]
     try:
-        _coordinated(ctx, req.group_id)
+        coordinated(ctx, req.group_id)
         header = req.header
         got = await ctx.coordinator.join(
             req.group_id, req.member_id, getattr(req, "group_instance_id", None), req.protocol_type,
@@ -100,7 +100,7 @@ async def join_group(ctx: Context, req: Any) -> JoinGroupResponse:
 async def sync_group(ctx: Context, req: Any) -> SyncGroupResponse:
     R = SyncGroupResponse[req.API_VERSION]
     try:
-        _coordinated(ctx, req.group_id)
+        coordinated(ctx, req.group_id)
         assignment = await ctx.coordinator.sync(
             req.group_id, req.member_id, req.generation_id, {a.member_id: a.assignment for a in req.assignments})
     except GroupError as exc:
@@ -112,7 +112,7 @@ async def sync_group(ctx: Context, req: Any) -> SyncGroupResponse:
 
 async def heartbeat(ctx: Context, req: Any) -> HeartbeatResponse:
     try:
-        _coordinated(ctx, req.group_id)
+        coordinated(ctx, req.group_id)
         await ctx.coordinator.carry_on(req.group_id, req.member_id, req.generation_id)
         ctx.coordinator.heartbeat(req.group_id, req.member_id, req.generation_id)
     except GroupError as exc:
@@ -127,7 +127,7 @@ async def leave_group(ctx: Context, req: Any) -> LeaveGroupResponse:
     top: int = ErrorCode.NONE
     results = []
     try:
-        _coordinated(ctx, req.group_id)
+        coordinated(ctx, req.group_id)
     except GroupError as exc:
         return R[version](throttle_time_ms=0, error_code=exc.code, members=[])
     for member_id, instance in members:
@@ -147,7 +147,7 @@ async def offset_commit(ctx: Context, req: Any) -> OffsetCommitResponse:
     epoch: GroupEpoch | None = None
     refused: int = ErrorCode.NONE
     try:
-        _coordinated(ctx, req.group_id)
+        coordinated(ctx, req.group_id)
         if generation >= 0 or req.member_id:  # a group member's commit
             await ctx.coordinator.carry_on(req.group_id, req.member_id, generation)
             epoch = ctx.coordinator.check_commit(req.group_id, req.member_id, generation)

@@ -1,0 +1,110 @@
+"""Apache Kafka's own command-line tools (``kafka-tools`` 4.1, the classes behind
+``kafka-topics.sh``, ``kafka-console-producer.sh``, ``kafka-console-consumer.sh``,
+``kafka-consumer-groups.sh`` and ``kafka-get-offsets.sh``) against the Kafka listener,
+on the suite's real etcd and S3 servers, checked against what llog's SDK sees."""
+
+from __future__ import annotations
+
+from llog.connection import Connection
+from llog.groups.offsets import GroupOffsets
+from llog.reader import Reader
+from tests import java_client
+from tests.test_kafka import KafkaBroker, kb_fixture  # noqa: F401 (the fixture kb)
+
+TOPICS = "org.apache.kafka.tools.TopicCommand"
+PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
+CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+OFFSETS = "org.apache.kafka.tools.GetOffsetShell"
+
+
+def _table(out: str) -> list[list[str]]:
+    """The rows under a tool's header line (the one starting with GROUP or TOPIC)."""
+    lines = [line.split() for line in out.splitlines() if line.strip()]
+    start = next(i for i, cols in enumerate(lines) if cols[0] in ("GROUP", "TOPIC"))
+    return lines[start + 1:]
+
+
+def test_topics_producer_consumer_and_offsets(kb: KafkaBroker, conn: Connection) -> None:
+    b = kb.bootstrap
+    assert "Created topic tools." in java_client.tool(TOPICS, "--bootstrap-server", b, "--create", "--topic", "tools",
+                                                      "--partitions", "3")
+    assert conn.topic("tools", refresh=True).partitions == 3
+    assert "tools" in java_client.tool(TOPICS, "--bootstrap-server", b, "--list").split()
+    described = java_client.tool(TOPICS, "--bootstrap-server", b, "--describe", "--topic", "tools")
+    assert "PartitionCount: 3" in described
+    assert sum("Partition:" in line for line in described.splitlines()) == 3
+
+    lines = [f"key-{i}:value-{i}" for i in range(60)]
+    java_client.tool(PRODUCER, "--bootstrap-server", b, "--topic", "tools", "--property", "parse.key=true",
+                     "--property", "key.separator=:", stdin="\n".join(lines) + "\n")
+    with Reader(conn) as r:
+        stored = {(rec.key, rec.value) for p in range(3) for rec in r.scan("tools", p, 0)}
+    assert stored == {(f"key-{i}".encode(), f"value-{i}".encode()) for i in range(60)}
+
+    ends = java_client.tool(OFFSETS, "--bootstrap-server", b, "--topic", "tools").split()
+    with Reader(conn) as r:
+        assert sorted(ends) == sorted(f"tools:{p}:{r.high_watermark('tools', p)[1]}" for p in range(3))
+    assert sum(int(e.rsplit(":", 1)[1]) for e in ends) == 60
+
+    consumed = java_client.tool(CONSUMER, "--bootstrap-server", b, "--topic", "tools", "--from-beginning",
+                                "--group", "tools-readers", "--max-messages", "60", "--timeout-ms", "30000",
+                                "--property", "print.key=true", "--property", "key.separator=:")
+    assert sorted(consumed.split()) == sorted(lines)
+
+
+def test_consumer_groups_list_describe_reset_and_delete(kb: KafkaBroker, conn: Connection) -> None:
+    b = kb.bootstrap
+    java_client.tool(TOPICS, "--bootstrap-server", b, "--create", "--topic", "grouped", "--partitions", "2")
+    java_client.tool(PRODUCER, "--bootstrap-server", b, "--topic", "grouped",
+                     stdin="".join(f"v{i}\n" for i in range(40)))
+    java_client.tool(CONSUMER, "--bootstrap-server", b, "--topic", "grouped", "--from-beginning", "--group", "g",
+                     "--max-messages", "40", "--timeout-ms", "30000")
+    with Reader(conn) as r:
+        ends = {p: r.high_watermark("grouped", p)[1] for p in range(2)}
+    assert sum(ends.values()) == 40
+
+    assert "g" in java_client.tool(GROUPS, "--bootstrap-server", b, "--list").split()
+    rows = _table(java_client.tool(GROUPS, "--bootstrap-server", b, "--describe", "--group", "g"))
+    # GROUP TOPIC PARTITION CURRENT-OFFSET LOG-END-OFFSET LAG ...: read to the end, no lag
+    assert sorted((int(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows) == [
+        (p, ends[p], ends[p], 0) for p in range(2)]
+
+    java_client.tool(GROUPS, "--bootstrap-server", b, "--group", "g", "--topic", "grouped", "--reset-offsets",
+                     "--to-earliest", "--execute")
+    offsets = GroupOffsets(conn, "g")
+    assert [c.offset if (c := offsets.get("grouped", p)) else None for p in range(2)] == [0, 0]
+
+    deleted = java_client.tool(GROUPS, "--bootstrap-server", b, "--group", "g", "--topic", "grouped:0",
+                               "--delete-offsets")
+    assert ["grouped", "0", "Successful"] in _table(deleted)
+    assert offsets.get("grouped", 0) is None and offsets.get("grouped", 1) is not None
+
+    assert "was successful" in java_client.tool(GROUPS, "--bootstrap-server", b, "--delete", "--group", "g")
+    assert offsets.all() == []
+    assert "g" not in java_client.tool(GROUPS, "--bootstrap-server", b, "--list").split()
+    again = java_client.tool(GROUPS, "--bootstrap-server", b, "--delete", "--group", "g", check=False)
+    assert "GroupIdNotFoundException" in again
+
+
+def test_a_group_with_live_members_is_not_deleted(kb: KafkaBroker, conn: Connection) -> None:
+    """DeleteGroups refuses while a member is in the group (Kafka's NON_EMPTY_GROUP),
+    and OffsetDelete too (GROUP_SUBSCRIBED_TO_TOPIC); the member's offsets stay."""
+    from kafka import KafkaConsumer
+
+    java_client.tool(TOPICS, "--bootstrap-server", kb.bootstrap, "--create", "--topic", "busy", "--partitions", "1")
+    consumer = KafkaConsumer("busy", bootstrap_servers=kb.bootstrap, group_id="busy-group",
+                             auto_offset_reset="earliest", enable_auto_commit=False)
+    try:
+        while not consumer.assignment():
+            consumer.poll(timeout_ms=200)
+        consumer.commit()
+        out = java_client.tool(GROUPS, "--bootstrap-server", kb.bootstrap, "--delete", "--group", "busy-group",
+                               check=False)
+        assert "GroupNotEmptyException" in out
+        out = java_client.tool(GROUPS, "--bootstrap-server", kb.bootstrap, "--group", "busy-group", "--topic",
+                               "busy", "--delete-offsets", check=False)
+        assert "GroupSubscribedToTopicException" in out
+        assert GroupOffsets(conn, "busy-group").get("busy", 0) is not None
+    finally:
+        consumer.close()
