@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from enum import Enum
 
 from llog.codec.etcd_values import (
     COMPACTED,
@@ -23,6 +24,15 @@ from llog.errors import CasConflict, CorruptMetadata, InvalidInput, TopicConflic
 from llog.etcd import Get, Put, absent, mod_revision_is
 from llog.keys import prefix_range_end
 from llog.names import MAX_PARTITIONS, check_topic
+
+
+class Unchanged(Enum):
+    """A setting :meth:`Topics.set_retention` leaves as it is."""
+
+    UNCHANGED = "unchanged"
+
+
+UNCHANGED = Unchanged.UNCHANGED
 
 
 @dataclass(frozen=True)
@@ -124,6 +134,23 @@ class Topics:
         def change(m: TopicMeta) -> TopicMeta:
             fmt = "parquet" if table is not None else m.compacted_format
             return replace(m, table=table, compacted_format=fmt)
+        return self._alter(name, change)
+
+    def set_retention(
+        self, name: str, *, retention_ms: int | Unchanged | None = UNCHANGED,
+        retention_bytes: int | Unchanged | None = UNCHANGED,
+    ) -> TopicMeta:
+        """Change a topic's retention (``None``: unlimited; a limit left out stays as
+        it is). The compactor applies it from its next retention pass, which reads the
+        topic's definition afresh."""
+        for label, v in (("retention_ms", retention_ms), ("retention_bytes", retention_bytes)):
+            if v is not None and v is not UNCHANGED and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+                raise InvalidInput(f"{label} must be a positive int or None, got {v!r}")
+
+        def change(m: TopicMeta) -> TopicMeta:
+            return replace(m, retention_ms=m.retention_ms if isinstance(retention_ms, Unchanged) else retention_ms,
+                           retention_bytes=m.retention_bytes if isinstance(retention_bytes, Unchanged)
+                           else retention_bytes)
         return self._alter(name, change)
 
     def _alter(self, name: str, change: Callable[[TopicMeta], TopicMeta]) -> TopicMeta:

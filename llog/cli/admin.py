@@ -10,7 +10,7 @@ from llog.cli.common import connection_from_args, print_json
 from llog.connection import Connection
 from llog.errors import InvalidInput, LlogError
 from llog.table import TableCatalog, sync_table
-from llog.topics import Topics
+from llog.topics import UNCHANGED, Topics
 
 
 def register(subparsers: Any) -> None:
@@ -31,8 +31,12 @@ def register(subparsers: Any) -> None:
                         "parquet; catalog: LLOG_ICEBERG_CATALOG_URI)")
     p.set_defaults(func=_create)
 
-    p = tsub.add_parser("alter", help="change a topic's compacted format or table (from its next compaction on)")
+    p = tsub.add_parser("alter", help="change a topic's retention, compacted format or table")
     p.add_argument("topic", type=values.topic)
+    p.add_argument("--retention-ms", type=values.limit, default=UNCHANGED,
+                   help="drop records older than this; none: keep them (from the compactor's next retention pass)")
+    p.add_argument("--retention-bytes", type=values.limit, default=UNCHANGED,
+                   help="keep at most about this many bytes per partition; none: no limit")
     p.add_argument("--compacted-format", choices=FORMATS)
     p.add_argument("--table", choices=("iceberg", "none"),
                    help="iceberg: start an Iceberg table of the compacted Parquet files; none: stop and drop it "
@@ -72,10 +76,16 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _alter(args: argparse.Namespace) -> int:
-    if args.compacted_format is None and args.table is None:
-        raise InvalidInput("give --compacted-format, --table or both")
+    retention = args.retention_ms is not UNCHANGED or args.retention_bytes is not UNCHANGED
+    if args.compacted_format is None and args.table is None and not retention:
+        raise InvalidInput("give --retention-ms, --retention-bytes, --compacted-format or --table")
     with connection_from_args(args) as conn:
         topics = Topics(conn)
+        if retention:
+            meta = topics.set_retention(args.topic, retention_ms=args.retention_ms,
+                                        retention_bytes=args.retention_bytes)
+            print(f"topic {meta.name}: retention {_limit(meta.retention_ms, 'ms')}, "
+                  f"{_limit(meta.retention_bytes, 'bytes')} per partition (from the next retention pass)")
         if args.table == "none":
             meta = topics.set_table(args.topic, None)
             with TableCatalog(conn) as tables:
@@ -87,9 +97,14 @@ def _alter(args: argparse.Namespace) -> int:
             print(f"topic {meta.name}: {meta.table} table from the next sync on")
         if args.compacted_format is not None:
             meta = topics.set_compacted_format(args.topic, _format(args.compacted_format))
-    print(f"topic {meta.name}: compacted ranges are written as {meta.compacted_format or 'bytes-batch-v1'} "
-          "from the next compaction on")
+    if args.compacted_format is not None or args.table is not None:
+        print(f"topic {meta.name}: compacted ranges are written as {meta.compacted_format or 'bytes-batch-v1'} "
+              "from the next compaction on")
     return 0
+
+
+def _limit(value: int | None, unit: str) -> str:
+    return f"no {unit} limit" if value is None else f"{value} {unit}"
 
 
 #: ``--compacted-format`` choices; the first is the default (stored as no value).

@@ -41,6 +41,11 @@ def positive_int(text: str) -> int:
     return value
 
 
+def limit(text: str) -> int | None:
+    """A positive integer, or ``none`` (no limit)."""
+    return None if text.strip().lower() == "none" else positive_int(text)
+
+
 def non_negative_int(text: str) -> int:
     """An integer >= 0."""
     value = _int(text, "an integer >= 0")

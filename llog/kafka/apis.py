@@ -13,11 +13,13 @@ from collections.abc import Awaitable
 from typing import Any
 
 from kafka.protocol.admin import (
+    AlterConfigsRequest,
     CreateTopicsRequest,
     DeleteGroupsRequest,
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    IncrementalAlterConfigsRequest,
     ListGroupsRequest,
 )
 from kafka.protocol.api_header import ResponseClassRegistry
@@ -47,7 +49,18 @@ from kafka.protocol.sasl import (
 from llog.kafka.api_spec import Api
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode
-from llog.kafka.handlers import admin, fetch, group_admin, groups, metadata, offsets, produce, producers, topics
+from llog.kafka.handlers import (
+    admin,
+    configs,
+    fetch,
+    group_admin,
+    groups,
+    metadata,
+    offsets,
+    produce,
+    producers,
+    topics,
+)
 
 __all__ = ["API_BY_KEY", "SASL_AUTHENTICATE", "SASL_HANDSHAKE", "Api", "Context", "unsupported_response"]
 
@@ -75,6 +88,8 @@ API_BY_KEY: dict[int, Api] = {api.request.API_KEY: api for api in (
     Api(OffsetCommitRequest, 2, 8, groups.offset_commit),
     Api(OffsetFetchRequest, 1, 7, groups.offset_fetch, runs="blocking"),
     Api(DescribeConfigsRequest, 1, 4, admin.describe_configs, runs="blocking"),
+    Api(AlterConfigsRequest, 0, 2, configs.alter_configs, runs="blocking"),
+    Api(IncrementalAlterConfigsRequest, 0, 1, configs.incremental_alter_configs, runs="blocking"),
     Api(DescribeClusterRequest, 0, 2, admin.describe_cluster),
     Api(ListGroupsRequest, 0, 5, admin.list_groups),
     Api(DescribeGroupsRequest, 0, 6, admin.describe_groups),

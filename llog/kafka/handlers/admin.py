@@ -1,7 +1,7 @@
 """What admin tools ask about (confluent-kafka's ``AdminClient``, kafka-python's
 ``KafkaAdminClient``, ``kafka-consumer-groups``): DescribeConfigs (a topic's retention
 and the fixed policies behind it, and a broker's settings that have a Kafka name, all
-read-only: configs change through ``llog topics``), DescribeCluster (the live brokers),
+read-only but a topic's retention, which AlterConfigs changes), DescribeCluster (the live brokers),
 ListGroups and DescribeGroups (the groups this broker coordinates, as Kafka lists
 them per coordinator: live ones, and those with only stored state)."""
 
@@ -28,6 +28,9 @@ TOPIC_CONFIG = 1  # ConfigSource: set on the topic
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 STRING, INT, LONG = 2, 3, 5  # ConfigType (v3+)
+#: The topic configs llog keeps per topic (AlterConfigs changes them; the rest are
+#: read-only), by Kafka name, and the field of llog's topic definition.
+ALTERABLE = {"retention.ms": "retention_ms", "retention.bytes": "retention_bytes"}
 
 
 def describe_configs(ctx: Context, req: Any) -> DescribeConfigsResponse:
@@ -50,7 +53,8 @@ def describe_configs(ctx: Context, req: Any) -> DescribeConfigsResponse:
         results.append(R.DescribeConfigsResult(
             error_code=code, error_message=message, resource_type=res.resource_type, resource_name=res.resource_name,
             configs=[R.DescribeConfigsResult.DescribeConfigsResourceResult(
-                name=name, value=value, read_only=True, config_source=source, is_default=source == DEFAULT_CONFIG,
+                name=name, value=value, read_only=res.resource_type != TOPIC_RESOURCE or name not in ALTERABLE,
+                config_source=source, is_default=source == DEFAULT_CONFIG,
                 is_sensitive=False, synonyms=[], config_type=kind, documentation=None)
                 for name, value, source, kind in configs if wanted is None or name in wanted]))
     return R[req.API_VERSION](throttle_time_ms=0, results=results)

@@ -12,7 +12,7 @@ from kafka.protocol.admin import CreateTopicsResponse
 from llog.errors import LlogError, UnknownTopic
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
-from llog.kafka.handlers.admin import topic_configs
+from llog.kafka.handlers.admin import ALTERABLE, topic_configs
 from llog.topics import Topics
 
 
@@ -25,7 +25,7 @@ def create_topics(ctx: Context, req: Any) -> CreateTopicsResponse:
         # The created topic's configs (v5+): the Java admin client reads them from every
         # successful result (a null list there is a NullPointerException in the client).
         configs = [] if code != ErrorCode.NONE else [
-            R.CreatableTopicResult.CreatableTopicConfigs(name=name, value=value, read_only=True,
+            R.CreatableTopicResult.CreatableTopicConfigs(name=name, value=value, read_only=name not in ALTERABLE,
                                                          config_source=source, is_sensitive=False)
             for name, value, source, _ in topic_configs(ctx, retention.get("retention_ms"),
                                                         retention.get("retention_bytes"))]
