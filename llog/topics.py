@@ -136,6 +136,24 @@ class Topics:
             return replace(m, table=table, compacted_format=fmt)
         return self._alter(name, change)
 
+    def add_partitions(self, name: str, partitions: int) -> TopicMeta:
+        """Grow ``name`` to ``partitions`` partitions (never fewer: records in a
+        partition cannot move). New partitions start empty at offset 0; writers and
+        readers find them when they next read the topic's definition, which they do on
+        meeting a partition they do not know. Records given by key may map to another
+        partition from then on, as in Kafka."""
+        if isinstance(partitions, bool) or not isinstance(partitions, int) or not (
+            0 < partitions <= MAX_PARTITIONS
+        ):
+            raise InvalidInput(f"partitions must be an int in [1, {MAX_PARTITIONS}], got {partitions!r}")
+
+        def change(m: TopicMeta) -> TopicMeta:
+            if partitions <= m.partitions:
+                raise InvalidInput(f"topic {name!r} has {m.partitions} partitions: a topic only grows, "
+                                   f"so not to {partitions}")
+            return replace(m, partitions=partitions)
+        return self._alter(name, change)
+
     def set_retention(
         self, name: str, *, retention_ms: int | Unchanged | None = UNCHANGED,
         retention_bytes: int | Unchanged | None = UNCHANGED,

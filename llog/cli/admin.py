@@ -31,8 +31,10 @@ def register(subparsers: Any) -> None:
                         "parquet; catalog: LLOG_ICEBERG_CATALOG_URI)")
     p.set_defaults(func=_create)
 
-    p = tsub.add_parser("alter", help="change a topic's retention, compacted format or table")
+    p = tsub.add_parser("alter", help="grow a topic; change its retention, compacted format or table")
     p.add_argument("topic", type=values.topic)
+    p.add_argument("-p", "--partitions", type=values.partition_count,
+                   help="grow to this many partitions (never fewer; keyed records may map elsewhere after)")
     p.add_argument("--retention-ms", type=values.limit, default=UNCHANGED,
                    help="drop records older than this; none: keep them (from the compactor's next retention pass)")
     p.add_argument("--retention-bytes", type=values.limit, default=UNCHANGED,
@@ -77,10 +79,13 @@ def _create(args: argparse.Namespace) -> int:
 
 def _alter(args: argparse.Namespace) -> int:
     retention = args.retention_ms is not UNCHANGED or args.retention_bytes is not UNCHANGED
-    if args.compacted_format is None and args.table is None and not retention:
-        raise InvalidInput("give --retention-ms, --retention-bytes, --compacted-format or --table")
+    if args.compacted_format is None and args.table is None and not retention and args.partitions is None:
+        raise InvalidInput("give --partitions, --retention-ms, --retention-bytes, --compacted-format or --table")
     with connection_from_args(args) as conn:
         topics = Topics(conn)
+        if args.partitions is not None:
+            meta = topics.add_partitions(args.topic, args.partitions)
+            print(f"topic {meta.name}: {meta.partitions} partitions")
         if retention:
             meta = topics.set_retention(args.topic, retention_ms=args.retention_ms,
                                         retention_bytes=args.retention_bytes)

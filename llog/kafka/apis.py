@@ -14,6 +14,7 @@ from typing import Any
 
 from kafka.protocol.admin import (
     AlterConfigsRequest,
+    CreatePartitionsRequest,
     CreateTopicsRequest,
     DeleteGroupsRequest,
     DescribeClusterRequest,
@@ -79,6 +80,7 @@ API_BY_KEY: dict[int, Api] = {api.request.API_KEY: api for api in (
     Api(MetadataRequest, 1, 12, metadata.metadata, runs="blocking"),
     Api(ApiVersionsRequest, 0, 3, _api_versions),
     Api(CreateTopicsRequest, 2, 6, topics.create_topics, runs="blocking"),
+    Api(CreatePartitionsRequest, 0, 3, topics.create_partitions, runs="blocking"),
     Api(InitProducerIdRequest, 0, 4, producers.init_producer_id, runs="blocking"),
     Api(FindCoordinatorRequest, 0, 4, groups.find_coordinator),
     Api(JoinGroupRequest, 0, 9, groups.join_group),

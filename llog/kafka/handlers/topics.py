@@ -1,18 +1,19 @@
 """CreateTopics: llog topics with the partition count asked for (the replication
 factor is the object store's business: any value is accepted), ``retention.ms`` and
 ``retention.bytes`` mapped onto llog's retention; ``cleanup.policy=compact`` refused,
-as llog does not compact by key."""
+as llog does not compact by key. CreatePartitions: a topic grows."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kafka.protocol.admin import CreateTopicsResponse
+from kafka.protocol.admin import CreatePartitionsResponse, CreateTopicsResponse
 
-from llog.errors import LlogError, UnknownTopic
+from llog.errors import InvalidInput, LlogError, UnknownTopic
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
 from llog.kafka.handlers.admin import ALTERABLE, topic_configs
+from llog.names import MAX_PARTITIONS
 from llog.topics import Topics
 
 
@@ -67,3 +68,36 @@ def _create(ctx: Context, t: Any, validate_only: bool, retention: dict[str, int]
     except LlogError as exc:
         return error_code(exc), str(exc), -1
     return ErrorCode.NONE, None, partitions
+
+
+def create_partitions(ctx: Context, req: Any) -> CreatePartitionsResponse:
+    """CreatePartitions (``kafka-topics.sh --alter --partitions N``): a topic grows to
+    the count asked for (:meth:`llog.topics.Topics.add_partitions`)."""
+    R = CreatePartitionsResponse
+    results = []
+    for t in req.topics:
+        code, message = _grow(ctx, t, req.validate_only)
+        results.append(R.CreatePartitionsTopicResult(name=t.name, error_code=code, error_message=message))
+    return R[req.API_VERSION](throttle_time_ms=0, results=results)
+
+
+def _grow(ctx: Context, t: Any, validate_only: bool) -> tuple[int, str | None]:
+    if t.assignments:
+        return ErrorCode.INVALID_REQUEST, "replica assignments do not apply: every broker serves every partition"
+    try:
+        now = ctx.broker.topic(t.name, create=False, refresh=True).partitions
+    except LlogError as exc:
+        return error_code(exc), str(exc)
+    if not now < t.count <= MAX_PARTITIONS:
+        return ErrorCode.INVALID_PARTITIONS, (
+            f"topic {t.name!r} has {now} partitions: it can grow to at most {MAX_PARTITIONS}, never shrink"
+            if t.count > now else f"topic {t.name!r} has {now} partitions, not fewer than {t.count}")
+    if validate_only:
+        return ErrorCode.NONE, None
+    try:
+        Topics(ctx.broker.conn).add_partitions(t.name, t.count)
+    except InvalidInput as exc:  # another client grew it meanwhile
+        return ErrorCode.INVALID_PARTITIONS, str(exc)
+    except LlogError as exc:
+        return error_code(exc), str(exc)
+    return ErrorCode.NONE, None
