@@ -1,6 +1,7 @@
 """Apache Kafka's own command-line tools (``kafka-tools`` 4.1, the classes behind
 ``kafka-topics.sh``, ``kafka-console-producer.sh``, ``kafka-console-consumer.sh``,
-``kafka-consumer-groups.sh`` and ``kafka-get-offsets.sh``) against the Kafka listener,
+``kafka-consumer-groups.sh``, ``kafka-get-offsets.sh`` and ``kafka-configs.sh``)
+against the Kafka listener,
 on the suite's real etcd and S3 servers, checked against what llog's SDK sees."""
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
 CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 OFFSETS = "org.apache.kafka.tools.GetOffsetShell"
+CONFIGS = "kafka.admin.ConfigCommand"
 
 
 def _table(out: str) -> list[list[str]]:
@@ -108,3 +110,20 @@ def test_a_group_with_live_members_is_not_deleted(kb: KafkaBroker, conn: Connect
         assert GroupOffsets(conn, "busy-group").get("busy", 0) is not None
     finally:
         consumer.close()
+
+
+def test_kafka_configs_alters_retention_and_refuses_compaction(kb: KafkaBroker, conn: Connection) -> None:
+    b = kb.bootstrap
+    java_client.tool(TOPICS, "--bootstrap-server", b, "--create", "--topic", "cfg", "--partitions", "1")
+    topic = ("--bootstrap-server", b, "--entity-type", "topics", "--entity-name", "cfg")
+    java_client.tool(CONFIGS, *topic, "--alter", "--add-config", "retention.ms=3600000,retention.bytes=5000000")
+    meta = conn.topic("cfg", refresh=True)
+    assert (meta.retention_ms, meta.retention_bytes) == (3_600_000, 5_000_000)
+    assert "retention.ms=3600000" in java_client.tool(CONFIGS, *topic, "--describe")
+    java_client.tool(CONFIGS, *topic, "--alter", "--delete-config", "retention.ms")
+    meta = conn.topic("cfg", refresh=True)
+    assert (meta.retention_ms, meta.retention_bytes) == (None, 5_000_000)
+    refused = java_client.tool(CONFIGS, *topic, "--alter", "--add-config", "cleanup.policy=compact", check=False)
+    assert "InvalidConfigurationException" in refused
+    every = java_client.tool(CONFIGS, *topic, "--describe", "--all")
+    assert "cleanup.policy=delete" in every and "retention.bytes=5000000" in every
