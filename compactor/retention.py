@@ -5,7 +5,8 @@ older than that (record time, as Kafka does) or whose index key was last written
 ago than that (commit time, judged by etcd revision on the compactor's clock,
 :mod:`compactor.revision_clock`): a record timestamp in the future cannot pin the log.
 ``retention_bytes`` drops leading entries while the partition's
-slices (index entries plus the pending) add up to more than that. Whole entries only:
+slices (index entries plus the pending) still add up to at least that without them
+(Kafka's rule: the log keeps at least ``retention_bytes``, never less). Whole entries only:
 ``log_start_offset`` moves to the start of the first entry kept. One transaction
 advances ``log_start_offset`` in ``meta/control``, deletes the index keys below it and
 lifts the compaction cursor to it, guarded by the control's and cursor's
@@ -57,7 +58,8 @@ def retention_cut(
 ) -> int:
     """How many leading entries expire. ``entries`` are ``(end_offset, byte_length,
     max_timestamp, mod_revision)`` in offset order; ``pending_bytes`` is the pending
-    slice (never dropped, but it counts toward the size). By time, an entry expires if
+    slice (never dropped, but it counts toward the size). By size, an entry expires if
+    the slices after it add up to at least ``retention_bytes``. By time, an entry expires if
     its newest record is older than ``now_ms - retention_ms`` or its index key's
     ``mod_revision`` is at most ``expired_revision`` (written at least ``retention_ms``
     ago)."""
@@ -69,8 +71,10 @@ def retention_cut(
             by_time += 1
     by_size = 0
     if retention_bytes is not None:
+        # Kafka's rule: an entry goes only if what remains is still at least the limit,
+        # so a limit smaller than the newest compacted file never empties the partition.
         total = pending_bytes + sum(e[1] for e in entries)
-        while by_size < len(entries) and total > retention_bytes:
+        while by_size < len(entries) and total - entries[by_size][1] >= retention_bytes:
             total -= entries[by_size][1]
             by_size += 1
     return max(by_time, by_size)

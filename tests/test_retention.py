@@ -47,11 +47,16 @@ def test_retention_cut_counts_whole_entries() -> None:
         )
 
     assert cut() == 0
-    assert cut(size=250) == 2
-    assert cut(pending=60, size=250) == 3  # the pending counts toward the size
+    # Kafka's rule: an entry goes only while what remains is still at least the limit.
+    assert cut(size=250) == 1  # 300 remain after one, 200 (< 250) after two
+    assert cut(size=200) == 2
+    assert cut(pending=60, size=250) == 2  # the pending counts toward the size
+    assert cut(size=50) == 3  # the newest entry stays whatever the limit
+    assert cut(pending=60, size=50) == 4  # ... unless the pending alone meets it
     assert cut(ms=75) == 2  # entries whose newest record is older than 100 - 75
     assert cut(ms=1) == 4
-    assert cut(ms=75, size=150) == 3  # whichever drops more
+    assert cut(ms=75, size=150) == 2  # whichever drops more
+    assert cut(ms=1, size=150) == 4
     # Committed at or before the expired revision: gone whatever the record time says.
     assert cut(ms=1000, rev=6) == 2
     assert cut(ms=75, rev=7) == 3
@@ -69,27 +74,28 @@ def test_size_retention_moves_log_start_and_leaves_blobs_to_vacuum(rconn: llog.C
     # Offsets 0..10: entries end at 0,1,2,3,4,6,7,8,9,10 (the 6th append holds two records).
     assert _index_ends(conn) == [0, 1, 2, 3, 4, 6, 7, 8, 9, 10]
     res = apply_retention(conn, TOPIC, 0)
-    # The last three single-record slices fit in 3.5 slices' bytes; the log starts at 8.
-    assert (res.old_start, res.new_start, res.index_keys) == (0, 8, 7)
-    assert _index_ends(conn) == [8, 9, 10]
-    assert read_control(conn, TOPIC, 0).control.log_start_offset == 8
-    assert read_cursor(conn, TOPIC, 0)[0] == 8
+    # Kafka's rule: entries go while what remains is still at least 3.5 slices' bytes.
+    # Four single-record slices remain (three would be less); the log starts at 7.
+    assert (res.old_start, res.new_start, res.index_keys) == (0, 7, 6)
+    assert _index_ends(conn) == [7, 8, 9, 10]
+    assert read_control(conn, TOPIC, 0).control.log_start_offset == 7
+    assert read_cursor(conn, TOPIC, 0)[0] == 7
     with llog.Reader(conn) as r:
         with pytest.raises(llog.OffsetOutOfRange):
-            r.read(TOPIC, 0, 7)
+            r.read(TOPIC, 0, 6)
         with pytest.raises(llog.OffsetOutOfRange):
             list(r.scan(TOPIC, 0, 0))
-        assert [c.offset for c in r.scan(TOPIC, 0, 8)] == [8, 9, 10]
-        assert r.high_watermark(TOPIC, 0) == (8, 11)
+        assert [c.offset for c in r.scan(TOPIC, 0, 7)] == [7, 8, 9, 10]
+        assert r.high_watermark(TOPIC, 0) == (7, 11)
     assert {o.key for o in conn.store.list(conn.keys.wal_prefix())} == objects  # blobs stay
-    assert apply_retention(conn, TOPIC, 0).new_start == 8  # nothing more to drop
+    assert apply_retention(conn, TOPIC, 0).new_start == 7  # nothing more to drop
     report = vacuum(conn, grace_s=0)
-    assert len(report.deleted) == 7
+    assert len(report.deleted) == 6
     with llog.Reader(conn) as r:
-        assert [c.offset for c in r.scan(TOPIC, 0, 8)] == [8, 9, 10]
+        assert [c.offset for c in r.scan(TOPIC, 0, 7)] == [7, 8, 9, 10]
     # Compaction starts at the new log start.
     res2 = compact_once(conn, TOPIC, 0)
-    assert res2.record is not None and (res2.record.start_offset, res2.record.end_offset) == (8, 10)
+    assert res2.record is not None and (res2.record.start_offset, res2.record.end_offset) == (7, 10)
 
 
 def test_time_retention_drops_entries_whose_records_are_all_old(rconn: llog.Connection) -> None:
@@ -116,16 +122,18 @@ def test_retention_drops_compacted_entries_whole(rconn: llog.Connection) -> None
                 w.append(TOPIC, 0, [VALUE, VALUE])
         assert compact_once(conn, TOPIC, 0).outcome == "compacted"  # [0, 3] in one entry
         assert _index_ends(conn) == [3, 5, 7, 9, 11]
-        # A bound smaller than any entry drops them all, compacted or not: the log is
-        # empty and starts at 12.
+        # A bound smaller than any entry drops all but the newest, compacted or not
+        # (Kafka's rule: what remains is at least the bound): the log starts at 10.
         res = apply_retention(conn, TOPIC, 0)
-        assert (res.new_start, res.index_keys) == (12, 5)
-        assert _index_ends(conn) == []
+        assert (res.new_start, res.index_keys) == (10, 4)
+        assert _index_ends(conn) == [11]
         with llog.Reader(conn) as r:
-            assert r.high_watermark(TOPIC, 0) == (12, 12)
-            assert list(r.scan(TOPIC, 0, 12)) == []
+            assert r.high_watermark(TOPIC, 0) == (10, 12)
+            assert [c.offset for c in r.scan(TOPIC, 0, 10)] == [10, 11]
         with llog.Writer(conn) as w:
             assert w.append(TOPIC, 0, [b"after"]).start_offset == 12
+        # Now the newest entry is the one just written: the one before goes too.
+        assert apply_retention(conn, TOPIC, 0).new_start == 12
         with llog.Reader(conn) as r:
             assert [c.value for c in r.scan(TOPIC, 0, 12)] == [b"after"]
     finally:
@@ -159,14 +167,14 @@ def test_retention_waits_for_an_inflight_compaction_and_beats_a_late_one(rconn: 
     # A compaction that selected its run before retention moved the cursor creates no record.
     def retention_meanwhile(ev: StageEvent) -> None:
         if ev.point == "after_put":
-            assert apply_retention(conn, TOPIC, 0).new_start == 8
+            assert apply_retention(conn, TOPIC, 0).new_start == 7  # all but the newest entry
 
     with Compactor(conn, hook=retention_meanwhile) as c:
         assert c.compact_once(TOPIC, 0).outcome == CONFLICT
     assert conn.etcd.get(conn.keys.compaction(TOPIC, 0)) is None
-    assert _index_ends(conn) == []
+    assert _index_ends(conn) == [7]
     with llog.Reader(conn) as r:
-        assert r.high_watermark(TOPIC, 0) == (8, 8)
+        assert r.high_watermark(TOPIC, 0) == (7, 8)
 
 
 def test_no_retention_is_a_no_op(rconn: llog.Connection) -> None:

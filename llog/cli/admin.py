@@ -22,7 +22,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("-p", "--partitions", type=values.partition_count, default=1)
     p.add_argument("--retention-ms", type=values.positive_int, help="drop records older than this")
     p.add_argument("--retention-bytes", type=values.positive_int,
-                   help="keep at most about this many bytes per partition")
+                   help="drop a partition's oldest files while what remains is at least this many bytes "
+                        "(Kafka's retention.bytes)")
     p.add_argument("--compacted-format", choices=FORMATS, default="bytes-batch-v1",
                    help="what the compactor writes: llog's own bodies, or Parquet files any Parquet reader can "
                         "query (needs pyarrow where the compactor and readers run)")
@@ -38,7 +39,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--retention-ms", type=values.limit, default=UNCHANGED,
                    help="drop records older than this; none: keep them (from the compactor's next retention pass)")
     p.add_argument("--retention-bytes", type=values.limit, default=UNCHANGED,
-                   help="keep at most about this many bytes per partition; none: no limit")
+                   help="drop a partition's oldest files while what remains is at least this many bytes; "
+                        "none: no limit")
     p.add_argument("--compacted-format", choices=FORMATS)
     p.add_argument("--table", choices=("iceberg", "none"),
                    help="iceberg: start an Iceberg table of the compacted Parquet files; none: stop and drop it "
