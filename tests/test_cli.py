@@ -137,6 +137,14 @@ def test_dev_up_serves_a_stack_with_a_broker_and_stops_cleanly(tmp_path: Path) -
             assert json.loads(resp.read())["success_count"] == 1
         with connect(cfg) as conn, Reader(conn) as r:
             assert [rec.value for rec in r.scan("devt", 0)] == [b"a", b"b"]
+        # As on a default Kafka broker, a topic nobody created is created on first use.
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": f"{kafka_host}:{kafka_port}"})
+        producer.produce("made-on-first-use", value=b"hello")
+        assert producer.flush(60) == 0
+        with connect(cfg) as conn, Reader(conn) as r:
+            assert [rec.value for rec in r.scan("made-on-first-use", 0)] == [b"hello"]
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=60) == 0

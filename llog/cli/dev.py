@@ -34,6 +34,9 @@ def register(subparsers: Any) -> None:
                    help="the broker's Kafka listener port (default 9092, 0: any free; docs/kafka.md)")
     p.add_argument("--no-kafka", action="store_true", help="no Kafka listener on the broker")
     p.add_argument("--no-broker", action="store_true", help="do not start an HTTP broker")
+    p.add_argument("--no-auto-create", action="store_true",
+                   help="the broker refuses unknown topics (by default it creates them on first use, as a "
+                        "default Kafka broker does: LLOG_AUTO_CREATE_TOPICS)")
     p.set_defaults(func=_up)
 
     p = subparsers.add_parser(
@@ -51,15 +54,17 @@ def _up(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with LocalStack(args.dir, s3=args.s3, s3_latency=args.s3_latency) as stack:
         env = stack.env()
+        broker_env = env if args.no_auto_create else {**env, "LLOG_AUTO_CREATE_TOPICS": "true"}
         broker = None if args.no_broker else BrokerProcess(
-            env, args.broker_port, None if args.no_kafka else args.kafka_port)
+            broker_env, args.broker_port, None if args.no_kafka else args.kafka_port)
         try:
             lines = [f"export {k}={v}" for k, v in sorted(env.items())]
             if stack.s3_proxy is not None and stack.s3 is not None:
                 lines.append(f"# S3 proxy: {stack.s3_proxy.endpoint_url} -> {stack.s3.endpoint_url}, latency "
                              f"{stack.s3_proxy.latency}; control: {stack.s3_proxy.endpoint_url}/_nemesis/state")
             if broker is not None:
-                lines.append(f"# broker: {broker.url}  (POST /produce, /consume; GET /openapi.json)")
+                lines.append(f"# broker: {broker.url}  (POST /produce, /consume; GET /openapi.json)"
+                             + ("" if args.no_auto_create else "; topics are created on first use"))
             if broker is not None and broker.kafka_bootstrap is not None:
                 lines.append(f"# Kafka bootstrap servers: {broker.kafka_bootstrap}  (docs/kafka.md)")
                 lines.append("# Kafka clients notice a stopped broker in seconds with (librdkafka names; "
