@@ -18,12 +18,14 @@ CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
 GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
 OFFSETS = "org.apache.kafka.tools.GetOffsetShell"
 CONFIGS = "kafka.admin.ConfigCommand"
+TRANSACTIONS = "org.apache.kafka.tools.TransactionsCommand"
 
 
-def _table(out: str) -> list[list[str]]:
-    """The rows under a tool's header line (the one starting with GROUP or TOPIC)."""
+def _table(out: str, first_columns: tuple[str, ...] = ("GROUP", "TOPIC")) -> list[list[str]]:
+    """The rows under a tool's header line (the one whose first column is one of
+    ``first_columns``)."""
     lines = [line.split() for line in out.splitlines() if line.strip()]
-    start = next(i for i, cols in enumerate(lines) if cols[0] in ("GROUP", "TOPIC"))
+    start = next(i for i, cols in enumerate(lines) if cols[0] in first_columns)
     return lines[start + 1:]
 
 
@@ -127,3 +129,23 @@ def test_kafka_configs_alters_retention_and_refuses_compaction(kb: KafkaBroker, 
     assert "InvalidConfigurationException" in refused
     every = java_client.tool(CONFIGS, *topic, "--describe", "--all")
     assert "cleanup.policy=delete" in every and "retention.bytes=5000000" in every
+
+
+def test_kafka_transactions_describes_a_partitions_idempotent_producers(kb: KafkaBroker, conn: Connection) -> None:
+    import confluent_kafka
+
+    java_client.tool(TOPICS, "--bootstrap-server", kb.bootstrap, "--create", "--topic", "idem", "--partitions", "2")
+    producer = confluent_kafka.Producer({"bootstrap.servers": kb.bootstrap, "enable.idempotence": True})
+    for i in range(7):
+        producer.produce("idem", value=b"%d" % i, partition=0)
+    assert producer.flush(30) == 0
+    out = java_client.tool(TRANSACTIONS, "--bootstrap-server", kb.bootstrap, "describe-producers", "--topic", "idem",
+                           "--partition", "0")
+    rows = _table(out, ("ProducerId",))
+    assert len(rows) == 1
+    _pid, epoch, coordinator_epoch, last_sequence, _ts, txn_start = rows[0]
+    assert (epoch, coordinator_epoch, last_sequence, txn_start) == ("0", "-1", "6", "None")
+    empty = java_client.tool(TRANSACTIONS, "--bootstrap-server", kb.bootstrap, "describe-producers", "--topic", "idem",
+                             "--partition", "1")
+    assert _table(empty, ("ProducerId",)) == []
+

@@ -20,6 +20,7 @@ from kafka.protocol.admin import (
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
+    DescribeProducersRequest,
     IncrementalAlterConfigsRequest,
     ListGroupsRequest,
 )
@@ -82,6 +83,7 @@ API_BY_KEY: dict[int, Api] = {api.request.API_KEY: api for api in (
     Api(CreateTopicsRequest, 2, 6, topics.create_topics, runs="blocking"),
     Api(CreatePartitionsRequest, 0, 3, topics.create_partitions, runs="blocking"),
     Api(InitProducerIdRequest, 0, 4, producers.init_producer_id, runs="blocking"),
+    Api(DescribeProducersRequest, 0, 0, producers.describe_producers, runs="blocking"),
     Api(FindCoordinatorRequest, 0, 4, groups.find_coordinator),
     Api(JoinGroupRequest, 0, 9, groups.join_group),
     Api(SyncGroupRequest, 0, 5, groups.sync_group),

@@ -1,17 +1,26 @@
 """InitProducerId: ids for idempotent producers. A new id is the etcd revision of a
 write to one key, so every broker hands out ids no other broker ever gave; a
 producer that asks to bump its epoch (KIP-360) keeps its id. Transactional ids are
-refused: llog has no transactions."""
+refused: llog has no transactions.
+
+DescribeProducers (``kafka-transactions.sh describe-producers``): the idempotent Kafka
+producers a partition remembers (spec §8.7), each with its epoch and last sequence; the
+last timestamp is when its last batch was committed. Producers of the SDK and the HTTP
+API have string ids, which Kafka's int64 ids cannot name: they are not listed."""
 
 from __future__ import annotations
 
 from typing import Any
 
+from kafka.protocol.admin import DescribeProducersResponse
 from kafka.protocol.producer import InitProducerIdResponse
 
-from llog.errors import LlogError
+from llog.codec.etcd_values import MetaFormatError, ProducerState
+from llog.errors import CorruptMetadata, LlogError
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
+from llog.keys import prefix_range_end
+from llog.write.commit_plan import RECORD_COUNTED_PREFIX, next_sequence
 
 MAX_EPOCH = 32767
 
@@ -30,3 +39,42 @@ def init_producer_id(ctx: Context, req: Any) -> InitProducerIdResponse:
     except LlogError as exc:
         return R(throttle_time_ms=0, error_code=error_code(exc), producer_id=-1, producer_epoch=-1)
     return R(throttle_time_ms=0, error_code=0, producer_id=revision, producer_epoch=0)
+
+
+def describe_producers(ctx: Context, req: Any) -> DescribeProducersResponse:
+    R = DescribeProducersResponse
+    T = R.TopicResponse
+    P = T.PartitionResponse
+    topics = []
+    for t in req.topics:
+        parts = []
+        for p in t.partition_indexes:
+            try:
+                active = _producers(ctx, t.name, p)
+                parts.append(P(partition_index=p, error_code=0, error_message=None, active_producers=[
+                    P.ProducerState(producer_id=pid, producer_epoch=st.epoch,
+                                    last_sequence=(next_sequence(f"{RECORD_COUNTED_PREFIX}{pid}", st) - 1) % 2**31,
+                                    last_timestamp=st.updated_at_ms, coordinator_epoch=-1,
+                                    current_txn_start_offset=-1)
+                    for pid, st in active]))
+            except LlogError as exc:
+                parts.append(P(partition_index=p, error_code=error_code(exc), error_message=str(exc),
+                               active_producers=[]))
+        topics.append(T(name=t.name, partitions=parts))
+    return R[req.API_VERSION](throttle_time_ms=0, topics=topics)
+
+
+def _producers(ctx: Context, topic: str, partition: int) -> list[tuple[int, ProducerState]]:
+    """The Kafka producers ``topic/partition`` keeps state for: ``(id, state)``."""
+    conn = ctx.broker.conn
+    conn.check_partition(topic, partition)
+    prefix = conn.keys.producer(topic, partition, RECORD_COUNTED_PREFIX)
+    out = []
+    for kv in conn.etcd.scan(prefix, prefix_range_end(prefix)):
+        name = kv.key[len(prefix):]
+        if name.isdigit():
+            try:
+                out.append((int(name), ProducerState.decode(kv.value)))
+            except MetaFormatError as exc:
+                raise CorruptMetadata(kv.key, str(exc)) from exc
+    return out
