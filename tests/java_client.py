@@ -41,6 +41,12 @@ def run(*args: str, timeout: float = 120.0) -> list[str]:
     return tool("JavaClient", *args, timeout=timeout).splitlines()
 
 
+def start(*args: str) -> subprocess.Popen[str]:
+    """``JavaClient args...`` in the background, its stdout a pipe of lines."""
+    return subprocess.Popen(["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath(), "JavaClient",
+                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
 def tool(main_class: str, *args: str, stdin: str | None = None, timeout: float = 120.0, check: bool = True) -> str:
     """Run ``main_class`` (a Kafka tool, ``org.apache.kafka.tools.TopicCommand`` for
     ``kafka-topics.sh``, say) with ``args``; its stdout, or with ``check=False`` its

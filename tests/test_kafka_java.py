@@ -6,6 +6,9 @@ consumer group reads what the SDK wrote and commits offsets the SDK sees."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 
 from llog.connection import Connection
@@ -26,7 +29,8 @@ def test_java_admin_creates_a_topic_the_sdk_sees(kb: KafkaBroker, conn: Connecti
     assert conn.topic("java-admin", refresh=True).partitions == 6
 
 
-@pytest.mark.parametrize(("compression", "idempotent"), [("lz4", True), ("zstd", False), ("none", True)])
+@pytest.mark.parametrize(("compression", "idempotent"), [
+    ("lz4", True), ("zstd", False), ("gzip", True), ("snappy", True), ("none", True)])
 def test_java_producer_writes_what_the_sdk_reads(kb: KafkaBroker, conn: Connection, compression: str,
                                                  idempotent: bool) -> None:
     topic = f"java-{compression}"
@@ -65,3 +69,52 @@ def test_java_consumer_group_reads_what_the_sdk_wrote_and_commits(kb: KafkaBroke
     for p in range(4):
         committed = offsets.get(topic, p)
         assert committed is not None and committed.offset == 50
+
+
+@pytest.mark.parametrize("static", [False, True], ids=["dynamic", "static-members"])
+def test_java_consumers_share_a_topic_with_the_cooperative_sticky_assignor(
+    kb: KafkaBroker, conn: Connection, static: bool,
+) -> None:
+    """Two Java consumers (cooperative-sticky, KIP-429's incremental rebalances; with
+    ``group.instance.id`` too) split a topic: every record arrives once, the group's
+    committed offsets reach the end of every partition."""
+    topic, group = f"coop-{static}", f"coop-readers-{static}"
+    java_client.run("admin", kb.bootstrap, topic, "6")
+    members = [java_client.start("member", kb.bootstrap, topic, group,
+                                 "org.apache.kafka.clients.consumer.CooperativeStickyAssignor",
+                                 f"member-{i}" if static else "-", "4000") for i in range(2)]
+    lines: list[list[str]] = [[], []]
+    both_assigned = threading.Event()
+
+    def read(i: int) -> None:
+        assert members[i].stdout is not None
+        for line in members[i].stdout:
+            lines[i].append(line.strip())
+            if all(any(x.startswith("assigned") and not x.endswith(" now 0") for x in got) for got in lines):
+                both_assigned.set()
+
+    readers = [threading.Thread(target=read, args=(i,)) for i in range(2)]
+    for t in readers:
+        t.start()
+    try:
+        deadline = time.monotonic() + 90
+        while not both_assigned.wait(0.5):  # the second join moved partitions onto it
+            for m in members:
+                assert m.poll() is None, m.stderr.read() if m.stderr else ""
+            assert time.monotonic() < deadline, lines
+        with BatchingProducer(conn) as prod:
+            for f in [prod.send_group(topic, p, [Record(f"{p}-{i}".encode()) for i in range(100)])
+                      for p in range(6)]:
+                f.result(timeout=30)
+        for m in members:
+            assert m.wait(180) == 0, m.stderr.read() if m.stderr else ""
+    finally:
+        for m in members:
+            if m.poll() is None:
+                m.kill()
+        for t in readers:
+            t.join(30)
+    got = [tuple(line.split()[1:]) for member in lines for line in member if line.startswith("record ")]
+    assert sorted(got) == sorted((str(p), str(i), f"{p}-{i}") for p in range(6) for i in range(100))  # each once
+    offsets = GroupOffsets(conn, group)
+    assert [c.offset if (c := offsets.get(topic, p)) else None for p in range(6)] == [100] * 6

@@ -18,6 +18,8 @@ public class JavaClient {
         switch (mode) {
             case "produce" -> produce(bootstrap, args[2], Integer.parseInt(args[3]), args[4], Boolean.parseBoolean(args[5]));
             case "consume" -> consume(bootstrap, args[2], args[3], Integer.parseInt(args[4]));
+            case "member" -> member(bootstrap, args[2], args[3], args[4], args[5].equals("-") ? null : args[5],
+                    Long.parseLong(args[6]));
             case "admin" -> admin(bootstrap, args[2], Integer.parseInt(args[3]));
             default -> throw new IllegalArgumentException(mode);
         }
@@ -68,6 +70,48 @@ public class JavaClient {
             for (TopicPartition tp : consumer.assignment()) {
                 OffsetAndMetadata c = consumer.committed(Set.of(tp)).get(tp);
                 System.out.println("committed " + tp.partition() + " " + (c == null ? -1 : c.offset()));
+            }
+        }
+    }
+
+    /**
+     * One member of a group with the given assignor (and group.instance.id unless "-"):
+     * polls until nothing has come for idleMs since its last record or assignment,
+     * committing after every poll and before giving partitions up; prints each record
+     * and every assignment change.
+     */
+    static void member(String bootstrap, String topic, String group, String assignor, String instance, long idleMs) {
+        Properties p = new Properties();
+        p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+        p.put(ConsumerConfig.AUTO_OFFSET_RESET_CONFIG, "earliest");
+        p.put(ConsumerConfig.ENABLE_AUTO_COMMIT_CONFIG, "false");
+        p.put(ConsumerConfig.PARTITION_ASSIGNMENT_STRATEGY_CONFIG, assignor);
+        if (instance != null) p.put(ConsumerConfig.GROUP_INSTANCE_ID_CONFIG, instance);
+        try (Consumer<String, String> consumer = new KafkaConsumer<>(p, new StringDeserializer(), new StringDeserializer())) {
+            long[] last = {0};  // 0: no assignment yet (the idle time counts from the first)
+            consumer.subscribe(List.of(topic), new ConsumerRebalanceListener() {
+                public void onPartitionsRevoked(Collection<TopicPartition> parts) {
+                    consumer.commitSync();
+                    System.out.println("revoked " + parts.size());
+                }
+                public void onPartitionsAssigned(Collection<TopicPartition> parts) {
+                    last[0] = System.currentTimeMillis();
+                    System.out.println("assigned " + parts.size() + " now " + consumer.assignment().size());
+                    System.out.flush();
+                }
+            });
+            long deadline = System.currentTimeMillis() + 120_000;
+            while (System.currentTimeMillis() < deadline && (last[0] == 0 || System.currentTimeMillis() - last[0] < idleMs)) {
+                ConsumerRecords<String, String> got = consumer.poll(Duration.ofMillis(200));
+                for (ConsumerRecord<String, String> r : got) {
+                    System.out.println("record " + r.partition() + " " + r.offset() + " " + r.value());
+                }
+                System.out.flush();
+                if (!got.isEmpty()) {
+                    last[0] = System.currentTimeMillis();
+                    consumer.commitSync();
+                }
             }
         }
     }
