@@ -73,6 +73,18 @@ class TopicDescription:
     partitions: tuple[PartitionInfo, ...]
 
 
+
+def _check_partitions(partitions: object) -> None:
+    if isinstance(partitions, bool) or not isinstance(partitions, int) or not 0 < partitions <= MAX_PARTITIONS:
+        raise InvalidInput(f"partitions must be an int in [1, {MAX_PARTITIONS}], got {partitions!r}")
+
+
+def _check_limits(**limits: object) -> None:
+    """Retention limits: positive ints, ``None`` (no limit) or :data:`UNCHANGED`."""
+    for label, v in limits.items():
+        if v is not None and v is not UNCHANGED and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise InvalidInput(f"{label} must be a positive int or None, got {v!r}")
+
 class Topics:
     """Topic admin over a :class:`Connection`."""
 
@@ -96,13 +108,8 @@ class Topics:
         ``table="iceberg"`` (implies Parquet): those files also form an Iceberg table
         the compactor service keeps in step with the index (:mod:`llog.table`)."""
         check_topic(name)
-        if isinstance(partitions, bool) or not isinstance(partitions, int) or not (
-            0 < partitions <= MAX_PARTITIONS
-        ):
-            raise InvalidInput(f"partitions must be an int in [1, {MAX_PARTITIONS}], got {partitions!r}")
-        for label, v in (("retention_ms", retention_ms), ("retention_bytes", retention_bytes)):
-            if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
-                raise InvalidInput(f"{label} must be a positive int or None, got {v!r}")
+        _check_partitions(partitions)
+        _check_limits(retention_ms=retention_ms, retention_bytes=retention_bytes)
         if table is not None and compacted_format is None:
             compacted_format = "parquet"
         _check_format(compacted_format, table)
@@ -142,10 +149,7 @@ class Topics:
         readers find them when they next read the topic's definition, which they do on
         meeting a partition they do not know. Records given by key may map to another
         partition from then on, as in Kafka."""
-        if isinstance(partitions, bool) or not isinstance(partitions, int) or not (
-            0 < partitions <= MAX_PARTITIONS
-        ):
-            raise InvalidInput(f"partitions must be an int in [1, {MAX_PARTITIONS}], got {partitions!r}")
+        _check_partitions(partitions)
 
         def change(m: TopicMeta) -> TopicMeta:
             if partitions <= m.partitions:
@@ -161,9 +165,7 @@ class Topics:
         """Change a topic's retention (``None``: unlimited; a limit left out stays as
         it is). The compactor applies it from its next retention pass, which reads the
         topic's definition afresh."""
-        for label, v in (("retention_ms", retention_ms), ("retention_bytes", retention_bytes)):
-            if v is not None and v is not UNCHANGED and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
-                raise InvalidInput(f"{label} must be a positive int or None, got {v!r}")
+        _check_limits(retention_ms=retention_ms, retention_bytes=retention_bytes)
 
         def change(m: TopicMeta) -> TopicMeta:
             return replace(m, retention_ms=m.retention_ms if isinstance(retention_ms, Unchanged) else retention_ms,
