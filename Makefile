@@ -38,13 +38,15 @@ install: $(PY)
 
 # What the suite needs beyond Python packages, from Debian when missing: a JDK for the
 # Spark tests and the Kafka Java client's (compiled from tests/java/), Maven to fetch that
-# client from Maven Central, faketime for the nemesis's clock-skewed broker, iproute2's
+# client from Maven Central, kcat (librdkafka's command-line client), faketime for the
+# nemesis's clock-skewed broker, iproute2's
 # `ip` for its network partitions.
 tools:
 	@missing=""; \
 	command -v javac >/dev/null 2>&1 || missing="$$missing openjdk-17-jdk-headless"; \
 	command -v mvn >/dev/null 2>&1 || missing="$$missing maven"; \
 	command -v faketime >/dev/null 2>&1 || missing="$$missing faketime"; \
+	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
 	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing from Debian:$$missing"; \
