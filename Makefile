@@ -39,8 +39,7 @@ install: $(PY)
 # What the suite needs beyond Python packages, from Debian when missing: a JDK for the
 # Spark tests and the Kafka Java client's (compiled from tests/java/), Maven to fetch that
 # client from Maven Central, kcat (librdkafka's command-line client), faketime for the
-# nemesis's clock-skewed broker, iproute2's
-# `ip` for its network partitions.
+# nemesis's clock-skewed broker, iproute2's `ip` for its network partitions.
 tools:
 	@missing=""; \
 	command -v javac >/dev/null 2>&1 || missing="$$missing openjdk-17-jdk-headless"; \
