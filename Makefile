@@ -38,14 +38,18 @@ install: $(PY)
 
 # What the suite needs beyond Python packages, from Debian when missing: a JDK for the
 # Spark tests and the Kafka Java client's (compiled from tests/java/), Maven to fetch that
-# client from Maven Central, kcat (librdkafka's command-line client), faketime for the
-# nemesis's clock-skewed broker, iproute2's `ip` for its network partitions.
+# client from Maven Central, kcat (librdkafka's command-line client), Node.js and npm for
+# kafkajs, faketime for the nemesis's clock-skewed broker, iproute2's `ip` for its network
+# partitions. Go is not installed here: franz-go needs Go 1.26, newer than Debian's
+# (tests/test_kafka_go.py fails with that message where it is missing).
 tools:
 	@missing=""; \
 	command -v javac >/dev/null 2>&1 || missing="$$missing openjdk-17-jdk-headless"; \
 	command -v mvn >/dev/null 2>&1 || missing="$$missing maven"; \
 	command -v faketime >/dev/null 2>&1 || missing="$$missing faketime"; \
 	command -v kcat >/dev/null 2>&1 || missing="$$missing kcat"; \
+	command -v node >/dev/null 2>&1 || missing="$$missing nodejs"; \
+	command -v npm >/dev/null 2>&1 || missing="$$missing npm"; \
 	command -v ip >/dev/null 2>&1 || missing="$$missing iproute2"; \
 	if [ -n "$$missing" ]; then \
 		echo "installing from Debian:$$missing"; \
