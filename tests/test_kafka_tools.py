@@ -1,7 +1,8 @@
 """Apache Kafka's own command-line tools (``kafka-tools`` 4.1, the classes behind
 ``kafka-topics.sh``, ``kafka-console-producer.sh``, ``kafka-console-consumer.sh``,
-``kafka-consumer-groups.sh``, ``kafka-get-offsets.sh`` and ``kafka-configs.sh``)
-against the Kafka listener,
+``kafka-consumer-groups.sh``, ``kafka-get-offsets.sh``, ``kafka-configs.sh``,
+``kafka-transactions.sh``, the verifiable producer and consumer and the producer perf
+test) against the Kafka listener,
 on the suite's real etcd and S3 servers, checked against what llog's SDK sees."""
 
 from __future__ import annotations
@@ -149,3 +150,30 @@ def test_kafka_transactions_describes_a_partitions_idempotent_producers(kb: Kafk
                              "--partition", "1")
     assert _table(empty, ("ProducerId",)) == []
 
+
+
+def test_verifiable_producer_consumer_and_producer_perf_test(kb: KafkaBroker, conn: Connection) -> None:
+    """kafka-verifiable-producer/-consumer (the tools Kafka's own system tests check
+    delivery with) and kafka-producer-perf-test, acks=all."""
+    import json
+
+    b = kb.bootstrap
+    java_client.tool(TOPICS, "--bootstrap-server", b, "--create", "--topic", "verified", "--partitions", "2")
+    produced = [json.loads(line) for line in java_client.tool(
+        "org.apache.kafka.tools.VerifiableProducer", "--bootstrap-server", b, "--topic", "verified",
+        "--max-messages", "300", "--acks", "-1").splitlines() if line.startswith("{")]
+    acked = [e for e in produced if e["name"] == "producer_send_success"]
+    assert sorted(int(e["value"]) for e in acked) == list(range(300))
+    assert len({(e["partition"], e["offset"]) for e in acked}) == 300  # no two share an offset
+    consumed = [json.loads(line) for line in java_client.tool(
+        "org.apache.kafka.tools.VerifiableConsumer", "--bootstrap-server", b, "--topic", "verified",
+        "--group-id", "verifiers", "--max-messages", "300").splitlines() if line.startswith("{")]
+    assert sum(e["count"] for e in consumed if e["name"] == "records_consumed") == 300
+    commits = [e for e in consumed if e["name"] == "offsets_committed"]
+    assert commits and all(e["success"] for e in commits)
+    perf = java_client.tool("org.apache.kafka.tools.ProducerPerformance", "--topic", "verified", "--num-records",
+                            "2000", "--record-size", "100", "--throughput", "-1", "--producer-props",
+                            f"bootstrap.servers={b}", "acks=all")
+    assert "2000 records sent" in perf
+    with Reader(conn) as r:
+        assert sum(r.high_watermark("verified", p)[1] for p in range(2)) == 2300
