@@ -73,7 +73,6 @@ class TopicDescription:
     partitions: tuple[PartitionInfo, ...]
 
 
-
 def _check_partitions(partitions: object) -> None:
     if isinstance(partitions, bool) or not isinstance(partitions, int) or not 0 < partitions <= MAX_PARTITIONS:
         raise InvalidInput(f"partitions must be an int in [1, {MAX_PARTITIONS}], got {partitions!r}")
@@ -84,6 +83,7 @@ def _check_limits(**limits: object) -> None:
     for label, v in limits.items():
         if v is not None and v is not UNCHANGED and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
             raise InvalidInput(f"{label} must be a positive int or None, got {v!r}")
+
 
 class Topics:
     """Topic admin over a :class:`Connection`."""

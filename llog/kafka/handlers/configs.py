@@ -32,20 +32,19 @@ class ConfigRefused(Exception):
 
 
 def alter_configs(ctx: Context, req: Any) -> AlterConfigsResponse:
-    R = AlterConfigsResponse
-    out = [R.AlterConfigsResourceResponse(error_code=code, error_message=message, resource_type=res.resource_type,
-                                          resource_name=res.resource_name)
-           for res in req.resources
-           for code, message in [_alter(ctx, res, req.validate_only, incremental=False)]]
-    return R[req.API_VERSION](throttle_time_ms=0, responses=out)
+    return _answer(AlterConfigsResponse, ctx, req, incremental=False)
 
 
 def incremental_alter_configs(ctx: Context, req: Any) -> IncrementalAlterConfigsResponse:
-    R = IncrementalAlterConfigsResponse
+    return _answer(IncrementalAlterConfigsResponse, ctx, req, incremental=True)
+
+
+def _answer(R: Any, ctx: Context, req: Any, *, incremental: bool) -> Any:
+    """Both APIs' responses have the same shape: one result per resource."""
     out = [R.AlterConfigsResourceResponse(error_code=code, error_message=message, resource_type=res.resource_type,
                                           resource_name=res.resource_name)
            for res in req.resources
-           for code, message in [_alter(ctx, res, req.validate_only, incremental=True)]]
+           for code, message in [_alter(ctx, res, req.validate_only, incremental=incremental)]]
     return R[req.API_VERSION](throttle_time_ms=0, responses=out)
 
 

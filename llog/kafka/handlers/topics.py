@@ -42,13 +42,13 @@ def _create(ctx: Context, t: Any, validate_only: bool, retention: dict[str, int]
     for c in t.configs:
         if c.name == "cleanup.policy" and c.value not in (None, "delete"):
             return ErrorCode.INVALID_CONFIG, f"cleanup.policy={c.value}: llog topics are not compacted by key", -1
-        if c.name in ("retention.ms", "retention.bytes") and c.value is not None:
+        if c.name in ALTERABLE and c.value is not None:
             try:
                 v = int(c.value)
             except ValueError:
                 return ErrorCode.INVALID_CONFIG, f"{c.name}={c.value!r} is not an integer", -1
             if v > 0:  # -1: unlimited, llog's default
-                retention[c.name.replace(".", "_")] = v
+                retention[ALTERABLE[c.name]] = v
     if t.assignments:
         return ErrorCode.INVALID_REQUEST, "replica assignments do not apply: every broker serves every partition", -1
     try:
