@@ -282,7 +282,7 @@ class Compactor:
             # Column by column, as the bodies hold them: no per-record objects.
             stamps: list[int | None] = []
             keys: list[bytes | None] = []
-            values: list[bytes] = []
+            values: list[bytes | None] = []
             headers: list[Headers] = []
             max_ts = 0
             scan = self._reader.scan_batches(topic, partition, run.start_offset, run.end_offset + 1)

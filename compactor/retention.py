@@ -100,8 +100,8 @@ def apply_retention(
         st = read_control(conn, topic, partition)
         ctl = st.control
         old = ctl.log_start_offset
-        if meta.retention_ms is None and meta.retention_bytes is None:
-            return RetentionResult(topic, partition, old, old, 0)
+        if (meta.retention_ms is None and meta.retention_bytes is None) or not meta.retained:
+            return RetentionResult(topic, partition, old, old, 0)  # cleanup.policy=compact: no retention
         cursor = read_cursor(conn, topic, partition)
         entries = _index_entries(conn, topic, partition)
         n = retention_cut(

@@ -56,6 +56,15 @@ class InvalidRecord(InvalidInput):
     """A record's value/key/headers/timestamp has the wrong type or shape."""
 
 
+class KeyRequired(InvalidRecord):
+    """A record without a key for a compacted topic (``cleanup.policy`` compact), where
+    the key is what compaction keeps the latest record of."""
+
+    def __init__(self, topic: str, partition: int) -> None:
+        super().__init__(f"{topic}/{partition} is a compacted topic: every record needs a key")
+        self.topic, self.partition = topic, partition
+
+
 class RecordTooLarge(InvalidInput):
     def __init__(self, topic: str, partition: int, size: int, limit: int) -> None:
         super().__init__(

@@ -13,9 +13,10 @@ _T = TypeVar("_T")
 @dataclass(frozen=True, slots=True)
 class Record:
     """A record to append. ``timestamp`` is milliseconds since the epoch; ``None``
-    means "append time" (the writer stamps it when it builds the blob)."""
+    means "append time" (the writer stamps it when it builds the blob). A ``None``
+    value is a tombstone (Kafka's null value): on a compacted topic it deletes its key."""
 
-    value: bytes
+    value: bytes | None
     key: bytes | None = None
     timestamp: int | None = None
     headers: Headers = field(default=())
@@ -23,14 +24,14 @@ class Record:
 
 @dataclass(frozen=True, slots=True)
 class ConsumedRecord:
-    """A committed record, as a reader returns it."""
+    """A committed record, as a reader returns it (``value`` None: a tombstone)."""
 
     topic: str
     partition: int
     offset: int
     timestamp: int
     key: bytes | None
-    value: bytes
+    value: bytes | None
     headers: Headers = ()
 
 
@@ -105,7 +106,7 @@ class AppendGroup:
 
 def payload_size(r: Record | ConsumedRecord) -> int:
     """A record's value and key bytes: what produce buffers and fetch budgets count."""
-    return len(r.value) + (len(r.key) if r.key is not None else 0)
+    return (len(r.value) if r.value is not None else 0) + (len(r.key) if r.key is not None else 0)
 
 
 def buffered_size(r: Record) -> int:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, replace
 from enum import Enum
 
 from llog.codec.etcd_values import (
+    CLEANUP_POLICIES,
     COMPACTED,
     COMPACTED_FORMATS,
     FENCED,
@@ -56,6 +57,21 @@ class PartitionInfo:
         return self.next_offset - max(self.compaction_cursor, self.log_start_offset)
 
 
+def parse_cleanup_policy(value: object) -> str | None:
+    """Kafka's ``cleanup.policy`` as a topic record stores it: ``None`` for ``delete``
+    (and for ``None``), ``"compact"``, or ``"compact,delete"`` for both in any order
+    (``"delete, compact"`` too). :class:`InvalidInput` for anything else."""
+    if value is None:
+        return None
+    words = sorted({w.strip() for w in value.split(",")}) if isinstance(value, str) else []
+    if words == ["delete"]:
+        return None
+    joined = ",".join(words)
+    if joined not in CLEANUP_POLICIES:
+        raise InvalidInput(f"cleanup policy must be 'delete', 'compact' or 'compact,delete', got {value!r}")
+    return joined
+
+
 def _check_format(compacted_format: str | None, table: str | None) -> None:
     if compacted_format is not None and compacted_format not in COMPACTED_FORMATS:
         raise InvalidInput(f"compacted_format must be None (bytes-batch-v1) or one of {COMPACTED_FORMATS}, "
@@ -100,9 +116,14 @@ class Topics:
         retention_bytes: int | None = None,
         compacted_format: str | None = None,
         table: str | None = None,
+        cleanup_policy: str | None = None,
     ) -> TopicMeta:
         """Create a topic. Idempotent: creating an existing topic with the same
         partition count returns it; a different count raises :class:`TopicConflict`.
+        ``cleanup_policy`` is Kafka's: ``"delete"`` (the default: retention only),
+        ``"compact"`` or ``"compact,delete"``; a compacted topic refuses records
+        without a key (:class:`~llog.errors.KeyRequired`), and retention applies to it
+        only with ``delete``.
         ``compacted_format="parquet"``: the compactor writes compacted ranges as
         Parquet files (spec §7.6) instead of ``bytes-batch-v1`` bodies.
         ``table="iceberg"`` (implies Parquet): those files also form an Iceberg table
@@ -113,7 +134,8 @@ class Topics:
         if table is not None and compacted_format is None:
             compacted_format = "parquet"
         _check_format(compacted_format, table)
-        meta = TopicMeta(name, partitions, now_ms(), retention_ms, retention_bytes, compacted_format, table)
+        policy = parse_cleanup_policy(cleanup_policy)
+        meta = TopicMeta(name, partitions, now_ms(), retention_ms, retention_bytes, compacted_format, table, policy)
         key = self.conn.keys.topic_meta(name)
         r = self.conn.etcd.txn([absent(key)], [Put(key, meta.encode())], [Get(key)])
         if r.succeeded:
@@ -158,6 +180,12 @@ class Topics:
             return replace(m, partitions=partitions)
         return self._alter(name, change)
 
+    def set_cleanup_policy(self, name: str, policy: str | None) -> TopicMeta:
+        """Change the topic's ``cleanup.policy`` (``None`` or ``"delete"``, ``"compact"``,
+        ``"compact,delete"``). Turning compaction on refuses keyless records from then
+        on; records already stored without a key stay readable."""
+        return self.configure(name, cleanup_policy=policy)
+
     def set_retention(
         self, name: str, *, retention_ms: int | Unchanged | None = UNCHANGED,
         retention_bytes: int | Unchanged | None = UNCHANGED,
@@ -165,12 +193,22 @@ class Topics:
         """Change a topic's retention (``None``: unlimited; a limit left out stays as
         it is). The compactor applies it from its next retention pass, which reads the
         topic's definition afresh."""
+        return self.configure(name, retention_ms=retention_ms, retention_bytes=retention_bytes)
+
+    def configure(
+        self, name: str, *, retention_ms: int | Unchanged | None = UNCHANGED,
+        retention_bytes: int | Unchanged | None = UNCHANGED, cleanup_policy: str | Unchanged | None = UNCHANGED,
+    ) -> TopicMeta:
+        """Change several of a topic's settings in one step (what is left out stays):
+        :meth:`set_retention` and :meth:`set_cleanup_policy` at once."""
         _check_limits(retention_ms=retention_ms, retention_bytes=retention_bytes)
+        policy = cleanup_policy if isinstance(cleanup_policy, Unchanged) else parse_cleanup_policy(cleanup_policy)
 
         def change(m: TopicMeta) -> TopicMeta:
             return replace(m, retention_ms=m.retention_ms if isinstance(retention_ms, Unchanged) else retention_ms,
                            retention_bytes=m.retention_bytes if isinstance(retention_bytes, Unchanged)
-                           else retention_bytes)
+                           else retention_bytes,
+                           cleanup_policy=m.cleanup_policy if isinstance(policy, Unchanged) else policy)
         return self._alter(name, change)
 
     def _alter(self, name: str, change: Callable[[TopicMeta], TopicMeta]) -> TopicMeta:

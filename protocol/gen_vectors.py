@@ -69,7 +69,7 @@ def record_json(r: Record) -> dict[str, Any]:
     return {
         "timestamp": r.timestamp,
         "key": None if r.key is None else r.key.hex(),
-        "value": r.value.hex(),
+        "value": None if r.value is None else r.value.hex(),
         "headers": [{"key": k, "value": v.hex()} for k, v in r.headers],
     }
 
@@ -106,6 +106,8 @@ def body_layout(body: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
 
     add("timestamps", 8 * n)
     add("value_offsets", 4 * (n + 1))
+    if flags & 4:
+        add("value_validity", (n + 7) // 8)
     if flags & 1:
         add("key_validity", (n + 7) // 8)
         add("key_offsets", 4 * (n + 1))
@@ -144,6 +146,12 @@ HEADERS_ONLY = [
     Record(b"x", timestamp=T0, headers=(("h", b"1"), ("h", b"2"))),
     Record(b"y", timestamp=T0),
 ]
+TOMBSTONES = [
+    Record(b"v1", key=b"user-1", timestamp=T0),
+    Record(None, key=b"user-2", timestamp=T0 + 1),
+    Record(b"", key=b"user-3", timestamp=T0 + 2),
+    Record(None, key=b"user-1", timestamp=T0 + 3),
+]
 BATCHES: list[tuple[str, str, list[Record]]] = [
     ("batch-plain", "values only (flags 0): an empty value and all 256 byte values", PLAIN),
     (
@@ -153,6 +161,7 @@ BATCHES: list[tuple[str, str, list[Record]]] = [
     ),
     ("batch-keys-only", "keys without headers (flags 1), one null key", KEYS_ONLY),
     ("batch-headers-only", "headers without keys (flags 2), a repeated header key", HEADERS_ONLY),
+    ("batch-tombstones", "null values (flags 5): two tombstones beside an empty value", TOMBSTONES),
 ]
 
 BLOB_GROUPS: list[tuple[str, int, list[Record]]] = [
@@ -231,9 +240,9 @@ def kafka_body_vector() -> Vector:
                  "value": None if v is None else v.hex(), "headers": [{"key": hk, "value": hv.hex()} for hk, hv in h]}
                 for i, (ts, k, v, h) in enumerate(r for *_, rs in KAFKA_BATCHES for r in rs)
             ],
-            # ... and as every other reader decodes them (§7.5: a null value is empty).
+            # ... and as every other reader decodes them: the same, nulls kept (§7.5).
             "records": [
-                record_json(Record(b"" if v is None else v, k, ts, tuple(h)))
+                record_json(Record(v, k, ts, tuple(h)))
                 for *_, rs in KAFKA_BATCHES for ts, k, v, h in rs
             ],
         },
@@ -352,6 +361,9 @@ def meta_vectors() -> list[Vector]:
          {"topic": "events"}, TopicMeta("events", 8, T0 - 86_400_000, None, None, "parquet")),
         ("topic-table", "topic record of a table topic: Parquet files kept as an Iceberg table", "topic_meta",
          {"topic": "events"}, TopicMeta("events", 8, T0 - 86_400_000, None, None, "parquet", "iceberg")),
+        ("topic-compacted", "a compacted topic's record: cleanup_policy compact,delete with retention",
+         "topic_meta", {"topic": "users"},
+         TopicMeta("users", 3, T0 - 86_400_000, 30 * 86_400_000, None, None, None, "compact,delete")),
         ("compaction-cursor", "compaction cursor after compacting [0, 41]", "compaction_cursor",
          {"topic": "orders", "partition": 0}, CompactionCursor(42)),
         ("producer-state", "idempotent producer (epoch 2) whose batch 7 is control-pending's append (offsets "

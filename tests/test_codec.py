@@ -27,13 +27,13 @@ from llog.codec.etcd_values import (
 )
 from llog.records import Record
 
-Row = tuple[int, bytes | None, bytes, tuple[tuple[str, bytes], ...]]
+Row = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]
 
 header_keys = st.text(max_size=8)
 headers = st.lists(st.tuples(header_keys, st.binary(max_size=12)), max_size=3).map(tuple)
 records = st.builds(
     Record,
-    value=st.binary(max_size=64),
+    value=st.binary(max_size=64) | st.none(),  # None: a tombstone
     key=st.none() | st.binary(max_size=16),
     timestamp=st.integers(min_value=0, max_value=2**63 - 1),
     headers=headers,
@@ -140,6 +140,16 @@ def test_batch_to_arrow_equals_rows(recs: list[Record]) -> None:
     assert cols["headers"].to_pylist() == [[{"key": k, "value": v} for k, v in r.headers] for r in recs]
 
 
+def test_tombstones_set_the_null_values_flag_and_round_trip_apart_from_empty_values() -> None:
+    recs = [Record(b"", key=b"a", timestamp=1), Record(None, key=b"a", timestamp=2), Record(b"x", timestamp=3)]
+    body = batch.encode(recs)
+    assert struct.unpack_from("<I", body, 12)[0] == batch.FLAG_KEYS | batch.FLAG_NULL_VALUES
+    assert [v for _, _, v, _ in batch.decode(body).rows()] == [b"", None, b"x"]
+    assert [v for _, _, v, _ in batch.decode(body).rows(1, 3)] == [None, b"x"]
+    no_nulls = batch.encode([Record(b"", key=b"a", timestamp=1)])
+    assert not struct.unpack_from("<I", no_nulls, 12)[0] & batch.FLAG_NULL_VALUES
+
+
 def test_batch_to_arrow_without_keys_or_headers() -> None:
     pa = pytest.importorskip("pyarrow")
     cols = batch.decode(batch.encode([Record(b"a", timestamp=1), Record(b"", timestamp=2)])).to_arrow()
@@ -201,7 +211,7 @@ def test_bad_magic_is_rejected() -> None:
 def test_unknown_flags_and_empty_count_are_rejected() -> None:
     body = bytearray(batch.encode(_small()))
     flagged = bytearray(body)
-    struct.pack_into("<I", flagged, 12, 3 | 4)
+    struct.pack_into("<I", flagged, 12, 3 | 8)
     with pytest.raises(batch.BatchFormatError, match="flags"):
         batch.decode(_recrc(flagged))
     empty = bytearray(body)

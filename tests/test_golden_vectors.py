@@ -53,7 +53,7 @@ def _ids(vs: list[tuple[str, dict[str, Any], bytes]]) -> list[str]:
 
 def _record(m: dict[str, Any]) -> Record:
     return Record(
-        value=bytes.fromhex(m["value"]),
+        value=None if m["value"] is None else bytes.fromhex(m["value"]),
         key=None if m["key"] is None else bytes.fromhex(m["key"]),
         timestamp=m["timestamp"],
         headers=tuple((h["key"], bytes.fromhex(h["value"])) for h in m["headers"]),
@@ -138,7 +138,7 @@ def test_batch_header_and_sections_match_vector(name: str, doc: dict[str, Any], 
 
 
 def test_batch_vectors_cover_every_flag_combination() -> None:
-    assert {doc["header"]["flags"] for _, doc, _ in BATCHES} == {0, 1, 2, 3}
+    assert {doc["header"]["flags"] for _, doc, _ in BATCHES} == {0, 1, 2, 3, 5}
 
 
 def test_keyed_vector_has_null_and_empty_keys_and_headers() -> None:

@@ -574,7 +574,8 @@ def test_admin_client_describes_configs_cluster_and_groups(kb: KafkaBroker, conn
     configs = fut.result(timeout=30)
     assert configs["retention.ms"].value == "3600000" and not configs["retention.ms"].is_default
     assert configs["retention.bytes"].value == "-1" and configs["retention.bytes"].is_default
-    assert configs["cleanup.policy"].value == "delete" and configs["cleanup.policy"].is_read_only
+    assert configs["cleanup.policy"].value == "delete" and not configs["cleanup.policy"].is_read_only
+    assert configs["compression.type"].is_read_only
     [(_, fut)] = admin.describe_configs([ConfigResource(ConfigResource.Type.TOPIC, "no-such-topic")]).items()
     with pytest.raises(Exception, match="UNKNOWN_TOPIC"):
         fut.result(timeout=30)

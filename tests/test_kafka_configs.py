@@ -61,9 +61,10 @@ def test_incremental_alter_configs_sets_and_deletes_retention(kb: KafkaBroker, c
 @pytest.mark.parametrize(("name", "value", "op", "why"), [
     ("retention.ms", "soon", AlterConfigOpType.SET, "not an integer"),
     ("retention.ms", "0", AlterConfigOpType.SET, "positive limit"),
-    ("cleanup.policy", "compact", AlterConfigOpType.SET, "for every llog topic"),
+    ("cleanup.policy", "shred", AlterConfigOpType.SET, "cleanup policy must be"),
+    ("compression.type", "lz4", AlterConfigOpType.SET, "for every llog topic"),
     ("segment.bytes", "1024", AlterConfigOpType.SET, "unknown topic config"),
-    ("retention.ms", "1", AlterConfigOpType.APPEND, "list configs"),
+    ("retention.ms", "1", AlterConfigOpType.APPEND, "SET the whole value"),
 ])
 def test_what_cannot_be_altered_is_refused_and_nothing_changes(
     kb: KafkaBroker, conn: Connection, name: str, value: str, op: AlterConfigOpType, why: str,

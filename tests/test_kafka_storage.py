@@ -113,10 +113,10 @@ def test_a_batch_is_stored_as_produced_and_fetched_back_with_only_its_base_offse
     assert [r[2:] for r in _kafka_rows(got)] == [(k, v, h) for _, k, v, h in RECORDS]  # the null value kept
     # Fetching from the middle of a batch serves the whole batch (clients skip what is below).
     assert _fetch(kb, 0, 2)[1] == got
-    # Every other reader decodes it; a null value is empty there (no null values in llog records).
+    # Every other reader decodes it, the null value (a tombstone) kept.
     got_sdk = list(Reader(conn).scan("ks", 0, 1, 4))
     assert [(r.offset, r.timestamp, r.key, r.value, list(r.headers)) for r in got_sdk] == [
-        (1 + i, ts, k, v if v is not None else b"", h) for i, (ts, k, v, h) in enumerate(RECORDS)]
+        (1 + i, ts, k, v, h) for i, (ts, k, v, h) in enumerate(RECORDS)]
     status, resp = kb.http.request("POST", "/consume", {"topic_partitions": [
         {"topic": "ks", "partition": 0, "fetch_offset": 1}], "max_wait_ms": 0})
     assert status == 200
@@ -159,18 +159,20 @@ def test_kafka_batches_and_sdk_records_interleave_in_order_through_compaction(
 ) -> None:
     from dataclasses import replace
 
-    want: list[tuple[bytes | None, bytes]] = []
+    want: list[tuple[bytes | None, bytes | None]] = []
     with Connection(replace(config, compact_min_age_ms=0)) as conn, BatchingProducer(conn) as prod:
         for i in range(6):
             if i % 2:
-                recs = [(T0 + i, f"k{i}.{j}".encode(), f"kafka-{i}.{j}".encode(), []) for j in range(3)]
+                # The last record of each batch is a tombstone (a null value): it stays null.
+                recs = [(T0 + i, f"k{i}.{j}".encode(), f"kafka-{i}.{j}".encode() if j < 2 else None, [])
+                        for j in range(3)]
                 assert _produce(kb, 0, _batch(recs))[0] == 0
-                want += [(k, v or b"") for _, k, v, _ in recs]
+                want += [(k, v) for _, k, v, _ in recs]
             else:
                 prod.send_group("ks", 0, [Record(f"sdk-{i}.{j}".encode(), None, T0 + i) for j in range(2)]).result()
                 want += [(None, f"sdk-{i}.{j}".encode()) for j in range(2)]
 
-        def both() -> tuple[list[tuple[bytes | None, bytes]], list[tuple[int, bytes | None, bytes | None]]]:
+        def both() -> tuple[list[tuple[bytes | None, bytes | None]], list[tuple[int, bytes | None, bytes | None]]]:
             sdk = [(r.key, r.value) for r in Reader(conn).scan("ks", 0, 0, len(want))]
             code, got = _fetch(kb, 0, 0)
             assert code == 0

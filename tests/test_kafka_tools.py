@@ -115,7 +115,7 @@ def test_a_group_with_live_members_is_not_deleted(kb: KafkaBroker, conn: Connect
         consumer.close()
 
 
-def test_kafka_configs_alters_retention_and_refuses_compaction(kb: KafkaBroker, conn: Connection) -> None:
+def test_kafka_configs_alters_retention_and_the_cleanup_policy(kb: KafkaBroker, conn: Connection) -> None:
     b = kb.bootstrap
     java_client.tool(TOPICS, "--bootstrap-server", b, "--create", "--topic", "cfg", "--partitions", "1")
     topic = ("--bootstrap-server", b, "--entity-type", "topics", "--entity-name", "cfg")
@@ -126,10 +126,14 @@ def test_kafka_configs_alters_retention_and_refuses_compaction(kb: KafkaBroker, 
     java_client.tool(CONFIGS, *topic, "--alter", "--delete-config", "retention.ms")
     meta = conn.topic("cfg", refresh=True)
     assert (meta.retention_ms, meta.retention_bytes) == (None, 5_000_000)
-    refused = java_client.tool(CONFIGS, *topic, "--alter", "--add-config", "cleanup.policy=compact", check=False)
+    refused = java_client.tool(CONFIGS, *topic, "--alter", "--add-config", "compression.type=lz4", check=False)
     assert "InvalidConfigurationException" in refused
     every = java_client.tool(CONFIGS, *topic, "--describe", "--all")
     assert "cleanup.policy=delete" in every and "retention.bytes=5000000" in every
+    # A list value goes in brackets on kafka-configs' command line.
+    java_client.tool(CONFIGS, *topic, "--alter", "--add-config", "cleanup.policy=[compact,delete]")
+    assert conn.topic("cfg", refresh=True).cleanup_policy == "compact,delete"
+    assert "cleanup.policy=compact,delete" in java_client.tool(CONFIGS, *topic, "--describe")
 
 
 def test_kafka_transactions_describes_a_partitions_idempotent_producers(kb: KafkaBroker, conn: Connection) -> None:

@@ -51,7 +51,7 @@ class RecordIn(Struct, frozen=True, forbid_unknown_fields=True):
     ``{"base64": …}`` for a value alone (the two shapes are one struct because a JSON
     object decodes into one struct type; :mod:`llog.broker.schemas` keeps them apart)."""
 
-    value: Bytes | UnsetType = UNSET
+    value: Bytes | UnsetType | None = UNSET  # null: a tombstone
     key: Bytes | UnsetType | None = UNSET
     headers: list[Header] | UnsetType = UNSET
     base64: Annotated[str, Meta(extra_json_schema={"contentEncoding": "base64"})] | UnsetType = UNSET
@@ -186,7 +186,7 @@ class RecordOut(Struct):
     offset: int
     timestamp: int
     key: Bytes | None
-    value: Bytes
+    value: Bytes | None  # None: a tombstone
     headers: list[Header]
 
 

@@ -201,7 +201,7 @@ def _read_batches(broker: Broker, topic: str, partition: int, offset: int, hwm: 
                 # hold far more than one fetch returns.
                 left, take = limit - run.bytes - pending_bytes, 0
                 for i, v in enumerate(values):
-                    size = len(v) + (len(keys[i] or b"") if keys is not None else 0)
+                    size = len(v or b"") + (len(keys[i] or b"") if keys is not None else 0)
                     if left < size and (take or run.count or pending):
                         break
                     left -= size

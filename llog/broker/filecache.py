@@ -187,7 +187,7 @@ class FileTailCache:
             except (OSError, batch.BatchFormatError):
                 break  # pruned meanwhile, or damaged: storage has the truth
             for i, (ts, key, value, headers) in enumerate(b.rows(want - holder), start=want):
-                size = len(value) + (len(key) if key is not None else 0)
+                size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
                 if out and used + size > max_bytes:
                     return out
                 out.append(new_consumed_record(topic, partition, i, ts, key, value, headers))

@@ -188,7 +188,8 @@ def _record(r: str | RecordIn, tp_where: str, j: int) -> Record:
     key = None if r.key is None or r.key is msgspec.UNSET else _bytes(r.key, f"{where}.key")
     headers = () if r.headers is msgspec.UNSET else tuple(
         [(name, _bytes(value, f"{where}.headers[{i}][1]")) for i, (name, value) in enumerate(r.headers)])
-    return Record(_bytes(r.value, f"{where}.value"), key, headers=headers)
+    value = None if r.value is None else _bytes(r.value, f"{where}.value")
+    return Record(value, key, headers=headers)
 
 
 def _bytes(v: Bytes, where: str) -> bytes:

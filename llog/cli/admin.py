@@ -30,6 +30,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--table", choices=("iceberg",),
                    help="also keep the compacted Parquet files as an Iceberg table (implies --compacted-format "
                         "parquet; catalog: LLOG_ICEBERG_CATALOG_URI)")
+    p.add_argument("--cleanup-policy", choices=POLICIES, default="delete", help=POLICY_HELP)
     p.set_defaults(func=_create)
 
     p = tsub.add_parser("alter", help="grow a topic; change its retention, compacted format or table")
@@ -42,6 +43,7 @@ def register(subparsers: Any) -> None:
                    help="drop a partition's oldest files while what remains is at least this many bytes; "
                         "none: no limit")
     p.add_argument("--compacted-format", choices=FORMATS)
+    p.add_argument("--cleanup-policy", choices=POLICIES, help=POLICY_HELP)
     p.add_argument("--table", choices=("iceberg", "none"),
                    help="iceberg: start an Iceberg table of the compacted Parquet files; none: stop and drop it "
                         "from the catalog (the files stay, the index still names them)")
@@ -74,25 +76,30 @@ def _create(args: argparse.Namespace) -> int:
             retention_bytes=args.retention_bytes,
             compacted_format=_format(args.compacted_format),
             table=args.table,
+            cleanup_policy=args.cleanup_policy,
         )
-    print(f"topic {meta.name}: {meta.partitions} partition(s)" + (f", {meta.table} table" if meta.table else ""))
+    print(f"topic {meta.name}: {meta.partitions} partition(s)" + (f", {meta.table} table" if meta.table else "")
+          + (f", cleanup.policy {meta.cleanup_policy}" if meta.cleanup_policy else ""))
     return 0
 
 
 def _alter(args: argparse.Namespace) -> int:
     retention = args.retention_ms is not UNCHANGED or args.retention_bytes is not UNCHANGED
-    if args.compacted_format is None and args.table is None and not retention and args.partitions is None:
-        raise InvalidInput("give --partitions, --retention-ms, --retention-bytes, --compacted-format or --table")
+    if (args.compacted_format is None and args.table is None and not retention and args.partitions is None
+            and args.cleanup_policy is None):
+        raise InvalidInput("give --partitions, --retention-ms, --retention-bytes, --cleanup-policy, "
+                           "--compacted-format or --table")
     with connection_from_args(args) as conn:
         topics = Topics(conn)
         if args.partitions is not None:
             meta = topics.add_partitions(args.topic, args.partitions)
             print(f"topic {meta.name}: {meta.partitions} partitions")
-        if retention:
-            meta = topics.set_retention(args.topic, retention_ms=args.retention_ms,
-                                        retention_bytes=args.retention_bytes)
-            print(f"topic {meta.name}: retention {_limit(meta.retention_ms, 'ms')}, "
-                  f"{_limit(meta.retention_bytes, 'bytes')} per partition (from the next retention pass)")
+        if retention or args.cleanup_policy is not None:
+            meta = topics.configure(args.topic, retention_ms=args.retention_ms, retention_bytes=args.retention_bytes,
+                                    cleanup_policy=UNCHANGED if args.cleanup_policy is None else args.cleanup_policy)
+            print(f"topic {meta.name}: cleanup.policy {meta.cleanup_policy or 'delete'}, retention "
+                  f"{_limit(meta.retention_ms, 'ms')}, {_limit(meta.retention_bytes, 'bytes')} per partition"
+                  f"{'' if meta.retained else ' (not applied: no delete policy)'}")
         if args.table == "none":
             meta = topics.set_table(args.topic, None)
             with TableCatalog(conn) as tables:
@@ -116,6 +123,10 @@ def _limit(value: int | None, unit: str) -> str:
 
 #: ``--compacted-format`` choices; the first is the default (stored as no value).
 FORMATS = ("bytes-batch-v1", "parquet")
+#: ``--cleanup-policy`` choices (Kafka's ``cleanup.policy``).
+POLICIES = ("delete", "compact", "compact,delete")
+POLICY_HELP = ("Kafka's cleanup.policy: delete (retention only), compact (every record needs a key; no retention) "
+               "or compact,delete")
 
 
 def _format(choice: str) -> str | None:
@@ -173,6 +184,7 @@ def _describe(args: argparse.Namespace) -> int:
             "partitions": desc.meta.partitions,
             "retention_ms": desc.meta.retention_ms,
             "retention_bytes": desc.meta.retention_bytes,
+            "cleanup_policy": desc.meta.cleanup_policy or POLICIES[0],
             "compacted_format": desc.meta.compacted_format or FORMATS[0],
             "table": table,
             "partition_info": rows,

@@ -88,7 +88,8 @@ def _produce(args: argparse.Namespace) -> int:
             for out in writer.append_shared(groups):
                 if isinstance(out, AppendFailure):
                     raise out.error
-            progress.add(sum(map(len, pending.values())), sum(len(r.value) for recs in pending.values() for r in recs))
+            progress.add(sum(map(len, pending.values())),
+                         sum(len(r.value or b"") for recs in pending.values() for r in recs))
             pending.clear()
             buffered = 0
 
@@ -119,12 +120,14 @@ def _text(b: bytes | None) -> str | None:
 def _print(rec: ConsumedRecord, as_json: bool, key_sep: str | None, out: IO[str]) -> None:
     if not as_json:
         key = "" if key_sep is None else f"{_text(rec.key) or ''}{key_sep}"
-        out.write(f"{key}{_text(rec.value)}\n")
+        out.write(f"{key}{_text(rec.value) or ''}\n")
         return
-    try:
-        value: Any = rec.value.decode()
-    except UnicodeDecodeError:
-        value = {"base64": base64.b64encode(rec.value).decode()}
+    value: Any = None  # a tombstone
+    if rec.value is not None:
+        try:
+            value = rec.value.decode()
+        except UnicodeDecodeError:
+            value = {"base64": base64.b64encode(rec.value).decode()}
     out.write(json.dumps({
         "topic": rec.topic,
         "partition": rec.partition,
@@ -172,7 +175,7 @@ def _consume_records(args: argparse.Namespace, left: int | None, progress: Progr
             for rec in reader.scan_many(requests, max_records=left):
                 _print(rec, args.json, args.key_separator, sys.stdout)
                 offsets[rec.partition] = rec.offset + 1
-                progress.add(1, len(rec.value))
+                progress.add(1, len(rec.value or b""))
                 if left is not None:
                     left -= 1
             sys.stdout.flush()

@@ -6,7 +6,7 @@ Layout (little-endian; see protocol/README.md, "bytes-batch-v1"):
     0   magic   b"LLB1"
     4   u32     CRC-32 (zlib) of every byte from offset 8 to the end of the body
     8   u32     record count n
-    12  u32     flags: 1 = has keys, 2 = has headers
+    12  u32     flags: 1 = has keys, 2 = has headers, 4 = has null values
     16  u32     header entry count h (0 without headers)
     20  u32     length of the concatenated values
     24  u32     length of the concatenated keys (0 without keys)
@@ -14,6 +14,7 @@ Layout (little-endian; see protocol/README.md, "bytes-batch-v1"):
     32  sections, each starting on an 8-byte boundary relative to the body:
         i64[n]     timestamps (ms)
         i32[n+1]   value end offsets, Arrow binary layout (starts at 0)
+        null values: u8[ceil(n/8)] value validity bitmap (LSB first; 0 = null, a tombstone)
         keys:    u8[ceil(n/8)] key validity bitmap (LSB first), i32[n+1] key offsets
         headers: i32[n+1] per-record header list offsets, i32[h+1] header-key offsets,
                  i32[h+1] header-value offsets, header-key bytes, header-value bytes
@@ -43,6 +44,8 @@ ENCODING = "bytes-batch-v1"
 MAGIC = b"LLB1"
 FLAG_KEYS = 1
 FLAG_HEADERS = 2
+FLAG_NULL_VALUES = 4
+_FLAGS = FLAG_KEYS | FLAG_HEADERS | FLAG_NULL_VALUES
 _HEADER = struct.Struct("<4sIIIIIII")
 HEADER_SIZE = _HEADER.size  # 32
 _MAX_SECTION = 2**31 - 1  # i32 offsets
@@ -51,9 +54,10 @@ _ZEROS = bytes(8)
 _SPLIT_COPY_MAX = 64 * 1024
 
 #: ``(timestamps, keys, values, headers)`` of a run of records (:meth:`Batch.columns`).
-Columns = tuple[list[int], "list[bytes | None] | None", list[bytes], "list[Headers] | None"]
+#: A None value is a tombstone (Kafka's null value).
+Columns = tuple[list[int], "list[bytes | None] | None", "list[bytes | None]", "list[Headers] | None"]
 #: The same, as records to encode: a None timestamp is unset (gets the append time).
-RecordColumns = tuple["list[int | None]", "list[bytes | None]", list[bytes], "list[Headers] | None"]
+RecordColumns = tuple["list[int | None]", "list[bytes | None]", "list[bytes | None]", "list[Headers] | None"]
 #: Byte lengths of those values and keys (0 for a None key), for a caller that measured
 #: them already: the encoder then skips its own pass over each column.
 Lengths = tuple[list[int], list[int]]
@@ -165,16 +169,24 @@ def encode_columns(
     n = len(values)
     if n == 0:
         raise BatchFormatError("a batch holds at least one record")
-    value_blob = b"".join(values)
+    null_values = values.count(None)
+    present = cast("list[bytes]", values) if not null_values else [v for v in values if v is not None]
+    value_blob = b"".join(present)
     if len(value_blob) > _MAX_SECTION:
         raise BatchFormatError("values exceed 2 GiB in one body")
-    parts: list[bytes] = [
-        _timestamps(stamps, default_timestamp, n),
-        _offsets(lengths[0] if lengths else map(len, values), n),
-    ]
-    flags, key_blob = _append_keys(parts, keys, lengths[1] if lengths else None, n)
+    if lengths is None:
+        value_lengths: Iterable[int] = (map(len, present) if not null_values
+                                        else [0 if v is None else len(v) for v in values])
+    else:
+        value_lengths = lengths[0]
+    parts: list[bytes] = [_timestamps(stamps, default_timestamp, n), _offsets(value_lengths, n)]
+    flags = 0
+    if null_values:  # tombstones: a validity bitmap, as for keys
+        parts.append(_validity(values, n))
+        flags = FLAG_NULL_VALUES
+    key_flags, key_blob = _append_keys(parts, keys, lengths[1] if lengths else None, n)
     header_flags, header_count = _append_headers(parts, headers, n)
-    flags |= header_flags
+    flags |= key_flags | header_flags
     parts.append(value_blob)
     parts.append(key_blob)
     head = bytearray(_HEADER.pack(MAGIC, 0, n, flags, header_count, len(value_blob), len(key_blob), 0))
@@ -199,11 +211,7 @@ def _append_keys(
     if nulls == n:
         return 0, b""
     if nulls:
-        bitmap = bytearray((n + 7) // 8)
-        for i, k in enumerate(keys):
-            if k is not None:
-                bitmap[i >> 3] |= 1 << (i & 7)
-        parts.append(bytes(bitmap))
+        parts.append(_validity(keys, n))
         key_blob = b"".join([k for k in keys if k is not None])
         if key_lengths is None:
             key_lengths = [len(k) if k is not None else 0 for k in keys]
@@ -215,6 +223,15 @@ def _append_keys(
         key_blob = b"".join(present)
         parts.append(_offsets(key_lengths if key_lengths is not None else map(len, present), n))
     return FLAG_KEYS, key_blob
+
+
+def _validity(items: Sequence[bytes | None], n: int) -> bytes:
+    """Arrow's validity bitmap of ``items``: bit ``i`` set iff item ``i`` is not None."""
+    bitmap = bytearray((n + 7) // 8)
+    for i, item in enumerate(items):
+        if item is not None:
+            bitmap[i >> 3] |= 1 << (i & 7)
+    return bytes(bitmap)
 
 
 def _append_headers(parts: list[bytes], headers: Sequence[Headers] | None, n: int) -> tuple[int, int]:
@@ -267,11 +284,15 @@ class Batch:
     header_keys: memoryview | None
     header_value_offsets: memoryview | None
     header_values: memoryview | None
+    #: None when no value is null; else bit ``i`` is 0 iff record ``i`` is a tombstone.
+    value_validity: memoryview | None
 
     def __len__(self) -> int:
         return self.count
 
-    def rows(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, bytes | None, bytes, Headers]]:
+    def rows(
+        self, start: int = 0, stop: int | None = None
+    ) -> Iterator[tuple[int, bytes | None, bytes | None, Headers]]:
         """Yield ``(timestamp, key, value, headers)`` for records ``[start, stop)``."""
         ts, keys, values, headers = self.columns(start, stop)
         yield from zip(
@@ -291,16 +312,13 @@ class Batch:
         if start >= stop:
             return [], None, [], None
         ts: list[int] = self.timestamps[start:stop].tolist()
-        values: list[bytes] = _split(self.values, self.value_offsets[start : stop + 1].tolist())
+        values: list[bytes | None] = list(_split(self.values, self.value_offsets[start : stop + 1].tolist()))
+        if self.value_validity is not None:
+            _null_out(values, self.value_validity, start, stop)
         keys: list[bytes | None] | None = None
         if self.key_offsets is not None and self.keys is not None and self.key_validity is not None:
             keys = list(_split(self.keys, self.key_offsets[start : stop + 1].tolist()))
-            bits = self.key_validity
-            mask = (1 << (stop - start)) - 1
-            if (int.from_bytes(bits, "little") >> start) & mask != mask:  # some keys are null
-                for j in range(stop - start):
-                    if not bits[(start + j) >> 3] & (1 << ((start + j) & 7)):
-                        keys[j] = None
+            _null_out(keys, self.key_validity, start, stop)
         return ts, keys, values, self._headers(start, stop)
 
     def _headers(self, start: int, stop: int) -> list[Headers] | None:
@@ -335,7 +353,9 @@ class Batch:
         n = self.count
         buf = pa.py_buffer
         value = pa.Array.from_buffers(
-            pa.binary(), n, [None, buf(self.value_offsets), buf(self.values)]
+            pa.binary(), n,
+            [None if self.value_validity is None else buf(self.value_validity), buf(self.value_offsets),
+             buf(self.values)],
         )
         if self.key_offsets is not None and self.keys is not None and self.key_validity is not None:
             key = pa.Array.from_buffers(
@@ -372,6 +392,16 @@ class Batch:
         return {"timestamp": timestamp, "key": key, "value": value, "headers": headers}
 
 
+def _null_out(items: list[bytes | None], bits: memoryview, start: int, stop: int) -> None:
+    """Set ``items[j]`` (record ``start + j``) to None where the validity bit is 0."""
+    mask = (1 << (stop - start)) - 1
+    if (int.from_bytes(bits, "little") >> start) & mask == mask:  # none null: no per-record loop
+        return
+    for j in range(stop - start):
+        if not bits[(start + j) >> 3] & (1 << ((start + j) & 7)):
+            items[j] = None
+
+
 def _cast(mv: memoryview, fmt: Literal["q", "i"]) -> memoryview:
     if not _LITTLE:  # pragma: no cover - big-endian hosts
         arr = array(fmt, mv.tobytes())
@@ -395,7 +425,7 @@ def decode(body: bytes | bytearray | memoryview, *, verify: bool = True) -> Batc
         raise BatchFormatError("checksum mismatch")
     if n == 0:
         raise BatchFormatError("empty batch")
-    if flags & ~(FLAG_KEYS | FLAG_HEADERS):
+    if flags & ~_FLAGS:
         raise BatchFormatError(f"unknown flags {flags:#x}")
     pos = HEADER_SIZE
 
@@ -410,6 +440,7 @@ def decode(body: bytes | bytearray | memoryview, *, verify: bool = True) -> Batc
 
     timestamps = _cast(take(8 * n), "q")
     value_offsets = _cast(take(4 * (n + 1)), "i")
+    value_validity = take((n + 7) // 8) if flags & FLAG_NULL_VALUES else None
     key_validity = key_offsets = None
     if flags & FLAG_KEYS:
         key_validity = take((n + 7) // 8)
@@ -435,7 +466,7 @@ def decode(body: bytes | bytearray | memoryview, *, verify: bool = True) -> Batc
         if hk is not None:
             _check_utf8(hk, hko)
     return Batch(n, timestamps, value_offsets, values, key_validity, key_offsets, keys,
-                 header_offsets, hko, hk, hvo, hv)
+                 header_offsets, hko, hk, hvo, hv, value_validity)
 
 
 def _last(offsets: memoryview) -> int:

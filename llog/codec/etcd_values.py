@@ -209,6 +209,8 @@ class IndexEntry:
 COMPACTED_FORMATS = ("parquet",)
 #: Values of ``meta/topic``'s ``table`` (absent: no table); a table needs Parquet files.
 TABLE_FORMATS = ("iceberg",)
+#: A topic's ``cleanup_policy`` as stored (absent: ``delete``, retention only).
+CLEANUP_POLICIES = ("compact", "compact,delete")
 #: The ``encoding`` a COMPACTED index entry and a compaction record name for a Parquet
 #: file (absent: ``bytes-batch-v1``), so a table or a Parquet reader can find the files
 #: from the index alone.
@@ -235,6 +237,19 @@ class TopicMeta:
     compacted_format: str | None = None
     #: ``"iceberg"``: the compacted Parquet files also form an Iceberg table.
     table: str | None = None
+    #: Kafka's ``cleanup.policy``: ``None`` for ``delete`` (retention only), ``"compact"``
+    #: or ``"compact,delete"`` (records need a key; retention applies only with delete).
+    cleanup_policy: str | None = None
+
+    @property
+    def compacted(self) -> bool:
+        """Whether the topic is compacted by key (its records must have a key)."""
+        return self.cleanup_policy is not None
+
+    @property
+    def retained(self) -> bool:
+        """Whether retention applies (the policy includes ``delete``)."""
+        return self.cleanup_policy in (None, "compact,delete")
 
     def encode(self) -> bytes:
         m: dict[str, Any] = {
@@ -248,6 +263,8 @@ class TopicMeta:
             m["compacted_format"] = self.compacted_format
         if self.table is not None:
             m["table"] = self.table
+        if self.cleanup_policy is not None:
+            m["cleanup_policy"] = self.cleanup_policy
         return _pack(m)
 
     @classmethod
@@ -266,6 +283,9 @@ class TopicMeta:
             raise MetaFormatError(f"table {table!r} is not one of {TABLE_FORMATS}")
         if table is not None and fmt != "parquet":
             raise MetaFormatError(f"table {table!r} needs compacted_format 'parquet'")
+        policy = m.get("cleanup_policy")
+        if policy is not None and policy not in CLEANUP_POLICIES:
+            raise MetaFormatError(f"cleanup_policy {policy!r} is not one of {CLEANUP_POLICIES}")
         return cls(
             name=_field(m, "name", str),
             partitions=_field(m, "partitions", int),
@@ -274,6 +294,7 @@ class TopicMeta:
             retention_bytes=rb,
             compacted_format=fmt,
             table=table,
+            cleanup_policy=policy,
         )
 
 

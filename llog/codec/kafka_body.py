@@ -20,14 +20,14 @@ A Kafka Fetch serves the stored batches as they are, base offset set
 (:class:`KafkaBody`), nulls included; records stored otherwise are built into one
 batch per run (:func:`encode_batch`). Other readers (the SDK, the HTTP broker, Spark,
 the compactor) decode a body into a :class:`~llog.codec.batch.Batch` with the parser
-that checked it (:mod:`llog.codec.kafka_records`); a null value reads as an empty value
-there (llog records have no null value).
+that checked it (:mod:`llog.codec.kafka_records`), nulls kept (a null value is a
+tombstone).
 """
 
 from __future__ import annotations
 
 import struct
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -229,6 +229,28 @@ def iter_batches(data: memoryview) -> Iterator[tuple[int, memoryview]]:
         pos += length
 
 
+def _parse(framing: Iterable[tuple[int, memoryview]]) -> kafka_records.KafkaRecords:
+    """The records of batches already checked, as columns."""
+    cols = kafka_records.KafkaRecords([], [], [], [])
+    for count, raw in framing:
+        attrs = int.from_bytes(raw[21:23], "big")
+        codec = attrs & _COMPRESSION_MASK
+        area = raw[BATCH_HEADER_SIZE:]
+        base_ts, max_ts = struct.unpack_from(">qq", raw, 27)
+        try:
+            records = kafka_inflate.inflate(area, codec, _NO_CAP) if codec else bytes(area)
+            kafka_records.parse(records, count, base_timestamp=base_ts, out=cols,
+                                log_append_time=max_ts if attrs & _LOG_APPEND_TIME else None)
+        except BatchFormatError as exc:
+            raise BatchFormatError(f"Kafka batch does not decode: {exc}") from None
+    return cols
+
+
+def has_null_key(batches: KafkaBatches) -> bool:
+    """Whether a record of ``batches`` (checked by :func:`check_batches`) has no key."""
+    return None in _parse(iter_batches(memoryview(batches.data))).keys
+
+
 def decode(body: bytes | memoryview, *, verify: bool = True) -> batch.Batch:
     """The body's records as a :class:`~llog.codec.batch.Batch` (decoded with
     kafka-python and laid out as ``bytes-batch-v1`` columns, so every reader works on
@@ -263,23 +285,11 @@ class KafkaBody:
     def decoded(self) -> batch.Batch:
         """The records, decoded from the framing read at creation by the same parser
         that checked them when they were produced (:mod:`llog.codec.kafka_records`)."""
-        cols = kafka_records.KafkaRecords([], [], [], [])
-        for count, raw in self._framing:
-            attrs = int.from_bytes(raw[21:23], "big")
-            codec = attrs & _COMPRESSION_MASK
-            area = raw[BATCH_HEADER_SIZE:]
-            base_ts, max_ts = struct.unpack_from(">qq", raw, 27)
-            try:
-                records = kafka_inflate.inflate(area, codec, _NO_CAP) if codec else bytes(area)
-                kafka_records.parse(records, count, base_timestamp=base_ts, out=cols,
-                                    log_append_time=max_ts if attrs & _LOG_APPEND_TIME else None)
-            except BatchFormatError as exc:
-                raise BatchFormatError(f"Kafka batch does not decode: {exc}") from None
+        cols = _parse(self._framing)
         if len(cols.values) != self.count:
             raise BatchFormatError(f"header says {self.count} records, the batches hold {len(cols.values)}")
-        values = [b"" if v is None else v for v in cols.values]
         has_headers = cols.headers.count(()) != len(cols.headers)
-        columns = (cols.timestamps, cols.keys, values, cols.headers if has_headers else None)
+        columns = (cols.timestamps, cols.keys, cols.values, cols.headers if has_headers else None)
         return batch.decode(batch.encode_columns(columns).tobytes(), verify=False)
 
     @property
@@ -289,7 +299,9 @@ class KafkaBody:
     def columns(self, start: int = 0, stop: int | None = None) -> batch.Columns:
         return self.decoded().columns(start, stop)
 
-    def rows(self, start: int = 0, stop: int | None = None) -> Iterator[tuple[int, bytes | None, bytes, Headers]]:
+    def rows(
+        self, start: int = 0, stop: int | None = None
+    ) -> Iterator[tuple[int, bytes | None, bytes | None, Headers]]:
         return self.decoded().rows(start, stop)
 
     def to_arrow(self) -> dict[str, Any]:

@@ -6,7 +6,7 @@ is readable by any Parquet reader (DuckDB, polars, Spark, pyarrow) straight from
 object store, while llog's own readers serve its offsets from it like any body.
 
 Columns, in this order: ``partition`` int32, ``offset`` int64, ``timestamp`` int64
-(ms since the epoch), ``key`` binary (nullable), ``value`` binary, ``headers``
+(ms since the epoch), ``key`` binary (nullable), ``value`` binary (nullable: tombstones), ``headers``
 list<struct<key: string, value: binary>>; zstd, offsets and timestamps delta-packed;
 row groups of about ``ROW_GROUP_BYTES`` of values and keys. A Parquet file starts and
 ends with ``PAR1``, which is how a reader tells it from the other encodings. Decoding
@@ -104,7 +104,7 @@ def encode(cols: batch.RecordColumns, partition: int, start_offset: int) -> byte
         "headers": pa.array([[] for _ in range(n)] if headers is None else
                             [[{"key": k, "value": v} for k, v in h] for h in headers], schema().field("headers").type),
     }, schema=schema())
-    size = sum(map(len, values)) + (0 if keys is None else sum(len(k) for k in keys if k is not None))
+    size = sum(len(v) for v in values if v is not None) + sum(len(k) for k in keys or () if k is not None)
     rows = max(1, min(n, n * ROW_GROUP_BYTES // max(1, size)))
     sink = pa.BufferOutputStream()
     # Dictionaries only for the constant partition: values and stamps are mostly
@@ -253,11 +253,12 @@ def _batch(pa: Any, table: Any) -> ArrowBatch:
         return arr if arr.offset == 0 else pa.concat_arrays([arr])
 
     ts, key, value, hdr = (single(c) for c in ("timestamp", "key", "value", "headers"))
-    if value.null_count or ts.null_count:
-        raise BatchFormatError("null values or timestamps in a Parquet body")
+    if ts.null_count:
+        raise BatchFormatError("null timestamps in a Parquet body")
     timestamps = memoryview(ts.buffers()[1]).cast("B")[: 8 * n].cast("q")
     v_off = memoryview(value.buffers()[1]).cast("B")[: 4 * (n + 1)].cast("i")
     values = memoryview(value.buffers()[2] or b"").cast("B")
+    value_validity = memoryview(value.buffers()[0]).cast("B") if value.null_count else None
     key_validity = key_offsets = keys = None
     if key is not None and key.null_count < n:
         bits = key.buffers()[0]
@@ -277,4 +278,4 @@ def _batch(pa: Any, table: Any) -> ArrowBatch:
         hvo = memoryview(hvals.buffers()[1]).cast("B")[: 4 * (h + 1)].cast("i")
         hv = memoryview(hvals.buffers()[2] or b"").cast("B")
     return ArrowBatch(n, timestamps, v_off, values, key_validity, key_offsets, keys, h_off, hko, hk, hvo, hv,
-                      value, key if keys is not None else None)
+                      value_validity, value, key if keys is not None else None)

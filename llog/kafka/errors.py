@@ -21,6 +21,7 @@ from llog.errors import (
     InvalidInput,
     InvalidPartition,
     InvalidTopicName,
+    KeyRequired,
     LlogError,
     OffsetOutOfRange,
     ProducerClosed,
@@ -114,7 +115,7 @@ _CODES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Error
     ((AmbiguousCommit, BackPressure, CoordinationError, StoreError, SessionExpired), ErrorCode.REQUEST_TIMED_OUT),
     (UnsupportedCompression, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
     (UnsupportedMessageFormat, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT),
-    (InvalidRecordBatch, ErrorCode.INVALID_RECORD),
+    ((InvalidRecordBatch, KeyRequired), ErrorCode.INVALID_RECORD),
     (KafkaBatchError, ErrorCode.CORRUPT_MESSAGE),
     (InvalidInput, ErrorCode.INVALID_REQUEST),
 )

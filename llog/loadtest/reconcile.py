@@ -109,7 +109,7 @@ def _check_partition(reader: Reader, topic: str, p: int, acks: list[Ack], r: Rec
     at: dict[int, str] = {}
     where: dict[str, list[int]] = defaultdict(list)
     for rec in _readable(reader, topic, p, r):
-        rid = rec.value.split(b" ", 1)[0].decode(errors="replace")
+        rid = (rec.value or b"").split(b" ", 1)[0].decode(errors="replace")
         at[rec.offset] = rid
         where[rid].append(rec.offset)
         r.records_read += 1

@@ -23,6 +23,7 @@ from llog.partitioner import partition_for_key
 from llog.producer.accumulator import Accumulator, QueuedGroup
 from llog.producer.sender import CommitListener, Sender
 from llog.records import Headers, KafkaBatches, Record, buffered_size
+from llog.write.validation import check_keyed
 from llog.writer import AppendResult, Writer, check_records
 
 __all__ = ["BatchingProducer"]
@@ -87,7 +88,7 @@ class BatchingProducer:
         self,
         topic: str,
         partition: int | None,
-        value: bytes,
+        value: bytes | None,
         key: bytes | None = None,
         headers: Headers | None = None,
         timestamp: int | None = None,
@@ -135,6 +136,7 @@ class BatchingProducer:
         fut: Future[AppendResult] = _future()
         if isinstance(records, KafkaBatches):
             self.conn.check_partition(topic, partition)
+            check_keyed(self.conn, topic, partition, records)
             group = QueuedGroup(topic, partition, [], [(fut, None)], len(records.data), producer_id=producer_id,
                                 sequence=sequence, producer_epoch=producer_epoch, kafka=records)
         else:
@@ -184,7 +186,8 @@ class BatchingProducer:
         # Records without a timestamp keep None: the writer stamps append time when it
         # builds the blob (a new Record per record here cost a quarter of a send).
         limit = self.writer.config.max_record_bytes
-        recs, _, lengths = check_records(topic, partition, records, limit)
+        recs, cols, lengths = check_records(topic, partition, records, limit)
+        check_keyed(self.conn, topic, partition, cols[1])
         if lengths is not None:  # no headers: the lengths the check measured are the size
             return list(recs), sum(lengths[0]) + sum(lengths[1])
         return list(recs), sum(map(buffered_size, recs))

@@ -159,9 +159,7 @@ class _TaskWriter:
         stamps = _millis(rb.column("timestamp")) if cols.timestamp else [None] * n
         headers = _headers(rb.column("headers")) if cols.headers else [()] * n
         for i in range(n):
-            value = values[i]
-            if value is None:
-                raise InvalidRecord("llog sink: 'value' is null (llog records always have a value)")
+            value = values[i]  # None: a tombstone
             topic = topics[i] or self.default_topic
             if topic is None:
                 raise ConfigError("llog sink: a row has no topic; set the 'topic' option or column")
@@ -170,7 +168,7 @@ class _TaskWriter:
                 p = self._partition(topic, keys[i])
             rec = Record(value, keys[i], stamps[i], headers[i])
             self.buffer.setdefault((topic, p), []).append(rec)
-            self.buffered += len(value) + (len(keys[i] or b"")) + 32
+            self.buffered += len(value or b"") + (len(keys[i] or b"")) + 32
             if self.buffered >= self.flush_bytes:
                 self.flush()
 

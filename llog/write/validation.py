@@ -9,9 +9,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import cast
 
-from llog.codec import batch
+from llog.codec import batch, kafka_body
 from llog.connection import Connection
-from llog.errors import InvalidInput, InvalidRecord, RecordTooLarge
+from llog.errors import InvalidInput, InvalidRecord, KeyRequired, RecordTooLarge
 from llog.names import TOPIC_NAME_PATTERN, TOPIC_NAME_RE, check_partition, check_topic
 from llog.records import AppendGroup, Headers, KafkaBatches, Record
 
@@ -73,6 +73,7 @@ def _prepare(conn: Connection, g: GroupInput, now: int, records_checked: bool) -
     if isinstance(g.records, KafkaBatches):
         producer = check_producer(topic, partition, g.producer_id, g.sequence, g.producer_epoch)
         conn.check_partition(topic, partition)
+        check_keyed(conn, topic, partition, g.records)
         max_ts = g.records.max_timestamp if g.records.max_timestamp >= 0 else now
         return PreparedGroup(topic, partition, (), ([], [], [], None), None, max_ts, now, producer, g.records)
     if isinstance(g.records, (bytes, str)) or not isinstance(g.records, Sequence):
@@ -86,9 +87,19 @@ def _prepare(conn: Connection, g: GroupInput, now: int, records_checked: bool) -
         recs, cols, lengths = check_records(topic, partition, g.records, conn.config.max_record_bytes)
     producer = check_producer(topic, partition, g.producer_id, g.sequence, g.producer_epoch)
     conn.check_partition(topic, partition)
+    check_keyed(conn, topic, partition, cols[1])
     stamps = cols[0]
     max_ts = now if stamps.count(None) == len(stamps) else max([now if t is None else t for t in stamps])
     return PreparedGroup(topic, partition, recs, cols, lengths, max_ts, now, producer)
+
+
+def check_keyed(conn: Connection, topic: str, partition: int, keys: Sequence[bytes | None] | KafkaBatches) -> None:
+    """:class:`KeyRequired` if the topic is compacted and a record has no key (after
+    ``conn.check_partition``, which loaded the topic's definition)."""
+    if not conn.topic(topic).compacted:
+        return
+    if kafka_body.has_null_key(keys) if isinstance(keys, KafkaBatches) else None in keys:
+        raise KeyRequired(topic, partition)
 
 
 def check_producer(
@@ -136,8 +147,10 @@ def normalize_record(topic: str, partition: int, r: object, limit: int) -> Recor
     value, key, ts, headers = r.value, r.key, r.timestamp, r.headers
     if isinstance(value, (bytearray, memoryview)):
         value = bytes(value)
-    if not isinstance(value, bytes):
-        raise InvalidRecord(f"record value for {topic}/{partition} must be bytes, got {type(value).__name__}")
+    if value is not None and not isinstance(value, bytes):
+        raise InvalidRecord(
+            f"record value for {topic}/{partition} must be bytes or None (a tombstone), got {type(value).__name__}"
+        )
     if key is not None:
         if isinstance(key, (bytearray, memoryview)):
             key = bytes(key)
@@ -145,7 +158,7 @@ def normalize_record(topic: str, partition: int, r: object, limit: int) -> Recor
             raise InvalidRecord(f"record key for {topic}/{partition} must be bytes or None, got {type(key).__name__}")
     if ts is not None and (isinstance(ts, bool) or not isinstance(ts, int) or ts < 0 or ts >= 2**63):
         raise InvalidRecord(f"record timestamp for {topic}/{partition} must be an int >= 0 (ms), got {ts!r}")
-    size = len(value) + (len(key) if key is not None else 0)
+    size = (len(value) if value is not None else 0) + (len(key) if key is not None else 0)
     norm_headers: Headers = ()
     if headers:
         try:
@@ -198,7 +211,7 @@ def check_records(
             and [r.headers for r in recs].count(()) == n
             and (stamps.count(None) == n or _stamps_ok(stamps))
         ):
-            value_lengths = list(map(len, values))
+            value_lengths = list(map(len, cast("list[bytes]", values)))
             if _NONE in key_types:
                 key_lengths = [0 if k is None else len(k) for k in keys]
             else:

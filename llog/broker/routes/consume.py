@@ -53,7 +53,8 @@ async def consume(request: Request) -> Response:
 
 
 def _record_out(r: ConsumedRecord) -> RecordOut:
-    return RecordOut(r.offset, r.timestamp, None if r.key is None else encode_bytes(r.key), encode_bytes(r.value),
+    return RecordOut(r.offset, r.timestamp, None if r.key is None else encode_bytes(r.key),
+                     None if r.value is None else encode_bytes(r.value),
                      [(k, encode_bytes(v)) for k, v in r.headers])
 
 

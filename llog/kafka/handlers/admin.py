@@ -27,10 +27,13 @@ BROKER_RESOURCE = 4
 TOPIC_CONFIG = 1  # ConfigSource: set on the topic
 STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
-STRING, INT, LONG = 2, 3, 5  # ConfigType (v3+)
-#: The topic configs llog keeps per topic (AlterConfigs changes them; the rest are
-#: read-only), by Kafka name, and the field of llog's topic definition.
-ALTERABLE = {"retention.ms": "retention_ms", "retention.bytes": "retention_bytes"}
+STRING, INT, LONG, LIST = 2, 3, 5, 7  # ConfigType (v3+)
+#: The retention limits llog keeps per topic, by Kafka name, and the field of llog's
+#: topic definition.
+RETENTION = {"retention.ms": "retention_ms", "retention.bytes": "retention_bytes"}
+CLEANUP_POLICY = "cleanup.policy"
+#: The topic configs AlterConfigs changes; the rest are read-only.
+ALTERABLE = (*RETENTION, CLEANUP_POLICY)
 
 
 def describe_configs(ctx: Context, req: Any) -> DescribeConfigsResponse:
@@ -62,11 +65,11 @@ def describe_configs(ctx: Context, req: Any) -> DescribeConfigsResponse:
 
 def _topic_configs(ctx: Context, name: str) -> list[tuple[str, str | None, int, int]]:
     meta = ctx.broker.topic(name, create=False, refresh=True)
-    return topic_configs(ctx, meta.retention_ms, meta.retention_bytes)
+    return topic_configs(ctx, meta.retention_ms, meta.retention_bytes, meta.cleanup_policy)
 
 
-def topic_configs(ctx: Context, retention_ms: int | None,
-                  retention_bytes: int | None) -> list[tuple[str, str | None, int, int]]:
+def topic_configs(ctx: Context, retention_ms: int | None, retention_bytes: int | None,
+                  cleanup_policy: str | None) -> list[tuple[str, str | None, int, int]]:
     """A topic's configs under their Kafka names: ``(name, value, source, type)``."""
     cfg = ctx.broker.config
 
@@ -78,7 +81,7 @@ def topic_configs(ctx: Context, retention_ms: int | None,
     return [
         ("retention.ms", ms, ms_source, LONG),
         ("retention.bytes", nbytes, bytes_source, LONG),
-        ("cleanup.policy", "delete", DEFAULT_CONFIG, STRING),  # llog never compacts by key
+        (CLEANUP_POLICY, cleanup_policy or "delete", DEFAULT_CONFIG if cleanup_policy is None else TOPIC_CONFIG, LIST),
         ("compression.type", "producer", DEFAULT_CONFIG, STRING),  # batches are stored as produced
         ("message.timestamp.type", "CreateTime", DEFAULT_CONFIG, STRING),
         # Per batch, as in Kafka: LLOG_MAX_RECORD_BYTES, the SDK's per-record limit.

@@ -1,13 +1,15 @@
 """AlterConfigs and IncrementalAlterConfigs (``kafka-configs.sh --alter``, admin
-clients): a topic's ``retention.ms`` and ``retention.bytes``, the configs llog keeps
-per topic, changed through :meth:`llog.topics.Topics.set_retention`. The other topic
+clients): a topic's ``retention.ms``, ``retention.bytes`` and ``cleanup.policy``, the
+configs llog keeps per topic, changed through :meth:`llog.topics.Topics.set_retention`
+and :meth:`~llog.topics.Topics.set_cleanup_policy`. The other topic
 configs DescribeConfigs shows are llog's fixed policies, and a broker's are its
 ``LLOG_*`` settings: altering them, or a config llog does not know, is refused with
 ``INVALID_CONFIG`` (broker resources with ``INVALID_REQUEST``), and nothing changes.
 
 AlterConfigs replaces a topic's whole configuration, as in Kafka (a retention it does
 not name goes back to none); IncrementalAlterConfigs changes what it names: SET,
-DELETE (back to none), and APPEND/SUBTRACT refused (no llog topic config is a list)."""
+DELETE (back to none, or ``delete`` for the policy), and APPEND/SUBTRACT refused
+(``cleanup.policy`` is a list in Kafka, but of two words: SET it whole)."""
 
 from __future__ import annotations
 
@@ -15,12 +17,18 @@ from typing import Any
 
 from kafka.protocol.admin import AlterConfigsResponse, IncrementalAlterConfigsResponse
 
-from llog.errors import LlogError
+from llog.errors import InvalidInput, LlogError
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
-from llog.kafka.handlers.admin import ALTERABLE as RETENTION
-from llog.kafka.handlers.admin import BROKER_RESOURCE, TOPIC_RESOURCE, topic_configs
-from llog.topics import UNCHANGED, Topics
+from llog.kafka.handlers.admin import (
+    ALTERABLE,
+    BROKER_RESOURCE,
+    CLEANUP_POLICY,
+    RETENTION,
+    TOPIC_RESOURCE,
+    topic_configs,
+)
+from llog.topics import UNCHANGED, Topics, parse_cleanup_policy
 
 SET, DELETE = 0, 1  # IncrementalAlterConfigs operations (APPEND 2, SUBTRACT 3)
 
@@ -55,31 +63,45 @@ def _alter(ctx: Context, res: Any, validate_only: bool, *, incremental: bool) ->
         return ErrorCode.INVALID_REQUEST, f"resource type {res.resource_type} has no configs in llog"
     try:
         ctx.broker.topic(res.resource_name, create=False, refresh=True)  # UNKNOWN_TOPIC_OR_PARTITION first
-        # AlterConfigs replaces the whole configuration: a retention it leaves out is none.
-        changes: dict[str, int | None] = {} if incremental else dict.fromkeys(RETENTION.values())
-        fixed = {name: value for name, value, _, _ in topic_configs(ctx, None, None) if name not in RETENTION}
+        # AlterConfigs replaces the whole configuration: a setting it leaves out goes
+        # back to its default (no retention limit, cleanup.policy delete).
+        changes: dict[str, int | str | None] = {} if incremental else dict.fromkeys(
+            (*RETENTION.values(), "cleanup_policy"))
+        fixed = {name: value for name, value, _, _ in topic_configs(ctx, None, None, None) if name not in ALTERABLE}
         for c in res.configs:
             op = c.config_operation if incremental else SET
             if op not in (SET, DELETE):
                 raise ConfigRefused(ErrorCode.INVALID_CONFIG,
-                                    f"{c.name}: APPEND and SUBTRACT apply to list configs, and llog has none")
+                                    f"{c.name}: APPEND and SUBTRACT are not supported; SET the whole value")
+            value = c.value if op == SET else None
             if c.name in RETENTION:
-                changes[RETENTION[c.name]] = _limit(c.name, c.value if op == SET else None)
+                changes[RETENTION[c.name]] = _limit(c.name, value)
+            elif c.name == CLEANUP_POLICY:
+                try:
+                    changes["cleanup_policy"] = parse_cleanup_policy(value)
+                except InvalidInput as exc:
+                    raise ConfigRefused(ErrorCode.INVALID_CONFIG, f"{CLEANUP_POLICY}={value!r}: {exc}") from None
             elif c.name not in fixed:
                 raise ConfigRefused(ErrorCode.INVALID_CONFIG, f"unknown topic config {c.name!r}")
             elif op == DELETE or c.value != fixed[c.name]:
                 raise ConfigRefused(ErrorCode.INVALID_CONFIG,
-                                    f"{c.name} is {fixed[c.name]} for every llog topic (only retention.ms and "
-                                    "retention.bytes are set per topic)")
-        if not validate_only and changes:
-            Topics(ctx.broker.conn).set_retention(res.resource_name,
-                                                  retention_ms=changes.get("retention_ms", UNCHANGED),
-                                                  retention_bytes=changes.get("retention_bytes", UNCHANGED))
+                                    f"{c.name} is {fixed[c.name]} for every llog topic (only "
+                                    f"{', '.join(ALTERABLE)} are set per topic)")
+        if not validate_only:
+            _apply(Topics(ctx.broker.conn), res.resource_name, changes)
     except ConfigRefused as exc:
         return exc.code, str(exc)
     except LlogError as exc:
         return error_code(exc), str(exc)
     return ErrorCode.NONE, None
+
+
+def _apply(topics: Topics, name: str, changes: dict[str, int | str | None]) -> None:
+    if changes:  # one change of the topic's definition
+        ms, nbytes = changes.get("retention_ms", UNCHANGED), changes.get("retention_bytes", UNCHANGED)
+        policy = changes.get("cleanup_policy", UNCHANGED)
+        assert not isinstance(ms, str) and not isinstance(nbytes, str) and not isinstance(policy, int)
+        topics.configure(name, retention_ms=ms, retention_bytes=nbytes, cleanup_policy=policy)
 
 
 def _limit(name: str, value: str | None) -> int | None:

@@ -1,7 +1,8 @@
 """CreateTopics: llog topics with the partition count asked for (the replication
-factor is the object store's business: any value is accepted), ``retention.ms`` and
-``retention.bytes`` mapped onto llog's retention; ``cleanup.policy=compact`` refused,
-as llog does not compact by key. CreatePartitions: a topic grows."""
+factor is the object store's business: any value is accepted), ``retention.ms``,
+``retention.bytes`` and ``cleanup.policy`` mapped onto llog's topic definition; other
+configs are Kafka's storage tuning and accepted without effect (DescribeConfigs shows
+what llog does). CreatePartitions: a topic grows."""
 
 from __future__ import annotations
 
@@ -12,43 +13,48 @@ from kafka.protocol.admin import CreatePartitionsResponse, CreateTopicsResponse
 from llog.errors import InvalidInput, LlogError, UnknownTopic
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
-from llog.kafka.handlers.admin import ALTERABLE, topic_configs
+from llog.kafka.handlers.admin import ALTERABLE, CLEANUP_POLICY, RETENTION, topic_configs
 from llog.names import MAX_PARTITIONS
-from llog.topics import Topics
+from llog.topics import Topics, parse_cleanup_policy
 
 
 def create_topics(ctx: Context, req: Any) -> CreateTopicsResponse:
     R = CreateTopicsResponse
     out = []
     for t in req.topics:
-        retention: dict[str, int] = {}
-        code, message, partitions = _create(ctx, t, req.validate_only, retention)
+        settings: dict[str, Any] = {}
+        code, message, partitions = _create(ctx, t, req.validate_only, settings)
         # The created topic's configs (v5+): the Java admin client reads them from every
         # successful result (a null list there is a NullPointerException in the client).
         configs = [] if code != ErrorCode.NONE else [
             R.CreatableTopicResult.CreatableTopicConfigs(name=name, value=value, read_only=name not in ALTERABLE,
                                                          config_source=source, is_sensitive=False)
-            for name, value, source, _ in topic_configs(ctx, retention.get("retention_ms"),
-                                                        retention.get("retention_bytes"))]
+            for name, value, source, _ in topic_configs(ctx, settings.get("retention_ms"),
+                                                        settings.get("retention_bytes"),
+                                                        settings.get("cleanup_policy"))]
         out.append(R.CreatableTopicResult(name=t.name, error_code=code, error_message=message,
                                           num_partitions=partitions, replication_factor=1, configs=configs))
     return R[req.API_VERSION](throttle_time_ms=0, topics=out)
 
 
-def _create(ctx: Context, t: Any, validate_only: bool, retention: dict[str, int]) -> tuple[int, str | None, int]:
-    """Create (or only check) topic ``t``; the retention it asks for goes into ``retention``."""
+def _create(ctx: Context, t: Any, validate_only: bool, settings: dict[str, Any]) -> tuple[int, str | None, int]:
+    """Create (or only check) topic ``t``; the topic settings it asks for go into
+    ``settings`` (the fields of llog's topic definition)."""
     conn = ctx.broker.conn
     partitions = ctx.broker.config.default_partitions if t.num_partitions == -1 else t.num_partitions
     for c in t.configs:
-        if c.name == "cleanup.policy" and c.value not in (None, "delete"):
-            return ErrorCode.INVALID_CONFIG, f"cleanup.policy={c.value}: llog topics are not compacted by key", -1
-        if c.name in ALTERABLE and c.value is not None:
+        if c.name == CLEANUP_POLICY and c.value is not None:
+            try:
+                settings["cleanup_policy"] = parse_cleanup_policy(c.value)
+            except InvalidInput as exc:
+                return ErrorCode.INVALID_CONFIG, f"{CLEANUP_POLICY}={c.value!r}: {exc}", -1
+        elif c.name in RETENTION and c.value is not None:
             try:
                 v = int(c.value)
             except ValueError:
                 return ErrorCode.INVALID_CONFIG, f"{c.name}={c.value!r} is not an integer", -1
             if v > 0:  # -1: unlimited, llog's default
-                retention[ALTERABLE[c.name]] = v
+                settings[RETENTION[c.name]] = v
     if t.assignments:
         return ErrorCode.INVALID_REQUEST, "replica assignments do not apply: every broker serves every partition", -1
     try:
@@ -63,8 +69,7 @@ def _create(ctx: Context, t: Any, validate_only: bool, retention: dict[str, int]
     if validate_only:
         return ErrorCode.NONE, None, partitions
     try:
-        Topics(conn).create(t.name, partitions, retention_ms=retention.get("retention_ms"),
-                            retention_bytes=retention.get("retention_bytes"))
+        Topics(conn).create(t.name, partitions, **settings)
     except LlogError as exc:
         return error_code(exc), str(exc), -1
     return ErrorCode.NONE, None, partitions
