@@ -90,7 +90,8 @@ def add_compact_args(p: argparse.ArgumentParser) -> None:
 
 def run_compact(args: argparse.Namespace) -> int:
     """``llog compact TOPIC [PARTITION]``: compact until nothing is ready, holding
-    each partition's claim; a partition another compactor holds is reported busy."""
+    each partition's claim, then key-compact a compacted topic's partition once; a
+    partition another compactor holds is reported busy."""
     cfg = _config(args, compact_min_age_ms=args.min_age_ms)
     status = 0
     with Connection(cfg) as conn, Compactor(conn) as comp:
@@ -116,6 +117,10 @@ def run_compact(args: argparse.Namespace) -> int:
                         out["runs"] += 1
                         out["records"] += res.record.msg_count
                         out["index_keys_removed"] += res.index_keys_removed
+                    if meta.compacted:  # a compacted topic: then its key compaction (spec §10.2)
+                        cleaned = comp.clean_once(args.topic, p, claim=claim)
+                        out["key_compaction"] = {"outcome": cleaned.outcome, "removed": cleaned.removed,
+                                                 "groups": cleaned.groups, "clean_offset": cleaned.clean_offset}
                 out["outcome"] = "ok"
             except ClaimConflict as exc:
                 out["outcome"], out["error"] = "busy", str(exc)

@@ -30,8 +30,9 @@ import uuid
 from dataclasses import dataclass, replace
 
 from compactor.claims import Claim, claim_guard, claim_lost, process_owner
+from compactor.clean import Cleaner, CleanResult
 from compactor.metrics import CompactorMetrics, compactor_metrics
-from compactor.planner import WalRun, WalSlice, select_run
+from compactor.planner import WalRun, WalSlice, read_cursor, select_run
 from compactor.recovery import Recovered, finish_interrupted
 from compactor.revision_clock import RevisionClock
 from compactor.stages import WRITING_COMPACTED_INDEX, StageHook, StageRunner
@@ -41,7 +42,6 @@ from llog.codec.etcd_values import (
     CompactionCursor,
     CompactionRecord,
     DamagedRange,
-    MetaFormatError,
 )
 from llog.connection import Connection
 from llog.control import now_ms, read_control, settle
@@ -84,17 +84,6 @@ class CompactionResult:
     damaged: tuple[int, DamagedRange] | None = None
 
 
-def read_cursor(conn: Connection, topic: str, partition: int) -> tuple[int | None, int]:
-    """``(cursor offset or None if never written, mod_revision or 0)``."""
-    kv = conn.etcd.get(conn.keys.compaction_cursor(topic, partition))
-    if kv is None:
-        return None, 0
-    try:
-        return CompactionCursor.decode(kv.value).offset, kv.mod_revision
-    except MetaFormatError as exc:
-        raise CorruptMetadata(kv.key, str(exc)) from exc
-
-
 class Compactor:
     """Compacts partitions of one connection; thread-safe (one call per partition at a
     time is the caller's job: hold the partition's claim).
@@ -126,6 +115,7 @@ class Compactor:
         )
         self._reader = Reader(self._read_conn, settle_pending=False)
         self._sessions = Sessions(conn, "compactor")
+        self._cleaner = Cleaner(conn, self._reader, self._sessions, self.clock, self.metrics, hook)
 
     def compact_once(self, topic: str, partition: int, *, claim: Claim | None = None) -> CompactionResult:
         """Finish any interrupted compaction, then compact the run at the cursor.
@@ -138,6 +128,13 @@ class Compactor:
         result = self._compact(topic, partition, claim)
         self.metrics.runs.labels(result.outcome).inc()
         return result
+
+    def clean_once(self, topic: str, partition: int, *, claim: Claim | None = None) -> CleanResult:
+        """One key compaction pass of a compacted topic's partition (spec §10.2;
+        :mod:`compactor.clean`), under ``claim`` as :meth:`compact_once`; ``idle`` for
+        other topics and when nothing is due."""
+        self.conn.check_partition(topic, partition)
+        return self._cleaner.clean_once(topic, partition, claim=claim)
 
     def _compact(self, topic: str, partition: int, claim: Claim | None) -> CompactionResult:
         conn, m = self.conn, self.metrics

@@ -64,6 +64,17 @@ class CompactorMetrics:
         self.damaged_records = Counter(
             "llog_compactor_damaged_records", "records of the damaged ranges passed by compaction", registry=r
         )
+        self.clean_passes = Counter(
+            "llog_compactor_key_compaction_passes", "key compaction passes of compacted topics (spec §10.2), "
+            "by outcome", ["outcome"], registry=r,
+        )
+        self.clean_removed = Counter(
+            "llog_compactor_key_compaction_removed_records",
+            "records a compacted topic's key compaction removed (superseded values, expired tombstones)", registry=r,
+        )
+        self.clean_key_map = Gauge(
+            "llog_compactor_key_map_entries", "distinct keys in the last key compaction pass's map", registry=r,
+        )
         self.claim_conflicts = Counter(
             "llog_compactor_claim_conflicts", "partitions skipped because another compactor held the claim",
             registry=r,

@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llog.codec.etcd_values import WAL
+from llog.codec.etcd_values import WAL, CompactionCursor, MetaFormatError
 from llog.connection import Connection
 from llog.control import decode_index
+from llog.errors import CorruptMetadata
 
 _PAGE = 256
 
@@ -52,6 +53,17 @@ class WalRun:
         kept = self.slices[:j]
         return WalRun(self.start_offset, kept[-1].end_offset, kept[-1].start_offset, j,
                       sum(s.byte_length for s in kept), max(s.max_timestamp for s in kept), kept)
+
+
+def read_cursor(conn: Connection, topic: str, partition: int) -> tuple[int | None, int]:
+    """``(cursor offset or None if never written, mod_revision or 0)``."""
+    kv = conn.etcd.get(conn.keys.compaction_cursor(topic, partition))
+    if kv is None:
+        return None, 0
+    try:
+        return CompactionCursor.decode(kv.value).offset, kv.mod_revision
+    except MetaFormatError as exc:
+        raise CorruptMetadata(kv.key, str(exc)) from exc
 
 
 def select_run(

@@ -21,8 +21,8 @@ import logging
 from dataclasses import dataclass
 
 from compactor.claims import Claim, claim_guard, claim_lost
-from compactor.compact import read_cursor
 from compactor.metrics import compactor_metrics
+from compactor.planner import read_cursor
 from compactor.revision_clock import RevisionClock
 from llog.codec.etcd_values import CompactionCursor
 from llog.connection import Connection

@@ -48,11 +48,12 @@ from typing import Any
 from apscheduler.schedulers.background import BackgroundScheduler
 
 from compactor.claims import LeaseKeeper, process_owner, release_claim, try_claim
-from compactor.compact import COMPACTED, DAMAGED, Compactor, read_cursor
+from compactor.compact import COMPACTED, DAMAGED, Compactor
 from compactor.discovery import discover
 from compactor.etcd_history import EtcdHistoryCompactor
 from compactor.http import HttpServer
 from compactor.metrics import compactor_metrics, register_cost_estimate
+from compactor.planner import read_cursor
 from compactor.producer_expiry import ProducerExpiry
 from compactor.retention import apply_retention
 from compactor.revision_clock import RevisionClock
@@ -355,6 +356,8 @@ class CompactorService:
                 res = self.compactor.compact_once(topic, partition, claim=got)
                 if res.outcome not in (COMPACTED, DAMAGED) or self._stopping.is_set():
                     break
+            if meta.compacted and not self._stopping.is_set():
+                self.compactor.clean_once(topic, partition, claim=got)
         except (UnknownTopic, UnknownPartition) as exc:
             log.info("dropping %s/%s: %s", topic, partition, exc)
             with self._lock:

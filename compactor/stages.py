@@ -13,6 +13,10 @@ dead one stopped:
 ``UPDATING_CURSOR``
     ``meta/compaction-cursor`` = ``end_offset + 1`` and delete the record.
 
+A key compaction's record (``replaces`` set, spec §10.2) runs the same stages over
+COMPACTED entries below the cursor: the first checks ``index/{end_offset}`` still holds
+the COMPACTED entry named by ``replaces``, and the last only deletes the record.
+
 Readers stay correct throughout: before the first stage the WAL entries cover the
 range; between the first two, the COMPACTED entry overlaps WAL entries holding the
 same records (readers skip what they already returned); after, it alone covers it.
@@ -190,7 +194,9 @@ class StageRunner:
         if kv is not None:
             e = decode_index(ik, kv.value)
             same = [mod_revision_is(ik, kv.mod_revision)]
-            if e.kind == WAL and rec.end_offset - e.msg_count + 1 == rec.last_wal_start_offset:
+            replaced = (e.kind == WAL if rec.replaces is None
+                        else e.kind == COMPACTED and e.data_key == rec.replaces)
+            if replaced and rec.end_offset - e.msg_count + 1 == rec.last_wal_start_offset:
                 ops = [Put(ik, compacted_entry(rec).encode()), Put(self.record_key, nxt.encode())]
                 return _Step(self._txn(rev, same, ops), nxt, point)
             if e.kind == COMPACTED and e.data_key == rec.data_key:
@@ -198,8 +204,9 @@ class StageRunner:
         # The entry the record was verified against is gone: leave the index as it is
         # and drop the record; the compacted blob becomes garbage for vacuum.
         log.warning(
-            "compaction of %s/%s [%d, %d] abandoned: %s no longer holds the WAL entry from %d",
-            self.topic, self.partition, rec.start_offset, rec.end_offset, ik, rec.last_wal_start_offset,
+            "compaction of %s/%s [%d, %d] abandoned: %s no longer holds the %s entry from %d",
+            self.topic, self.partition, rec.start_offset, rec.end_offset, ik,
+            "WAL" if rec.replaces is None else "compacted", rec.last_wal_start_offset,
         )
         unchanged = mod_revision_is(ik, kv.mod_revision if kv is not None else 0)
         return _Step(self._txn(rev, [unchanged], [Delete(self.record_key)]), None, "abandoned")
@@ -216,8 +223,7 @@ class StageRunner:
         return _Step(self._txn(rev, [], ops), nxt, f"after_{DELETING_OLD}")
 
     def _update_cursor(self, rec: CompactionRecord, rev: int) -> _Step:
-        ops: list[Op] = [
-            Put(self.cursor_key, CompactionCursor(rec.end_offset + 1).encode()),
-            Delete(self.record_key),
-        ]
+        ops: list[Op] = [Delete(self.record_key)]
+        if rec.replaces is None:  # a key compaction rewrites below the cursor: it stays
+            ops.insert(0, Put(self.cursor_key, CompactionCursor(rec.end_offset + 1).encode()))
         return _Step(self._txn(rev, [], ops), None, f"after_{UPDATING_CURSOR}")

@@ -188,6 +188,13 @@ class LlogConfig:
     #: WAL entries whose index key was written less than this long ago are left
     #: alone, judged by etcd revision on the compactor's clock (compactor/revision_clock.py).
     compact_min_age_ms: int = 120_000
+    #: Key compaction of a compacted topic (spec §10.2) remembers at most this many
+    #: distinct keys per pass (about 120 bytes each); a pass cleans up to where its map
+    #: filled, the next one goes on from there (Kafka's dedupe buffer).
+    compact_key_map_entries: int = 250_000
+    #: A compacted topic's partition is key-compacted once the records not cleaned yet
+    #: are at least this share of its compacted bytes (Kafka's min.cleanable.dirty.ratio).
+    compact_min_dirty_ratio: float = 0.5
     #: Compaction tasks the service runs at once.
     compactor_workers: int = 4
     #: TTL of the lease behind the service's ``meta/compactor-claim`` keys.
@@ -270,7 +277,7 @@ class LlogConfig:
                      "read_max_fetch_bytes", "read_prefetch", "read_max_inflight", "read_inflight_bytes",
                      "read_cache_chunk_bytes", "batch_max_bytes",
                      "batch_max_buffered_bytes", "batch_max_inflight", "batch_max_inflight_puts",
-                     "default_partitions", "compact_target_bytes",
+                     "default_partitions", "compact_target_bytes", "compact_key_map_entries",
                      "compact_max_records", "compact_read_prefetch", "compactor_workers",
                      "compactor_claim_ttl_s", "compactor_pass_interval_s", "compactor_discovery_interval_s",
                      "compactor_max_runs_per_task", "session_ttl_s", "session_rotate_s",
@@ -303,6 +310,8 @@ class LlogConfig:
                               f"least max_record_bytes ({self.max_record_bytes})")
         if not 0 <= self.put_hedge_quantile < 1:
             raise ConfigError(f"put_hedge_quantile must be in [0, 1), got {self.put_hedge_quantile!r}")
+        if not 0.0 <= self.compact_min_dirty_ratio <= 1.0:
+            raise ConfigError(f"compact_min_dirty_ratio must be in [0, 1], got {self.compact_min_dirty_ratio}")
         if self.compact_target_bytes > 1024**3:
             raise ConfigError("compact_target_bytes must be <= 1 GiB (one compacted body)")
 

@@ -41,6 +41,9 @@ class KeyLayout:
     def compaction_cursor(self, topic: str, partition: int) -> str:
         return f"{self.partition_prefix(topic, partition)}meta/compaction-cursor"
 
+    def clean_cursor(self, topic: str, partition: int) -> str:
+        return f"{self.partition_prefix(topic, partition)}meta/clean-cursor"
+
     def compaction(self, topic: str, partition: int) -> str:
         return f"{self.partition_prefix(topic, partition)}meta/compaction"
 

@@ -70,7 +70,8 @@ class Reader:
         return to_records(self._batches(topic, partition, start, end), self.conn.metrics.read_records)
 
     def scan_many(
-        self, requests: Sequence[ScanRequest], *, max_records: int | None = None
+        self, requests: Sequence[ScanRequest], *, max_records: int | None = None,
+        progress: dict[tuple[str, int], int] | None = None,
     ) -> Iterator[ConsumedRecord]:
         """:meth:`scan` of each ``(topic, partition, start, end)`` in turn, at most
         ``max_records`` in all: each partition's scan ends where the records left in
@@ -84,19 +85,25 @@ class Reader:
         :class:`OffsetOutOfRange` is raised when its turn comes. The records yielded
         before an error are valid and complete up to it: a caller that stops at the
         error keeps them (:meth:`llog.groups.Consumer.poll` returns them and raises the
-        error on its next poll)."""
+        error on its next poll).
+
+        ``progress``, if given, receives for each partition scanned the offset its scan
+        got to: past its last record, and past offsets a key-compacted topic no longer
+        holds (spec §10.2), so a consumer whose budget fell in such a gap moves on."""
         reqs = [(*self._resolver.check(t, p, s), e) for t, p, s, e in requests]
         if max_records is not None and (isinstance(max_records, bool) or not isinstance(max_records, int)
                                         or max_records < 0):
             raise InvalidInput(f"max_records must be an int >= 0, got {max_records!r}")
-        return to_records(self._scan_many(reqs, max_records), self.conn.metrics.read_records)
+        return to_records(self._scan_many(reqs, max_records, progress), self.conn.metrics.read_records)
 
     def scan_batches(
         self, topic: str, partition: int, start: int = 0, end: int | None = None
     ) -> Iterator[tuple[int, batch.Batch, int, int]]:
         """Decoded bodies for the scan: ``(first_offset, batch, lo, hi)`` where records
-        ``[lo, hi)`` of the scan are rows ``[lo - first_offset, hi - first_offset)`` of
-        ``batch``. For columnar consumers (Spark) that skip per-record objects."""
+        ``[lo, hi)`` of the scan are the rows ``batch.span(lo - first_offset, hi -
+        first_offset)`` of ``batch``, at ``batch.offsets(...)`` (consecutive unless the
+        body is key-compacted). For columnar consumers (Spark) that skip per-record
+        objects."""
         for _, b, first, lo, hi in self._batches(topic, partition, start, end):
             assert isinstance(b, batch.Batch)
             yield first, b, lo, hi
@@ -140,8 +147,17 @@ class Reader:
         if sc is not None:
             yield from self._stream([sc], lazy_kafka=lazy_kafka)
 
-    def _scan_many(self, reqs: list[ScanRequest], max_records: int | None) -> Iterator[ScanBatch]:
-        yield from self._stream(self._resolver.plan_many(reqs, max_records))
+    def _scan_many(
+        self, reqs: list[ScanRequest], max_records: int | None, progress: dict[tuple[str, int], int] | None
+    ) -> Iterator[ScanBatch]:
+        scans = self._resolver.plan_many(reqs, max_records)
+        try:
+            yield from self._stream(scans)
+        finally:
+            if progress is not None:
+                for sc in scans:
+                    if sc.done > sc.start:
+                        progress[(sc.topic, sc.partition)] = sc.done
 
     def _stream(self, scans: list[PartitionScan], *, lazy_kafka: bool = False) -> Iterator[ScanBatch]:
         pipeline = FetchPipeline(scans, self._get, self._pool, self.conn, self._ahead, self.config.read_inflight_bytes)

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import Enum
+from typing import Any
 
 from llog.codec.etcd_values import (
     CLEANUP_POLICIES,
@@ -94,6 +95,20 @@ def _check_partitions(partitions: object) -> None:
         raise InvalidInput(f"partitions must be an int in [1, {MAX_PARTITIONS}], got {partitions!r}")
 
 
+def _check_durations(**durations: object) -> None:
+    """Key compaction durations: ints >= 0 (ms), ``None`` (the default) or :data:`UNCHANGED`."""
+    for label, v in durations.items():
+        if v is not None and v is not UNCHANGED and (isinstance(v, bool) or not isinstance(v, int) or v < 0):
+            raise InvalidInput(f"{label} must be an int >= 0 (ms) or None, got {v!r}")
+
+
+def _check_compaction(meta: TopicMeta) -> None:
+    if meta.compacted and meta.compacted_format is not None:
+        raise InvalidInput(f"topic {meta.name!r}: a compacted topic (cleanup.policy {meta.cleanup_policy}) is "
+                           f"key-compacted into bytes-batch-v1 bodies; compacted_format {meta.compacted_format!r} "
+                           "and tables are not supported for it yet")
+
+
 def _check_limits(**limits: object) -> None:
     """Retention limits: positive ints, ``None`` (no limit) or :data:`UNCHANGED`."""
     for label, v in limits.items():
@@ -117,13 +132,17 @@ class Topics:
         compacted_format: str | None = None,
         table: str | None = None,
         cleanup_policy: str | None = None,
+        min_compaction_lag_ms: int | None = None,
+        delete_retention_ms: int | None = None,
     ) -> TopicMeta:
         """Create a topic. Idempotent: creating an existing topic with the same
         partition count returns it; a different count raises :class:`TopicConflict`.
         ``cleanup_policy`` is Kafka's: ``"delete"`` (the default: retention only),
         ``"compact"`` or ``"compact,delete"``; a compacted topic refuses records
         without a key (:class:`~llog.errors.KeyRequired`), and retention applies to it
-        only with ``delete``.
+        only with ``delete``. The compactor keeps the latest record of each key (spec
+        §10.2), every record newer than ``min_compaction_lag_ms`` (default 0), and a
+        tombstone for ``delete_retention_ms`` (default a day) after it passed it.
         ``compacted_format="parquet"``: the compactor writes compacted ranges as
         Parquet files (spec §7.6) instead of ``bytes-batch-v1`` bodies.
         ``table="iceberg"`` (implies Parquet): those files also form an Iceberg table
@@ -135,7 +154,10 @@ class Topics:
             compacted_format = "parquet"
         _check_format(compacted_format, table)
         policy = parse_cleanup_policy(cleanup_policy)
-        meta = TopicMeta(name, partitions, now_ms(), retention_ms, retention_bytes, compacted_format, table, policy)
+        _check_durations(min_compaction_lag_ms=min_compaction_lag_ms, delete_retention_ms=delete_retention_ms)
+        meta = TopicMeta(name, partitions, now_ms(), retention_ms, retention_bytes, compacted_format, table, policy,
+                         min_compaction_lag_ms, delete_retention_ms)
+        _check_compaction(meta)
         key = self.conn.keys.topic_meta(name)
         r = self.conn.etcd.txn([absent(key)], [Put(key, meta.encode())], [Get(key)])
         if r.succeeded:
@@ -198,18 +220,19 @@ class Topics:
     def configure(
         self, name: str, *, retention_ms: int | Unchanged | None = UNCHANGED,
         retention_bytes: int | Unchanged | None = UNCHANGED, cleanup_policy: str | Unchanged | None = UNCHANGED,
+        min_compaction_lag_ms: int | Unchanged | None = UNCHANGED,
+        delete_retention_ms: int | Unchanged | None = UNCHANGED,
     ) -> TopicMeta:
-        """Change several of a topic's settings in one step (what is left out stays):
-        :meth:`set_retention` and :meth:`set_cleanup_policy` at once."""
+        """Change several of a topic's settings in one step (what is left out stays;
+        ``None`` is the default): :meth:`set_retention`, :meth:`set_cleanup_policy` and
+        the key compaction settings of :meth:`create` at once."""
         _check_limits(retention_ms=retention_ms, retention_bytes=retention_bytes)
+        _check_durations(min_compaction_lag_ms=min_compaction_lag_ms, delete_retention_ms=delete_retention_ms)
         policy = cleanup_policy if isinstance(cleanup_policy, Unchanged) else parse_cleanup_policy(cleanup_policy)
-
-        def change(m: TopicMeta) -> TopicMeta:
-            return replace(m, retention_ms=m.retention_ms if isinstance(retention_ms, Unchanged) else retention_ms,
-                           retention_bytes=m.retention_bytes if isinstance(retention_bytes, Unchanged)
-                           else retention_bytes,
-                           cleanup_policy=m.cleanup_policy if isinstance(policy, Unchanged) else policy)
-        return self._alter(name, change)
+        given = {"retention_ms": retention_ms, "retention_bytes": retention_bytes, "cleanup_policy": policy,
+                 "min_compaction_lag_ms": min_compaction_lag_ms, "delete_retention_ms": delete_retention_ms}
+        changes: dict[str, Any] = {k: v for k, v in given.items() if not isinstance(v, Unchanged)}
+        return self._alter(name, lambda m: replace(m, **changes))
 
     def _alter(self, name: str, change: Callable[[TopicMeta], TopicMeta]) -> TopicMeta:
         """A CAS on ``meta/topic``, retried on a concurrent change."""
@@ -225,6 +248,7 @@ class Topics:
                 raise CorruptMetadata(key, str(exc)) from exc
             meta = change(meta)
             _check_format(meta.compacted_format, meta.table)
+            _check_compaction(meta)
             if self.conn.etcd.txn([mod_revision_is(key, kv.mod_revision)], [Put(key, meta.encode())], []).succeeded:
                 self.conn.topic(name, refresh=True)
                 return meta

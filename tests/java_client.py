@@ -1,7 +1,8 @@
-"""The Kafka Java client and Kafka's command-line tools for the suite:
-``kafka-clients`` and ``kafka-tools`` from Maven Central, fetched with Maven into
-``.cache/java`` of this checkout (once; ``make test`` installs Maven and a JDK from
-Debian when missing), and ``tests/java/JavaClient.java`` compiled beside them."""
+"""The Kafka Java client, Kafka's command-line tools, Kafka Streams and Kafka Connect
+for the suite: ``kafka-clients``, ``kafka-tools``, ``kafka-streams``, ``connect-runtime``
+and ``connect-file`` from Maven Central, fetched with Maven into ``.cache/java`` of this
+checkout (once; ``make test`` installs Maven and a JDK from Debian when missing), and
+``tests/java/*.java`` compiled beside them."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -32,7 +34,8 @@ def classpath() -> str:
               "dependency:copy-dependencies", f"-DoutputDirectory={lib}"], "fetching kafka-clients with Maven")
         stamp.write_bytes(pom.read_bytes())
     shutil.rmtree(classes, ignore_errors=True)
-    _run(["javac", "-d", str(classes), "-cp", f"{lib}/*", str(SOURCES / "JavaClient.java")], "compiling JavaClient")
+    _run(["javac", "-d", str(classes), "-cp", f"{lib}/*", *map(str, sorted(SOURCES.glob("*.java")))],
+         "compiling JavaClient and StreamsWordCount")
     return os.pathsep.join((str(classes), f"{lib}/*"))
 
 
@@ -41,10 +44,13 @@ def run(*args: str, timeout: float = 120.0) -> list[str]:
     return tool("JavaClient", *args, timeout=timeout).splitlines()
 
 
-def start(*args: str) -> subprocess.Popen[str]:
-    """``JavaClient args...`` in the background, its stdout a pipe of lines."""
-    return subprocess.Popen(["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath(), "JavaClient",
-                             *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+def start(*args: str, main_class: str = "JavaClient", **popen: Any) -> subprocess.Popen[str]:
+    """``main_class args...`` (``JavaClient``, ``StreamsWordCount``, Connect's
+    ``org.apache.kafka.connect.cli.ConnectDistributed``) in the background, its stdout a
+    pipe of lines."""
+    options: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **popen}
+    return subprocess.Popen(["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath(), main_class,
+                             *args], text=True, **options)
 
 
 def tool(main_class: str, *args: str, stdin: str | None = None, timeout: float = 120.0, check: bool = True) -> str:

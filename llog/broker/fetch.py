@@ -195,7 +195,8 @@ def _read_batches(broker: Broker, topic: str, partition: int, offset: int, hwm: 
                 pending, pending_bytes = [], 0
                 run.add_body(first, body, lo, hi)
             else:
-                cols = body.columns(lo - first, hi - first)
+                start, stop = body.span(lo - first, hi - first)
+                cols = body.columns(start, stop)
                 keys, values = cols[1], cols[2]
                 # Up to the budget (at least one record in all): a compacted body can
                 # hold far more than one fetch returns.
@@ -206,7 +207,7 @@ def _read_batches(broker: Broker, topic: str, partition: int, offset: int, hwm: 
                         break
                     left -= size
                     take += 1
-                pending.extend(islice(records_of(topic, partition, lo, cols), take))
+                pending.extend(islice(records_of(topic, partition, body.offsets(first, start, stop), cols), take))
                 pending_bytes = limit - run.bytes - left
                 if take < len(values):
                     break

@@ -12,6 +12,7 @@ storage.
 from __future__ import annotations
 
 import bisect
+import itertools
 import threading
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -53,7 +54,7 @@ def _segment(topic: str, partition: int, start: int, body: Body) -> _Segment:
     """A segment of a stored body: Kafka batches kept as they are; other records built
     at once (this runs off the event loop, where the reads that follow would pay)."""
     def build() -> tuple[ConsumedRecord, ...]:
-        return tuple(records_of(topic, partition, start, body.columns()))
+        return tuple(records_of(topic, partition, itertools.count(start), body.columns()))
 
     if isinstance(body, KafkaBody):
         return _Segment(start, len(body), body.nbytes, build, body)

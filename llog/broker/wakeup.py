@@ -203,6 +203,9 @@ class PartitionTails:
         or after ``timeout`` seconds."""
         if self._stopping or self.versions(tps) != seen or timeout <= 0:
             return
+        if not tps:  # a fetch of no partition (a Kafka client's with all of its paused) waits it out
+            await asyncio.sleep(timeout)
+            return
         events = {self._events.setdefault(tp, asyncio.Event()) for tp in tps}
         waiters = [asyncio.ensure_future(e.wait()) for e in events]
         try:

@@ -31,6 +31,8 @@ def register(subparsers: Any) -> None:
                    help="also keep the compacted Parquet files as an Iceberg table (implies --compacted-format "
                         "parquet; catalog: LLOG_ICEBERG_CATALOG_URI)")
     p.add_argument("--cleanup-policy", choices=POLICIES, default="delete", help=POLICY_HELP)
+    p.add_argument("--min-compaction-lag-ms", type=values.non_negative_int, help=LAG_HELP)
+    p.add_argument("--delete-retention-ms", type=values.non_negative_int, help=TOMBSTONE_HELP)
     p.set_defaults(func=_create)
 
     p = tsub.add_parser("alter", help="grow a topic; change its retention, compacted format or table")
@@ -44,6 +46,8 @@ def register(subparsers: Any) -> None:
                         "none: no limit")
     p.add_argument("--compacted-format", choices=FORMATS)
     p.add_argument("--cleanup-policy", choices=POLICIES, help=POLICY_HELP)
+    p.add_argument("--min-compaction-lag-ms", type=values.non_negative_int, default=UNCHANGED, help=LAG_HELP)
+    p.add_argument("--delete-retention-ms", type=values.non_negative_int, default=UNCHANGED, help=TOMBSTONE_HELP)
     p.add_argument("--table", choices=("iceberg", "none"),
                    help="iceberg: start an Iceberg table of the compacted Parquet files; none: stop and drop it "
                         "from the catalog (the files stay, the index still names them)")
@@ -77,6 +81,8 @@ def _create(args: argparse.Namespace) -> int:
             compacted_format=_format(args.compacted_format),
             table=args.table,
             cleanup_policy=args.cleanup_policy,
+            min_compaction_lag_ms=args.min_compaction_lag_ms,
+            delete_retention_ms=args.delete_retention_ms,
         )
     print(f"topic {meta.name}: {meta.partitions} partition(s)" + (f", {meta.table} table" if meta.table else "")
           + (f", cleanup.policy {meta.cleanup_policy}" if meta.cleanup_policy else ""))
@@ -84,22 +90,25 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _alter(args: argparse.Namespace) -> int:
-    retention = args.retention_ms is not UNCHANGED or args.retention_bytes is not UNCHANGED
-    if (args.compacted_format is None and args.table is None and not retention and args.partitions is None
-            and args.cleanup_policy is None):
+    settings = {name: getattr(args, name) for name in ("retention_ms", "retention_bytes", "min_compaction_lag_ms",
+                                                       "delete_retention_ms") if getattr(args, name) is not UNCHANGED}
+    if args.cleanup_policy is not None:
+        settings["cleanup_policy"] = args.cleanup_policy
+    if args.compacted_format is None and args.table is None and not settings and args.partitions is None:
         raise InvalidInput("give --partitions, --retention-ms, --retention-bytes, --cleanup-policy, "
-                           "--compacted-format or --table")
+                           "--min-compaction-lag-ms, --delete-retention-ms, --compacted-format or --table")
     with connection_from_args(args) as conn:
         topics = Topics(conn)
         if args.partitions is not None:
             meta = topics.add_partitions(args.topic, args.partitions)
             print(f"topic {meta.name}: {meta.partitions} partitions")
-        if retention or args.cleanup_policy is not None:
-            meta = topics.configure(args.topic, retention_ms=args.retention_ms, retention_bytes=args.retention_bytes,
-                                    cleanup_policy=UNCHANGED if args.cleanup_policy is None else args.cleanup_policy)
+        if settings:
+            meta = topics.configure(args.topic, **settings)
             print(f"topic {meta.name}: cleanup.policy {meta.cleanup_policy or 'delete'}, retention "
                   f"{_limit(meta.retention_ms, 'ms')}, {_limit(meta.retention_bytes, 'bytes')} per partition"
-                  f"{'' if meta.retained else ' (not applied: no delete policy)'}")
+                  f"{'' if meta.retained else ' (not applied: no delete policy)'}"
+                  + (f"; min.compaction.lag.ms {meta.compaction_lag_ms}, delete.retention.ms "
+                     f"{meta.tombstone_retention_ms}" if meta.compacted else ""))
         if args.table == "none":
             meta = topics.set_table(args.topic, None)
             with TableCatalog(conn) as tables:
@@ -125,8 +134,11 @@ def _limit(value: int | None, unit: str) -> str:
 FORMATS = ("bytes-batch-v1", "parquet")
 #: ``--cleanup-policy`` choices (Kafka's ``cleanup.policy``).
 POLICIES = ("delete", "compact", "compact,delete")
-POLICY_HELP = ("Kafka's cleanup.policy: delete (retention only), compact (every record needs a key; no retention) "
-               "or compact,delete")
+POLICY_HELP = ("Kafka's cleanup.policy: delete (retention only), compact (every record needs a key; the compactor "
+               "keeps the latest record per key; no retention) or compact,delete")
+LAG_HELP = "a compacted topic's records this new (ms) are never removed (Kafka's min.compaction.lag.ms; default 0)"
+TOMBSTONE_HELP = ("how long (ms) a compacted topic keeps a tombstone once compaction passed it (Kafka's "
+                  "delete.retention.ms; default 86400000)")
 
 
 def _format(choice: str) -> str | None:
@@ -185,6 +197,8 @@ def _describe(args: argparse.Namespace) -> int:
             "retention_ms": desc.meta.retention_ms,
             "retention_bytes": desc.meta.retention_bytes,
             "cleanup_policy": desc.meta.cleanup_policy or POLICIES[0],
+            "min_compaction_lag_ms": desc.meta.compaction_lag_ms,
+            "delete_retention_ms": desc.meta.tombstone_retention_ms,
             "compacted_format": desc.meta.compacted_format or FORMATS[0],
             "table": table,
             "partition_info": rows,

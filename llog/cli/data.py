@@ -172,12 +172,15 @@ def _consume_records(args: argparse.Namespace, left: int | None, progress: Progr
         offsets = {p: start.resolve(reader, args.topic, p) for p in parts}
         while True:
             requests = [(args.topic, p, off, None) for p, off in offsets.items()]
-            for rec in reader.scan_many(requests, max_records=left):
+            reached: dict[tuple[str, int], int] = {}
+            for rec in reader.scan_many(requests, max_records=left, progress=reached):
                 _print(rec, args.json, args.key_separator, sys.stdout)
                 offsets[rec.partition] = rec.offset + 1
                 progress.add(1, len(rec.value or b""))
                 if left is not None:
                     left -= 1
+            for (_, p), done in reached.items():  # past a compacted topic's gaps too
+                offsets[p] = max(offsets[p], done)
             sys.stdout.flush()
             if not args.follow or left == 0:
                 break

@@ -1,18 +1,22 @@
 """``bytes-batch-v1``: one partition's records, laid out column-wise.
 
-A body never contains offsets (a blob is uploaded before its offsets are known).
+A WAL body never contains offsets (a blob is uploaded before its offsets are known);
+only a key-compacted body (spec §10.2) carries offset deltas, for the gaps its removed
+records left.
 Layout (little-endian; see protocol/README.md, "bytes-batch-v1"):
 
     0   magic   b"LLB1"
     4   u32     CRC-32 (zlib) of every byte from offset 8 to the end of the body
     8   u32     record count n
-    12  u32     flags: 1 = has keys, 2 = has headers, 4 = has null values
+    12  u32     flags: 1 = has keys, 2 = has headers, 4 = has null values, 8 = has offsets
     16  u32     header entry count h (0 without headers)
     20  u32     length of the concatenated values
     24  u32     length of the concatenated keys (0 without keys)
     28  u32     reserved, 0
     32  sections, each starting on an 8-byte boundary relative to the body:
         i64[n]     timestamps (ms)
+        offsets: i32[n] offset deltas from the entry's first offset, strictly rising (a
+                 key-compacted body: records removed leave gaps)
         i32[n+1]   value end offsets, Arrow binary layout (starts at 0)
         null values: u8[ceil(n/8)] value validity bitmap (LSB first; 0 = null, a tombstone)
         keys:    u8[ceil(n/8)] key validity bitmap (LSB first), i32[n+1] key offsets
@@ -29,6 +33,7 @@ from __future__ import annotations
 import struct
 import sys
 from array import array
+from bisect import bisect_left
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from itertools import accumulate, pairwise, repeat
@@ -45,7 +50,8 @@ MAGIC = b"LLB1"
 FLAG_KEYS = 1
 FLAG_HEADERS = 2
 FLAG_NULL_VALUES = 4
-_FLAGS = FLAG_KEYS | FLAG_HEADERS | FLAG_NULL_VALUES
+FLAG_OFFSETS = 8
+_FLAGS = FLAG_KEYS | FLAG_HEADERS | FLAG_NULL_VALUES | FLAG_OFFSETS
 _HEADER = struct.Struct("<4sIIIIIII")
 HEADER_SIZE = _HEADER.size  # 32
 _MAX_SECTION = 2**31 - 1  # i32 offsets
@@ -160,11 +166,13 @@ def columns_of(records: Sequence[Record]) -> RecordColumns:
 
 
 def encode_columns(
-    cols: RecordColumns, default_timestamp: int = 0, lengths: Lengths | None = None
+    cols: RecordColumns, default_timestamp: int = 0, lengths: Lengths | None = None,
+    deltas: Sequence[int] | None = None,
 ) -> EncodedBody:
     """Encode records given as columns (:func:`columns_of`); a record whose timestamp is
     None gets ``default_timestamp`` (the writer's append time). ``lengths``, when given,
-    must be the columns' own (:data:`Lengths`)."""
+    must be the columns' own (:data:`Lengths`). ``deltas``: each record's offset less
+    the entry's first offset, strictly rising (a key-compacted body, spec §10.2)."""
     stamps, keys, values, headers = cols
     n = len(values)
     if n == 0:
@@ -179,11 +187,17 @@ def encode_columns(
                                         else [0 if v is None else len(v) for v in values])
     else:
         value_lengths = lengths[0]
-    parts: list[bytes] = [_timestamps(stamps, default_timestamp, n), _offsets(value_lengths, n)]
+    parts: list[bytes] = [_timestamps(stamps, default_timestamp, n)]
     flags = 0
+    if deltas is not None:
+        if len(deltas) != n or deltas[0] < 0 or any(b <= a for a, b in pairwise(deltas)) or deltas[-1] >= 2**31:
+            raise BatchFormatError("offset deltas must rise strictly from >= 0, one per record")
+        parts.append(_le(array("i", deltas)))
+        flags = FLAG_OFFSETS
+    parts.append(_offsets(value_lengths, n))
     if null_values:  # tombstones: a validity bitmap, as for keys
         parts.append(_validity(values, n))
-        flags = FLAG_NULL_VALUES
+        flags |= FLAG_NULL_VALUES
     key_flags, key_blob = _append_keys(parts, keys, lengths[1] if lengths else None, n)
     header_flags, header_count = _append_headers(parts, headers, n)
     flags |= key_flags | header_flags
@@ -286,9 +300,32 @@ class Batch:
     header_values: memoryview | None
     #: None when no value is null; else bit ``i`` is 0 iff record ``i`` is a tombstone.
     value_validity: memoryview | None
+    #: None for a dense body (record ``i`` at the entry's first offset + ``i``); else
+    #: format 'i', record ``i``'s offset less the entry's first offset (spec §10.2).
+    deltas: memoryview | None
 
     def __len__(self) -> int:
         return self.count
+
+    @property
+    def extent(self) -> int:
+        """Offsets the body's records span from the entry's first: its record count,
+        or for a key-compacted body its last delta + 1 (at most the entry's count)."""
+        return self.count if self.deltas is None else int(self.deltas[self.count - 1]) + 1
+
+    def span(self, lo: int, hi: int) -> tuple[int, int]:
+        """Rows ``[start, stop)``: the records whose offset less the entry's first is in
+        ``[lo, hi)``."""
+        if self.deltas is None:
+            start = min(max(lo, 0), self.count)
+            return start, max(start, min(hi, self.count))
+        return bisect_left(self.deltas, lo), bisect_left(self.deltas, hi)
+
+    def offsets(self, first: int, start: int, stop: int) -> Iterable[int]:
+        """The offsets of rows ``[start, stop)``, the entry's first at ``first``."""
+        if self.deltas is None:
+            return range(first + start, first + stop)
+        return [first + d for d in self.deltas[start:stop].tolist()]
 
     def rows(
         self, start: int = 0, stop: int | None = None
@@ -439,6 +476,7 @@ def decode(body: bytes | bytearray | memoryview, *, verify: bool = True) -> Batc
         return out
 
     timestamps = _cast(take(8 * n), "q")
+    deltas = _cast(take(4 * n), "i") if flags & FLAG_OFFSETS else None
     value_offsets = _cast(take(4 * (n + 1)), "i")
     value_validity = take((n + 7) // 8) if flags & FLAG_NULL_VALUES else None
     key_validity = key_offsets = None
@@ -465,8 +503,12 @@ def decode(body: bytes | bytearray | memoryview, *, verify: bool = True) -> Batc
         _check_offsets(hvo, len(hv) if hv is not None else 0)
         if hk is not None:
             _check_utf8(hk, hko)
+    if deltas is not None:
+        seq: list[int] = deltas.tolist()
+        if seq[0] < 0 or any(b <= a for a, b in pairwise(seq)):
+            raise BatchFormatError("offset deltas do not rise strictly from >= 0")
     return Batch(n, timestamps, value_offsets, values, key_validity, key_offsets, keys,
-                 header_offsets, hko, hk, hvo, hv, value_validity)
+                 header_offsets, hko, hk, hvo, hv, value_validity, deltas)
 
 
 def _last(offsets: memoryview) -> int:

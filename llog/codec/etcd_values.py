@@ -49,6 +49,13 @@ def _field(obj: dict[str, Any], name: str, kind: type | tuple[type, ...]) -> Any
     return v
 
 
+def _optional_str(obj: dict[str, Any], name: str) -> str | None:
+    v = obj.get(name)
+    if v is not None and not isinstance(v, str):
+        raise MetaFormatError(f"field {name!r} has type {type(v).__name__}")
+    return v
+
+
 @dataclass(frozen=True)
 class Pending:
     """A committed append whose index key is not written yet."""
@@ -211,6 +218,8 @@ COMPACTED_FORMATS = ("parquet",)
 TABLE_FORMATS = ("iceberg",)
 #: A topic's ``cleanup_policy`` as stored (absent: ``delete``, retention only).
 CLEANUP_POLICIES = ("compact", "compact,delete")
+#: Kafka's default ``delete.retention.ms``: a day.
+DELETE_RETENTION_MS = 86_400_000
 #: The ``encoding`` a COMPACTED index entry and a compaction record name for a Parquet
 #: file (absent: ``bytes-batch-v1``), so a table or a Parquet reader can find the files
 #: from the index alone.
@@ -240,6 +249,19 @@ class TopicMeta:
     #: Kafka's ``cleanup.policy``: ``None`` for ``delete`` (retention only), ``"compact"``
     #: or ``"compact,delete"`` (records need a key; retention applies only with delete).
     cleanup_policy: str | None = None
+    #: Kafka's ``min.compaction.lag.ms`` (None: 0): records this new are never removed.
+    min_compaction_lag_ms: int | None = None
+    #: Kafka's ``delete.retention.ms`` (None: :data:`DELETE_RETENTION_MS`): how long a
+    #: tombstone is kept once key compaction has passed it.
+    delete_retention_ms: int | None = None
+
+    @property
+    def compaction_lag_ms(self) -> int:
+        return self.min_compaction_lag_ms or 0
+
+    @property
+    def tombstone_retention_ms(self) -> int:
+        return DELETE_RETENTION_MS if self.delete_retention_ms is None else self.delete_retention_ms
 
     @property
     def compacted(self) -> bool:
@@ -265,6 +287,10 @@ class TopicMeta:
             m["table"] = self.table
         if self.cleanup_policy is not None:
             m["cleanup_policy"] = self.cleanup_policy
+        if self.min_compaction_lag_ms is not None:
+            m["min_compaction_lag_ms"] = self.min_compaction_lag_ms
+        if self.delete_retention_ms is not None:
+            m["delete_retention_ms"] = self.delete_retention_ms
         return _pack(m)
 
     @classmethod
@@ -272,7 +298,10 @@ class TopicMeta:
         m = _unpack(raw)
         rms = m.get("retention_ms")
         rb = m.get("retention_bytes")
-        for name, v in (("retention_ms", rms), ("retention_bytes", rb)):
+        lag = m.get("min_compaction_lag_ms")
+        drm = m.get("delete_retention_ms")
+        for name, v in (("retention_ms", rms), ("retention_bytes", rb), ("min_compaction_lag_ms", lag),
+                        ("delete_retention_ms", drm)):
             if v is not None and (not isinstance(v, int) or isinstance(v, bool)):
                 raise MetaFormatError(f"{name} is not an int or null")
         fmt = m.get("compacted_format")
@@ -295,7 +324,28 @@ class TopicMeta:
             compacted_format=fmt,
             table=table,
             cleanup_policy=policy,
+            min_compaction_lag_ms=lag,
+            delete_retention_ms=drm,
         )
+
+
+@dataclass(frozen=True)
+class CleanCursor:
+    """``meta/clean-cursor`` of a compacted topic's partition (spec §10.2): every offset
+    below ``offset`` was key-compacted against the keys up to it; ``tombstones`` is how
+    many tombstones the last pass kept below it (a pass that may drop them runs once
+    they are old enough, even without new records)."""
+
+    offset: int
+    tombstones: int = 0
+
+    def encode(self) -> bytes:
+        return _pack({"offset": self.offset, "tombstones": self.tombstones})
+
+    @classmethod
+    def decode(cls, raw: bytes) -> CleanCursor:
+        m = _unpack(raw)
+        return cls(offset=_field(m, "offset", int), tombstones=_field(m, "tombstones", int))
 
 
 @dataclass(frozen=True)
@@ -381,6 +431,10 @@ class CompactionRecord:
     owner: str
     #: ``"parquet-v1"`` when ``data_key`` is a Parquet file; absent for ``bytes-batch-v1``.
     encoding: str | None = None
+    #: A key compaction (spec §10.2): the ``data_key`` of the COMPACTED entry at
+    #: ``index/{end_offset}`` this replaces (``last_wal_start_offset`` is then that
+    #: entry's first offset), and the cursor does not move; absent for a compaction.
+    replaces: str | None = None
 
     def encode(self) -> bytes:
         m: dict[str, Any] = {
@@ -397,6 +451,8 @@ class CompactionRecord:
         }
         if self.encoding is not None:
             m["encoding"] = self.encoding
+        if self.replaces is not None:
+            m["replaces"] = self.replaces
         return _pack(m)
 
     @classmethod
@@ -417,6 +473,7 @@ class CompactionRecord:
             created_at_ms=_field(m, "created_at_ms", int),
             owner=_field(m, "owner", str),
             encoding=_encoding(m),
+            replaces=_optional_str(m, "replaces"),
         )
 
     def at_stage(self, stage: str) -> CompactionRecord:

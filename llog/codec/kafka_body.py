@@ -292,6 +292,20 @@ class KafkaBody:
         columns = (cols.timestamps, cols.keys, cols.values, cols.headers if has_headers else None)
         return batch.decode(batch.encode_columns(columns).tobytes(), verify=False)
 
+    #: Kafka batches hold every offset of their entry (never key-compacted).
+    deltas = None
+
+    @property
+    def extent(self) -> int:
+        return self.count
+
+    def span(self, lo: int, hi: int) -> tuple[int, int]:
+        start = min(max(lo, 0), self.count)
+        return start, max(start, min(hi, self.count))
+
+    def offsets(self, first: int, start: int, stop: int) -> Iterable[int]:
+        return range(first + start, first + stop)
+
     @property
     def timestamps(self) -> memoryview:
         return self.decoded().timestamps

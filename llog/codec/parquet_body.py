@@ -278,4 +278,4 @@ def _batch(pa: Any, table: Any) -> ArrowBatch:
         hvo = memoryview(hvals.buffers()[1]).cast("B")[: 4 * (h + 1)].cast("i")
         hv = memoryview(hvals.buffers()[2] or b"").cast("B")
     return ArrowBatch(n, timestamps, v_off, values, key_validity, key_offsets, keys, h_off, hko, hk, hvo, hv,
-                      value_validity, value, key if keys is not None else None)
+                      value_validity, None, value, key if keys is not None else None)

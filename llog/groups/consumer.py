@@ -192,9 +192,10 @@ class Consumer:
         self._rr += 1
         # One etcd round trip resolves every assigned partition (Reader.scan_many), so
         # a poll of idle partitions costs one read, not one per partition.
+        progress: dict[TopicPartition, int] = {}
         try:
             for rec in self.reader.scan_many([(t, p, self._positions[(t, p)], None) for t, p in order],
-                                             max_records=max_records):
+                                             max_records=max_records, progress=progress):
                 out.append(rec)
         except LlogError as exc:
             if not out:
@@ -208,6 +209,11 @@ class Consumer:
             tp = (rec.topic, rec.partition)
             self._positions[tp] = rec.offset + 1
             self._delivered[tp] = rec.offset + 1
+        # Past the offsets a key-compacted topic no longer holds, too: a budget that fell
+        # in such a gap would otherwise read it again and again.
+        for tp, done in progress.items():
+            if done > self._positions.get(tp, done):
+                self._positions[tp] = self._delivered[tp] = done
         return out
 
     def seek(self, topic: str, partition: int, offset: int) -> None:

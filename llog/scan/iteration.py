@@ -4,9 +4,9 @@ into batches in offset order, each record once, and the batches into records."""
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future
-from itertools import accumulate, count, repeat
+from itertools import accumulate, repeat
 from typing import Any
 
 from prometheus_client import Counter
@@ -29,8 +29,9 @@ GROUPED_MIN_BYTES = 64 * 1024
 #: Runs a function on a thread pool: ``submit(fn, *args)`` (``ThreadPoolExecutor.submit``).
 Submit = Callable[..., Future[bodies.Body]]
 
-#: ``(scan, batch, first_offset, lo, hi)``: records ``[lo, hi)`` of the scan are rows
-#: ``[lo - first_offset, hi - first_offset)`` of ``batch``.
+#: ``(scan, batch, first_offset, lo, hi)``: records ``[lo, hi)`` of the scan are the
+#: rows ``batch.span(lo - first_offset, hi - first_offset)`` of ``batch`` (every row
+#: between, unless a key-compacted body left gaps).
 ScanBatch = tuple[PartitionScan, bodies.Body, int, int, int]
 
 
@@ -90,7 +91,10 @@ def decode_fetch(
                 b = bodies.open_body(body) if lazy_kafka else bodies.decode(body)
         except bodies.BatchFormatError as exc:
             raise CorruptBlob(s.data_key, s.byte_offset, s.byte_length, str(exc)) from exc
-        if len(b) != s.count - first_row:
+        if b.deltas is not None and b.extent > s.count:  # key-compacted: gaps, none past the entry
+            raise CorruptBlob(s.data_key, s.byte_offset, s.byte_length,
+                              f"body's records span {b.extent} offsets, index says {s.count}")
+        if b.deltas is None and len(b) != s.count - first_row:
             raise CorruptBlob(
                 s.data_key, s.byte_offset, s.byte_length,
                 f"body holds {len(b) + first_row} records, index says {s.count}",
@@ -164,21 +168,22 @@ def _parquet_groups(
 def to_records(batches: Iterator[ScanBatch], read_records: Counter) -> Iterator[ConsumedRecord]:
     """The records of ``batches``, counted in ``read_records``."""
     for sc, b, first, lo, hi in batches:
-        cols = b.columns(lo - first, hi - first)
-        yield from records_of(sc.topic, sc.partition, lo, cols)
+        start, stop = b.span(lo - first, hi - first)
+        cols = b.columns(start, stop)
+        yield from records_of(sc.topic, sc.partition, b.offsets(first, start, stop), cols)
         read_records.inc(len(cols[0]))
 
 
-def records_of(topic: str, partition: int, first_offset: int, cols: Columns) -> Iterator[ConsumedRecord]:
-    """``cols`` (a body's :meth:`~llog.codec.batch.Batch.columns`) as records, the
-    first at ``first_offset``."""
+def records_of(topic: str, partition: int, offsets: Iterable[int], cols: Columns) -> Iterator[ConsumedRecord]:
+    """``cols`` (a body's :meth:`~llog.codec.batch.Batch.columns`) as records at
+    ``offsets`` (``count(first)`` for consecutive ones)."""
     ts, keys, values, headers = cols
     # map() over the columns builds the records without a Python-level loop.
     return map(
         new_consumed_record,
         repeat(topic),
         repeat(partition),
-        count(first_offset),
+        offsets,
         ts,
         keys if keys is not None else repeat(None),
         values,

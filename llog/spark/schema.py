@@ -119,9 +119,14 @@ def record_batch(
     topic: str, partition: int, first_offset: int, body: Batch, lo: int, hi: int
 ) -> pa.RecordBatch:
     """Rows for offsets ``[lo, hi)`` of a decoded body whose first record is at
-    ``first_offset``, in :data:`ARROW_SCHEMA`."""
+    ``first_offset``, in :data:`ARROW_SCHEMA` (a key-compacted body's gaps skipped)."""
     cols = body.to_arrow()
-    start, n = lo - first_offset, hi - lo
+    start, stop = body.span(lo - first_offset, hi - first_offset)
+    n = stop - start
+    if body.deltas is None:
+        offsets = _CONSTANTS.offsets(lo, hi)
+    else:
+        offsets = pa.array(body.offsets(first_offset, start, stop), pa.int64())
     ts_ms = cols["timestamp"].slice(start, n)
     return pa.RecordBatch.from_arrays(
         [
@@ -129,7 +134,7 @@ def record_batch(
             cols["value"].slice(start, n),
             _CONSTANTS.string(topic, n),
             _CONSTANTS.int32(partition, n),
-            _CONSTANTS.offsets(lo, hi),
+            offsets,
             ts_ms.cast(pa.timestamp("ms", tz="UTC")).cast(TIMESTAMP_TYPE),
             _CONSTANTS.int32(CREATE_TIME, n),
             cols["headers"].slice(start, n).cast(HEADERS_TYPE),

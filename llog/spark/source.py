@@ -34,6 +34,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from llog.codec.batch import Batch
 from llog.connection import Connection
 from llog.errors import ConfigError, CorruptMetadata
 from llog.reader import Reader
@@ -61,6 +62,9 @@ from llog.spark.sink import LlogBatchWriter, LlogStreamWriter, SinkColumns
 
 log = logging.getLogger(__name__)
 
+#: What :meth:`llog.reader.Reader.scan_batches` yields: ``(first_offset, batch, lo, hi)``.
+ScanPiece = tuple[int, Batch, int, int]
+
 
 class LlogInputPartition(InputPartition):  # type: ignore[misc,unused-ignore]
     """The offset ranges one task reads, in order, and how to connect."""
@@ -78,16 +82,23 @@ def read_partition(part: InputPartition) -> Iterator[pa.RecordBatch]:
     conn = worker_connection(part.config)
     with Reader(conn, settle_pending=False) as reader:
         for r in part.ranges:
-            rows = 0
+            # How far the scan got, by offset: a compacted topic's range holds fewer
+            # records than offsets (spec §10.2), but its scan still covers them all.
+            covered = [r.start]
             scan = reader.scan_batches(r.topic, r.partition, r.start, r.end)
-            for b in coalesce(record_batch(r.topic, r.partition, *s) for s in scan):
-                rows += b.num_rows
-                yield b
-            if rows != r.count:
+            yield from coalesce(record_batch(r.topic, r.partition, *s) for s in _covering(scan, covered))
+            if covered[0] != r.end:
                 raise CorruptMetadata(
                     conn.keys.control(r.topic, r.partition),
-                    f"read {rows} records of [{r.start}, {r.end}); the partition ends earlier",
+                    f"read [{r.start}, {covered[0]}) of [{r.start}, {r.end}); the partition ends earlier",
                 )
+
+
+def _covering(scan: Iterator[ScanPiece], covered: list[int]) -> Iterator[ScanPiece]:
+    """``scan``'s pieces, keeping in ``covered[0]`` the offset the last one reaches."""
+    for piece in scan:
+        covered[0] = piece[3]
+        yield piece
 
 
 def _input_partitions(conn: Connection, start: Offsets, end: Offsets, o: SourceOptions) -> list[LlogInputPartition]:

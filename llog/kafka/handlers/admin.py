@@ -17,7 +17,8 @@ from kafka.protocol.admin import (
     ListGroupsResponse,
 )
 
-from llog.errors import LlogError
+from llog.codec.etcd_values import DELETE_RETENTION_MS, TopicMeta
+from llog.errors import InvalidInput, LlogError
 from llog.groups.offsets import list_groups as stored_groups
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
@@ -29,11 +30,13 @@ STATIC_BROKER_CONFIG = 4
 DEFAULT_CONFIG = 5
 STRING, INT, LONG, LIST = 2, 3, 5, 7  # ConfigType (v3+)
 #: The retention limits llog keeps per topic, by Kafka name, and the field of llog's
-#: topic definition.
+#: topic definition (a positive int, or -1 for none).
 RETENTION = {"retention.ms": "retention_ms", "retention.bytes": "retention_bytes"}
+#: Key compaction durations (ms >= 0), by Kafka name, and their fields.
+DURATIONS = {"min.compaction.lag.ms": "min_compaction_lag_ms", "delete.retention.ms": "delete_retention_ms"}
 CLEANUP_POLICY = "cleanup.policy"
 #: The topic configs AlterConfigs changes; the rest are read-only.
-ALTERABLE = (*RETENTION, CLEANUP_POLICY)
+ALTERABLE = (*RETENTION, CLEANUP_POLICY, *DURATIONS)
 
 
 def describe_configs(ctx: Context, req: Any) -> DescribeConfigsResponse:
@@ -63,25 +66,36 @@ def describe_configs(ctx: Context, req: Any) -> DescribeConfigsResponse:
     return R[req.API_VERSION](throttle_time_ms=0, results=results)
 
 
+def parse_duration(name: str, value: str) -> int:
+    """A key compaction duration given as a config value: ms >= 0, else :class:`InvalidInput`."""
+    try:
+        v = int(value)
+    except ValueError:
+        raise InvalidInput(f"{name}={value!r} is not an integer") from None
+    if v < 0:
+        raise InvalidInput(f"{name}={value}: give milliseconds >= 0")
+    return v
+
+
 def _topic_configs(ctx: Context, name: str) -> list[tuple[str, str | None, int, int]]:
-    meta = ctx.broker.topic(name, create=False, refresh=True)
-    return topic_configs(ctx, meta.retention_ms, meta.retention_bytes, meta.cleanup_policy)
+    return topic_configs(ctx, ctx.broker.topic(name, create=False, refresh=True))
 
 
-def topic_configs(ctx: Context, retention_ms: int | None, retention_bytes: int | None,
-                  cleanup_policy: str | None) -> list[tuple[str, str | None, int, int]]:
-    """A topic's configs under their Kafka names: ``(name, value, source, type)``."""
+def topic_configs(ctx: Context, meta: TopicMeta | None) -> list[tuple[str, str | None, int, int]]:
+    """A topic's configs under their Kafka names: ``(name, value, source, type)``
+    (``meta`` None: every setting at its default)."""
     cfg = ctx.broker.config
+    meta = meta if meta is not None else TopicMeta("", 1, 0)
 
-    def limit(value: int | None) -> tuple[str, int]:
-        return ("-1", DEFAULT_CONFIG) if value is None else (str(value), TOPIC_CONFIG)
+    def setting(value: object, default: object) -> tuple[str, int]:
+        return (str(default), DEFAULT_CONFIG) if value is None else (str(value), TOPIC_CONFIG)
 
-    ms, ms_source = limit(retention_ms)
-    nbytes, bytes_source = limit(retention_bytes)
     return [
-        ("retention.ms", ms, ms_source, LONG),
-        ("retention.bytes", nbytes, bytes_source, LONG),
-        (CLEANUP_POLICY, cleanup_policy or "delete", DEFAULT_CONFIG if cleanup_policy is None else TOPIC_CONFIG, LIST),
+        ("retention.ms", *setting(meta.retention_ms, -1), LONG),
+        ("retention.bytes", *setting(meta.retention_bytes, -1), LONG),
+        (CLEANUP_POLICY, *setting(meta.cleanup_policy, "delete"), LIST),
+        ("min.compaction.lag.ms", *setting(meta.min_compaction_lag_ms, 0), LONG),
+        ("delete.retention.ms", *setting(meta.delete_retention_ms, DELETE_RETENTION_MS), LONG),
         ("compression.type", "producer", DEFAULT_CONFIG, STRING),  # batches are stored as produced
         ("message.timestamp.type", "CreateTime", DEFAULT_CONFIG, STRING),
         # Per batch, as in Kafka: LLOG_MAX_RECORD_BYTES, the SDK's per-record limit.

@@ -24,11 +24,13 @@ from llog.kafka.handlers.admin import (
     ALTERABLE,
     BROKER_RESOURCE,
     CLEANUP_POLICY,
+    DURATIONS,
     RETENTION,
     TOPIC_RESOURCE,
+    parse_duration,
     topic_configs,
 )
-from llog.topics import UNCHANGED, Topics, parse_cleanup_policy
+from llog.topics import Topics, parse_cleanup_policy
 
 SET, DELETE = 0, 1  # IncrementalAlterConfigs operations (APPEND 2, SUBTRACT 3)
 
@@ -66,8 +68,8 @@ def _alter(ctx: Context, res: Any, validate_only: bool, *, incremental: bool) ->
         # AlterConfigs replaces the whole configuration: a setting it leaves out goes
         # back to its default (no retention limit, cleanup.policy delete).
         changes: dict[str, int | str | None] = {} if incremental else dict.fromkeys(
-            (*RETENTION.values(), "cleanup_policy"))
-        fixed = {name: value for name, value, _, _ in topic_configs(ctx, None, None, None) if name not in ALTERABLE}
+            (*RETENTION.values(), "cleanup_policy", *DURATIONS.values()))
+        fixed = {name: value for name, value, _, _ in topic_configs(ctx, None) if name not in ALTERABLE}
         for c in res.configs:
             op = c.config_operation if incremental else SET
             if op not in (SET, DELETE):
@@ -76,6 +78,11 @@ def _alter(ctx: Context, res: Any, validate_only: bool, *, incremental: bool) ->
             value = c.value if op == SET else None
             if c.name in RETENTION:
                 changes[RETENTION[c.name]] = _limit(c.name, value)
+            elif c.name in DURATIONS:
+                try:
+                    changes[DURATIONS[c.name]] = None if value is None else parse_duration(c.name, value)
+                except InvalidInput as exc:
+                    raise ConfigRefused(ErrorCode.INVALID_CONFIG, str(exc)) from None
             elif c.name == CLEANUP_POLICY:
                 try:
                     changes["cleanup_policy"] = parse_cleanup_policy(value)
@@ -96,12 +103,9 @@ def _alter(ctx: Context, res: Any, validate_only: bool, *, incremental: bool) ->
     return ErrorCode.NONE, None
 
 
-def _apply(topics: Topics, name: str, changes: dict[str, int | str | None]) -> None:
+def _apply(topics: Topics, name: str, changes: dict[str, Any]) -> None:
     if changes:  # one change of the topic's definition
-        ms, nbytes = changes.get("retention_ms", UNCHANGED), changes.get("retention_bytes", UNCHANGED)
-        policy = changes.get("cleanup_policy", UNCHANGED)
-        assert not isinstance(ms, str) and not isinstance(nbytes, str) and not isinstance(policy, int)
-        topics.configure(name, retention_ms=ms, retention_bytes=nbytes, cleanup_policy=policy)
+        topics.configure(name, **changes)
 
 
 def _limit(name: str, value: str | None) -> int | None:

@@ -10,10 +10,11 @@ from typing import Any
 
 from kafka.protocol.admin import CreatePartitionsResponse, CreateTopicsResponse
 
+from llog.codec.etcd_values import TopicMeta
 from llog.errors import InvalidInput, LlogError, UnknownTopic
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
-from llog.kafka.handlers.admin import ALTERABLE, CLEANUP_POLICY, RETENTION, topic_configs
+from llog.kafka.handlers.admin import ALTERABLE, CLEANUP_POLICY, DURATIONS, RETENTION, parse_duration, topic_configs
 from llog.names import MAX_PARTITIONS
 from llog.topics import Topics, parse_cleanup_policy
 
@@ -29,9 +30,7 @@ def create_topics(ctx: Context, req: Any) -> CreateTopicsResponse:
         configs = [] if code != ErrorCode.NONE else [
             R.CreatableTopicResult.CreatableTopicConfigs(name=name, value=value, read_only=name not in ALTERABLE,
                                                          config_source=source, is_sensitive=False)
-            for name, value, source, _ in topic_configs(ctx, settings.get("retention_ms"),
-                                                        settings.get("retention_bytes"),
-                                                        settings.get("cleanup_policy"))]
+            for name, value, source, _ in topic_configs(ctx, TopicMeta(t.name, max(partitions, 1), 0, **settings))]
         out.append(R.CreatableTopicResult(name=t.name, error_code=code, error_message=message,
                                           num_partitions=partitions, replication_factor=1, configs=configs))
     return R[req.API_VERSION](throttle_time_ms=0, topics=out)
@@ -55,6 +54,11 @@ def _create(ctx: Context, t: Any, validate_only: bool, settings: dict[str, Any])
                 return ErrorCode.INVALID_CONFIG, f"{c.name}={c.value!r} is not an integer", -1
             if v > 0:  # -1: unlimited, llog's default
                 settings[RETENTION[c.name]] = v
+        elif c.name in DURATIONS and c.value is not None:
+            try:
+                settings[DURATIONS[c.name]] = parse_duration(c.name, c.value)
+            except InvalidInput as exc:
+                return ErrorCode.INVALID_CONFIG, str(exc), -1
     if t.assignments:
         return ErrorCode.INVALID_REQUEST, "replica assignments do not apply: every broker serves every partition", -1
     try:
