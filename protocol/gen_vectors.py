@@ -29,6 +29,7 @@ from llog.codec.etcd_values import (
     COMPACTED,
     FENCED,
     OPEN,
+    CleanCursor,
     CompactionCursor,
     CompactionRecord,
     Control,
@@ -105,6 +106,8 @@ def body_layout(body: bytes) -> tuple[dict[str, Any], list[dict[str, Any]]]:
         return value
 
     add("timestamps", 8 * n)
+    if flags & 8:
+        add("offset_deltas", 4 * n)
     add("value_offsets", 4 * (n + 1))
     if flags & 4:
         add("value_validity", (n + 7) // 8)
@@ -163,6 +166,14 @@ BATCHES: list[tuple[str, str, list[Record]]] = [
     ("batch-headers-only", "headers without keys (flags 2), a repeated header key", HEADERS_ONLY),
     ("batch-tombstones", "null values (flags 5): two tombstones beside an empty value", TOMBSTONES),
 ]
+#: A key-compacted body (§10.2): what stays of an entry of 8 records at offsets S..S+7
+#: once keys a and b were updated and c deleted later on; its records' offset deltas.
+KEY_COMPACTED = [
+    Record(b"a3", key=b"a", timestamp=T0 + 3),
+    Record(None, key=b"c", timestamp=T0 + 5),
+    Record(b"b7", key=b"b", timestamp=T0 + 7),
+]
+KEY_COMPACTED_DELTAS = [3, 5, 7]
 
 BLOB_GROUPS: list[tuple[str, int, list[Record]]] = [
     ("orders", 0, [Record(b'{"id":1}', key=b"c-1", timestamp=T0),
@@ -173,9 +184,12 @@ BLOB_GROUPS: list[tuple[str, int, list[Record]]] = [
 ]
 
 
-def batch_vector(name: str, description: str, records: list[Record]) -> Vector:
-    body = batch.encode(records)
+def batch_vector(name: str, description: str, records: list[Record], deltas: list[int] | None = None) -> Vector:
+    body = batch.encode_columns(batch.columns_of(records), deltas=deltas).tobytes()
     header, sections = body_layout(body)
+    decoded: dict[str, Any] = {"records": [record_json(r) for r in records]}
+    if deltas is not None:
+        decoded["offset_deltas"] = deltas
     return Vector(name, body, {
         "name": name,
         "kind": "batch",
@@ -183,7 +197,7 @@ def batch_vector(name: str, description: str, records: list[Record]) -> Vector:
         "description": description,
         "bytes": BYTES_ENCODING,
         "size": len(body),
-        "decoded": {"records": [record_json(r) for r in records]},
+        "decoded": decoded,
         "header": header,
         "sections": sections,
     })
@@ -361,11 +375,18 @@ def meta_vectors() -> list[Vector]:
          {"topic": "events"}, TopicMeta("events", 8, T0 - 86_400_000, None, None, "parquet")),
         ("topic-table", "topic record of a table topic: Parquet files kept as an Iceberg table", "topic_meta",
          {"topic": "events"}, TopicMeta("events", 8, T0 - 86_400_000, None, None, "parquet", "iceberg")),
-        ("topic-compacted", "a compacted topic's record: cleanup_policy compact,delete with retention",
+        ("topic-compacted", "a compacted topic's record: cleanup_policy compact,delete with retention, "
+         "min_compaction_lag_ms and delete_retention_ms",
          "topic_meta", {"topic": "users"},
-         TopicMeta("users", 3, T0 - 86_400_000, 30 * 86_400_000, None, None, None, "compact,delete")),
+         TopicMeta("users", 3, T0 - 86_400_000, 30 * 86_400_000, None, None, None, "compact,delete", 60_000,
+                   3_600_000)),
         ("compaction-cursor", "compaction cursor after compacting [0, 41]", "compaction_cursor",
          {"topic": "orders", "partition": 0}, CompactionCursor(42)),
+        ("clean-cursor", "a compacted topic's clean cursor: [0, 41] key-compacted, 3 tombstones kept below it",
+         "clean_cursor", {"topic": "users", "partition": 0}, CleanCursor(42, 3)),
+        ("compaction-key-compacted", "in-flight key compaction of [0, 41] replacing index-compacted's object",
+         "compaction", {"topic": "users", "partition": 0},
+         replace(_COMPACTION, last_wal_start_offset=0, replaces=_COMPACTED_KEY)),
         ("producer-state", "idempotent producer (epoch 2) whose batch 7 is control-pending's append (offsets "
          "40..41), its digest that body's, and batches 3..6 before it in its window",
          "producer", {"topic": "orders", "partition": 0, "producer_id": PRODUCER_ID},
@@ -405,7 +426,10 @@ def meta_vectors() -> list[Vector]:
 
 
 def all_vectors() -> list[Vector]:
-    return [*(batch_vector(*b) for b in BATCHES), kafka_body_vector(), blob_vector(), *meta_vectors()]
+    key_compacted = batch_vector(
+        "batch-key-compacted", "a key-compacted body (flags 13): 3 records left of 8, their offset deltas, a tombstone",
+        KEY_COMPACTED, KEY_COMPACTED_DELTAS)
+    return [*(batch_vector(*b) for b in BATCHES), key_compacted, kafka_body_vector(), blob_vector(), *meta_vectors()]
 
 
 def render(v: Vector) -> dict[str, bytes]:

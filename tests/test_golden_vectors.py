@@ -20,6 +20,7 @@ import pytest
 
 from llog.codec import batch, blob, bodies, kafka_body
 from llog.codec.etcd_values import (
+    CleanCursor,
     CompactionCursor,
     CompactionRecord,
     Control,
@@ -103,7 +104,10 @@ def test_generator_reports_files_current() -> None:
 def test_batch_encodes_to_vector(name: str, doc: dict[str, Any], data: bytes) -> None:
     assert doc["encoding"] == batch.ENCODING == "bytes-batch-v1"
     records = [_record(r) for r in doc["decoded"]["records"]]
-    assert batch.encode(records) == data
+    deltas = doc["decoded"].get("offset_deltas")
+    assert batch.encode_columns(batch.columns_of(records), deltas=deltas).tobytes() == data
+    if deltas is None:
+        assert batch.encode(records) == data
 
 
 @pytest.mark.parametrize(("name", "doc", "data"), BATCHES, ids=_ids(BATCHES))
@@ -111,6 +115,8 @@ def test_batch_decodes_to_vector(name: str, doc: dict[str, Any], data: bytes) ->
     b = batch.decode(data)
     assert len(b) == len(doc["decoded"]["records"])
     assert list(b.rows()) == _rows(doc["decoded"]["records"])
+    deltas = doc["decoded"].get("offset_deltas")
+    assert (None if b.deltas is None else b.deltas.tolist()) == deltas
 
 
 @pytest.mark.parametrize(("name", "doc", "data"), BATCHES, ids=_ids(BATCHES))
@@ -131,14 +137,14 @@ def test_batch_header_and_sections_match_vector(name: str, doc: dict[str, Any], 
         end = s["offset"] + s["length"]
         pos = end + (-end & 7)
         assert data[end:pos] == bytes(pos - end), f"padding after {s['name']} is not zero"
-        view = getattr(b, s["name"])
+        view = getattr(b, "deltas" if s["name"] == "offset_deltas" else s["name"])
         assert view is not None, s["name"]
         assert view.tobytes() == data[s["offset"] : end], s["name"]
     assert pos == len(data) and len(data) % 8 == 0
 
 
 def test_batch_vectors_cover_every_flag_combination() -> None:
-    assert {doc["header"]["flags"] for _, doc, _ in BATCHES} == {0, 1, 2, 3, 5}
+    assert {doc["header"]["flags"] for _, doc, _ in BATCHES} == {0, 1, 2, 3, 5, 13}
 
 
 def test_keyed_vector_has_null_and_empty_keys_and_headers() -> None:
@@ -245,6 +251,7 @@ def _meta_object(kind: str, m: dict[str, Any]) -> Any:
         "IndexEntry": IndexEntry,
         "TopicMeta": TopicMeta,
         "CompactionCursor": CompactionCursor,
+        "CleanCursor": CleanCursor,
         "CompactionRecord": CompactionRecord,
         "ProducerState": ProducerState,
         "DamagedRange": DamagedRange,

@@ -46,8 +46,8 @@ def _readers_view(raw: bytes) -> list[tuple[int, bytes | None, bytes, tuple[tupl
     return [(ts, k, v, tuple(h)) for ts, k, v, h in kafka_body.decode(body).rows()]
 
 
-def _kafka_python_view(raw: bytes) -> list[tuple[int, bytes | None, bytes, tuple[tuple[str, bytes], ...]]]:
-    return [(r.timestamp, r.key, b"" if r.value is None else r.value,
+def _kafka_python_view(raw: bytes) -> list[tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]]:
+    return [(r.timestamp, r.key, r.value,  # a null value stays null (a tombstone)
              tuple((k, b"" if v is None else v) for k, v in r.headers)) for r in DefaultRecordBatch(raw)]
 
 

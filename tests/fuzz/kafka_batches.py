@@ -49,7 +49,7 @@ def one_input(raw: bytes) -> None:
     decoded = kafka_body.decode(body)
     assert len(decoded) == checked.count, (len(decoded), checked.count)
     for _ts, key, value, headers in decoded.rows():
-        size = len(value) + (len(key) if key is not None else 0) + sum(len(k.encode()) + len(v) for k, v in headers)
+        size = len(value or b"") + len(key or b"") + sum(len(k.encode()) + len(v) for k, v in headers)
         assert size <= LIMITS.max_record_bytes  # type: ignore[operator]
     kafka_body.content_digest(body)
 
