@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: venv install install-demo tools demo test lint unit bench clean distclean
+.PHONY: venv install install-demo tools demo test lint unit matrix bench clean distclean
 
 # A venv needs the interpreter's venv module and ensurepip; Debian ships them as
 # python3-venv (python3.X-venv). Install it from Debian when it is missing.
@@ -68,6 +68,11 @@ lint: install
 
 test: install tools lint
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -p no:cacheprovider --durations=20
+
+# The Kafka compatibility matrix of docs/kafka.md: run its tests, rewrite the table.
+matrix: install tools
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -p no:cacheprovider $$($(PY) -c "from tests.compat_matrix import files; print(' '.join(files()))")
+	$(PY) -m tests.compat_matrix
 
 unit: install
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_codec.py tests/test_golden_vectors.py tests/test_keys.py tests/test_config.py tests/test_partitioner.py

@@ -91,6 +91,8 @@ class _Entry:
 
 @dataclass(frozen=True)
 class _Plan:
+    #: The log start (DeleteRecords may have moved it inside the first entry).
+    log_start: int
     #: The old clean cursor: records below it were cleaned by an earlier pass.
     clean: int
     clean_rev: int
@@ -195,7 +197,7 @@ class Cleaner:
         due = dirty > 0 and dirty >= self.config.compact_min_dirty_ratio * total
         if not due and not (tombstones and clean_rev <= tombstone_revision):
             return None
-        return _Plan(clean, clean_rev, entries, tombstone_revision)
+        return _Plan(log_start, clean, clean_rev, entries, tombstone_revision)
 
     def _clean_cursor(self, topic: str, partition: int) -> tuple[int, int, int]:
         """``(offset, tombstones, mod_revision)`` of the clean cursor (absent: zeros)."""
@@ -251,12 +253,13 @@ class Cleaner:
         """``(records removed, tombstones kept, entries rewritten: 0 or 1)``, or ``None``
         when the partition changed under the pass."""
         first, last = group[0], group[-1]
+        lo = max(first.start, plan.log_start)  # records below the log start are gone
         starts = [e.start for e in group]
         aged = [e.mod_revision <= plan.tombstone_revision for e in group]
         kept = _Kept([], [], [], [], [])
         removed = tombstones = 0
         row: _Row | None = None
-        for row in self._records(topic, partition, first.start, last.end):
+        for row in self._records(topic, partition, lo, last.end):
             offset, _, key, value, _ = row
             if key is not None:
                 superseded = keymap.get(key_digest(key), -1) > offset
@@ -273,25 +276,28 @@ class Cleaner:
             tombstones += row[3] is None
         if not removed and len(group) == 1:
             return 0, tombstones, 0
-        if not self._swap(topic, partition, group, kept, claim):
+        if not self._swap(topic, partition, group, lo, kept, claim):
             return None
         return removed, tombstones, 1
 
-    def _swap(self, topic: str, partition: int, group: list[_Entry], kept: _Kept, claim: Claim | None) -> bool:
-        """PUT the group's kept records as one body and swap it in for the group's
-        entries (record, then the compaction stages); ``False`` if the group changed."""
+    def _swap(
+        self, topic: str, partition: int, group: list[_Entry], lo: int, kept: _Kept, claim: Claim | None
+    ) -> bool:
+        """PUT the group's kept records (from offset ``lo`` on) as one body and swap it
+        in for the group's entries (record, then the compaction stages); ``False`` if
+        the group changed."""
         conn, m = self.conn, self.metrics
         first, last = group[0], group[-1]
         encoded = batch.encode_columns((kept.stamps, kept.keys, kept.values, kept.headers),
-                                       deltas=[o - first.start for o in kept.offsets])
+                                       deltas=[o - lo for o in kept.offsets])
         session = self.sessions.acquire()
         try:
             data_key = conn.keys.compacted_blob(topic, partition, session.id, uuid.uuid4().hex)
             with m.time("put"):
                 conn.store.put(data_key, encoded.tobytes(), crc32=encoded.full_crc())
             rec = CompactionRecord(
-                stage=WRITING_COMPACTED_INDEX, start_offset=first.start, end_offset=last.end,
-                last_wal_start_offset=last.start, msg_count=last.end - first.start + 1, data_key=data_key,
+                stage=WRITING_COMPACTED_INDEX, start_offset=lo, end_offset=last.end,
+                last_wal_start_offset=last.start, msg_count=last.end - lo + 1, data_key=data_key,
                 byte_length=encoded.length, max_timestamp=max(t for t in kept.stamps if t is not None),
                 created_at_ms=now_ms(), owner=claim.token if claim is not None else f"{process_owner()}/unclaimed",
                 replaces=last.entry.data_key,

@@ -1,6 +1,7 @@
-"""Choosing what to compact: one contiguous run of WAL index entries that starts
-exactly at the compaction cursor, with each entry's slice (so a damaged one can be
-told apart and the run cut before it)."""
+"""Choosing what to compact: one contiguous run of WAL index entries from the one
+holding the compaction cursor (which starts exactly there unless DeleteRecords moved
+the log start inside it), with each entry's slice (so a damaged one can be told apart
+and the run cut before it)."""
 
 from __future__ import annotations
 
@@ -98,7 +99,10 @@ def select_run(
             e = decode_index(kv.key, kv.value)
             e_end = keys.end_offset_of(kv.key)
             e_start = e_end - e.msg_count + 1
-            if e_start != nxt or e.kind != WAL or kv.mod_revision > aged_revision:
+            # The first entry holds the cursor; it starts below it only when DeleteRecords
+            # moved the log start inside it (the run then starts at the log start).
+            contiguous = e_start <= nxt if not entries else e_start == nxt
+            if not contiguous or e.kind != WAL or kv.mod_revision > aged_revision:
                 return _run(cursor, nxt, last_start, entries, size, max_ts, slices)
             if entries and (size + e.byte_length > target_bytes or e_end - cursor + 1 > max_records):
                 return _run(cursor, nxt, last_start, entries, size, max_ts, slices)

@@ -90,34 +90,39 @@ def apply_retention(
     clock: RevisionClock | None = None,
 ) -> RetentionResult:
     """Apply the topic's retention to one partition (a no-op result when the topic has
-    none or nothing expired). ``clock`` judges commit ages (default: one loaded from
-    the persisted samples). :class:`CasConflict` if appends kept moving the control
-    for every attempt; :class:`ClaimLost` if the claim went away."""
+    none or nothing expired), and delete the index keys that DeleteRecords left wholly
+    below the log start. ``clock`` judges commit ages (default: one loaded from the
+    persisted samples). :class:`CasConflict` if appends kept moving the control for
+    every attempt; :class:`ClaimLost` if the claim went away."""
     conn.check_partition(topic, partition)
     meta = conn.topic(topic, refresh=True)
-    expired_revision = _expired_revision(conn, meta.retention_ms, clock)
+    retained = (meta.retention_ms is not None or meta.retention_bytes is not None) and meta.retained
+    expired_revision = _expired_revision(conn, meta.retention_ms, clock) if retained else 0
     for _ in range(_ATTEMPTS):
         st = read_control(conn, topic, partition)
         ctl = st.control
         old = ctl.log_start_offset
-        if (meta.retention_ms is None and meta.retention_bytes is None) or not meta.retained:
+        if not retained and not _keys_below(conn, topic, partition, old):
             return RetentionResult(topic, partition, old, old, 0)  # cleanup.policy=compact: no retention
         cursor = read_cursor(conn, topic, partition)
         entries = _index_entries(conn, topic, partition)
-        n = retention_cut(
-            entries,
-            ctl.pending.byte_length if ctl.pending is not None else 0,
-            retention_ms=meta.retention_ms,
-            retention_bytes=meta.retention_bytes,
-            now_ms=now_ms() if now is None else now,
-            expired_revision=expired_revision,
-        )
-        new = entries[n - 1][0] + 1 if n else old
-        if new <= old:
+        n = 0
+        if retained:
+            n = retention_cut(
+                entries,
+                ctl.pending.byte_length if ctl.pending is not None else 0,
+                retention_ms=meta.retention_ms,
+                retention_bytes=meta.retention_bytes,
+                now_ms=now_ms() if now is None else now,
+                expired_revision=expired_revision,
+            )
+        new = max(old, entries[n - 1][0] + 1 if n else old)
+        keys = sum(1 for end, *_ in entries if end < new)
+        if not keys:
             return RetentionResult(topic, partition, old, old, 0)
         r = _advance_start(conn, topic, partition, st, cursor, new, claim)
         if r.succeeded:
-            return _applied(conn, RetentionResult(topic, partition, old, new, n))
+            return _applied(conn, RetentionResult(topic, partition, old, new, keys))
         held, inflight = r.responses
         assert isinstance(held, list) and isinstance(inflight, list)
         if claim_lost(claim, held):
@@ -172,6 +177,13 @@ def _expired_revision(conn: Connection, retention_ms: int | None, clock: Revisio
     clock = clock if clock is not None else RevisionClock.load(conn)
     clock.observe()
     return clock.aged_revision(retention_ms)
+
+
+def _keys_below(conn: Connection, topic: str, partition: int, log_start: int) -> bool:
+    """Whether an index key ends below ``log_start`` (one ranged read of one key)."""
+    keys = conn.keys
+    return bool(conn.etcd.range(keys.index_prefix(topic, partition), keys.index(topic, partition, log_start),
+                                limit=1))
 
 
 def _index_entries(conn: Connection, topic: str, partition: int) -> list[tuple[int, int, int, int]]:

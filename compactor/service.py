@@ -350,8 +350,8 @@ class CompactorService:
             return
         try:
             meta = self.conn.topic(topic)
-            if meta.retention_ms is not None or meta.retention_bytes is not None:
-                apply_retention(self.conn, topic, partition, claim=got, clock=self.compactor.clock)
+            # Retention, or only the index keys DeleteRecords left below the log start.
+            apply_retention(self.conn, topic, partition, claim=got, clock=self.compactor.clock)
             for _ in range(self.config.compactor_max_runs_per_task):
                 res = self.compactor.compact_once(topic, partition, claim=got)
                 if res.outcome not in (COMPACTED, DAMAGED) or self._stopping.is_set():

@@ -15,6 +15,7 @@ from llog.codec.etcd_values import (
     OPEN,
     TABLE_FORMATS,
     CompactionCursor,
+    Control,
     DamagedRange,
     MetaFormatError,
     Pending,
@@ -345,14 +346,40 @@ class Topics:
     def unfence(self, topic: str, partition: int) -> ControlState:
         return self._set_state(topic, partition, OPEN)
 
+    def delete_records(self, topic: str, partition: int, before: int | None = None) -> int:
+        """Kafka's DeleteRecords: move the partition's log start offset up to ``before``
+        (``None``: the next offset, deleting every record), so reads below it raise
+        :class:`~llog.errors.OffsetOutOfRange`; returns the log start offset after. An
+        offset at or below the log start changes nothing; one past the next offset is
+        :class:`~llog.errors.InvalidInput`. The compactor deletes the index keys wholly
+        below it on its next pass and vacuum the objects only they named (spec §11)."""
+        if before is not None and (isinstance(before, bool) or not isinstance(before, int) or before < 0):
+            raise InvalidInput(f"before must be an offset >= 0 or None, got {before!r}")
+
+        def change(c: Control) -> Control | None:
+            target = c.next_offset if before is None else before
+            if target > c.next_offset:
+                raise InvalidInput(f"cannot delete {topic}/{partition} records up to {target}: "
+                                   f"its next offset is {c.next_offset}")
+            return c.with_changes(log_start_offset=target) if target > c.log_start_offset else None
+        return self._change_control(topic, partition, change).control.log_start_offset
+
     def _set_state(self, topic: str, partition: int, state: str) -> ControlState:
+        return self._change_control(
+            topic, partition, lambda c: None if c.log_state == state else c.with_changes(log_state=state))
+
+    def _change_control(
+        self, topic: str, partition: int, change: Callable[[Control], Control | None]
+    ) -> ControlState:
+        """A CAS on the partition's control (retried while commits move it); ``change``
+        gives the new control, or ``None`` when there is nothing to change."""
         self.conn.check_partition(topic, partition)
         key = self.conn.keys.control(topic, partition)
         st = read_control(self.conn, topic, partition)
         for _ in range(self.conn.config.commit_max_attempts):
-            if st.control.log_state == state:
+            new = change(st.control)
+            if new is None:
                 return st
-            new = st.control.with_changes(log_state=state)
             r = self.conn.etcd.txn(
                 [mod_revision_is(key, st.mod_revision)], [Put(key, new.encode())], [Get(key)]
             )

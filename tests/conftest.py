@@ -28,12 +28,42 @@ from llog.connection import Connection
 from llog.devstack import EtcdServer, S3Server, scratch_dir
 from llog.nemesis.s3_proxy import S3Proxy
 from llog.store.s3 import S3Store
+from tests import compat_matrix
 
 TEST_BUCKET = "llog-test"
 
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "llog")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "llog-secret")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+
+class _MatrixRecorder:
+    """Keeps the outcomes of the compatibility matrix's tests (tests/compat_matrix.py)
+    and records them when the run ends, for ``make matrix`` to render."""
+
+    def __init__(self) -> None:
+        self.outcomes: dict[str, str] = {}
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not compat_matrix.tracked(report.nodeid):
+            return
+        if report.failed:
+            outcome = "failed"
+        elif report.skipped:
+            outcome = "skipped"
+        elif report.when == "call":
+            outcome = "passed"
+        else:
+            return
+        if self.outcomes.get(report.nodeid) != "failed":
+            self.outcomes[report.nodeid] = outcome
+
+    def pytest_sessionfinish(self) -> None:
+        compat_matrix.record(self.outcomes)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.pluginmanager.register(_MatrixRecorder(), "llog-compat-matrix")
 
 
 @dataclass(frozen=True)

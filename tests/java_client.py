@@ -39,6 +39,29 @@ def classpath() -> str:
     return os.pathsep.join((str(classes), f"{lib}/*"))
 
 
+#: What Spark's Kafka connector needs beside pyspark's own jars (the rest it brings,
+#: Scala and Hadoop, pyspark has already).
+SPARK_KAFKA_JARS = ("spark-sql-kafka-0-10_2.13-", "spark-token-provider-kafka-0-10_2.13-", "kafka-clients-",
+                    "commons-pool2-")
+
+
+@functools.cache
+def spark_kafka_jars() -> list[str]:
+    """Spark's own Kafka source and sink (``spark-sql-kafka-0-10``) and its run-time
+    dependencies, fetched with Maven into ``.cache/java/spark-kafka`` (once)."""
+    if shutil.which("mvn") is None:
+        pytest.fail("the Spark Kafka source test needs mvn (make test installs maven from Debian)")
+    pom = SOURCES / "spark-kafka" / "pom.xml"
+    lib = CACHE / "spark-kafka"
+    stamp = lib / ".pom"
+    if not stamp.exists() or stamp.read_bytes() != pom.read_bytes():
+        shutil.rmtree(lib, ignore_errors=True)
+        _run(["mvn", "-q", "-B", f"-Dmaven.repo.local={CACHE / 'repo'}", "-f", str(pom), "dependency:copy-dependencies",
+              "-DincludeScope=runtime", f"-DoutputDirectory={lib}"], "fetching spark-sql-kafka-0-10 with Maven")
+        stamp.write_bytes(pom.read_bytes())
+    return sorted(str(j) for j in lib.glob("*.jar") if j.name.startswith(SPARK_KAFKA_JARS))
+
+
 def run(*args: str, timeout: float = 120.0) -> list[str]:
     """``JavaClient args...``; its stdout lines. A failure fails the test with stderr."""
     return tool("JavaClient", *args, timeout=timeout).splitlines()

@@ -150,6 +150,28 @@ def test_tombstones_set_the_null_values_flag_and_round_trip_apart_from_empty_val
     assert not struct.unpack_from("<I", no_nulls, 12)[0] & batch.FLAG_NULL_VALUES
 
 
+def test_a_key_compacted_body_carries_its_offsets_and_spans_by_them() -> None:
+    recs = [Record(b"a", key=b"a", timestamp=1), Record(None, key=b"b", timestamp=2),
+            Record(b"c", key=b"c", timestamp=3)]
+    body = batch.encode_columns(batch.columns_of(recs), deltas=[2, 5, 9]).tobytes()
+    b = batch.decode(body)
+    assert struct.unpack_from("<I", body, 12)[0] & batch.FLAG_OFFSETS
+    assert b.extent == 10 and len(b) == 3
+    assert b.span(0, 10) == (0, 3) and b.span(3, 9) == (1, 2) and b.span(6, 9) == (2, 2)
+    assert list(b.offsets(100, *b.span(3, 10))) == [105, 109]
+    assert [r[2] for r in b.rows(*b.span(3, 10))] == [None, b"c"]
+    # A dense body spans by row.
+    dense = batch.decode(batch.encode(recs))
+    assert dense.span(1, 7) == (1, 3) and list(dense.offsets(100, 1, 3)) == [101, 102]
+    for bad in ([2, 2, 9], [-1, 5, 9], [5, 2, 9], [1, 2]):
+        with pytest.raises(batch.BatchFormatError):
+            batch.encode_columns(batch.columns_of(recs), deltas=bad)
+    crafted = bytearray(body)
+    struct.pack_into("<i", crafted, 32 + 24 + 4, 1)  # the second delta (after 24 bytes of stamps) below the first
+    with pytest.raises(batch.BatchFormatError, match="rise strictly"):
+        batch.decode(_recrc(crafted))
+
+
 def test_batch_to_arrow_without_keys_or_headers() -> None:
     pa = pytest.importorskip("pyarrow")
     cols = batch.decode(batch.encode([Record(b"a", timestamp=1), Record(b"", timestamp=2)])).to_arrow()
@@ -211,7 +233,7 @@ def test_bad_magic_is_rejected() -> None:
 def test_unknown_flags_and_empty_count_are_rejected() -> None:
     body = bytearray(batch.encode(_small()))
     flagged = bytearray(body)
-    struct.pack_into("<I", flagged, 12, 3 | 8)
+    struct.pack_into("<I", flagged, 12, 3 | 16)
     with pytest.raises(batch.BatchFormatError, match="flags"):
         batch.decode(_recrc(flagged))
     empty = bytearray(body)

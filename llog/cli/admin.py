@@ -53,6 +53,13 @@ def register(subparsers: Any) -> None:
                         "from the catalog (the files stay, the index still names them)")
     p.set_defaults(func=_alter)
 
+    p = tsub.add_parser("delete-records", help="move a partition's log start offset up (Kafka's DeleteRecords)")
+    p.add_argument("topic", type=values.topic)
+    p.add_argument("partition", type=values.partition)
+    p.add_argument("--before", type=values.non_negative_int,
+                   help="delete the records below this offset (default: all, up to the next offset)")
+    p.set_defaults(func=_delete_records)
+
     p = tsub.add_parser("list", help="list topics")
     p.set_defaults(func=_list)
 
@@ -123,6 +130,13 @@ def _alter(args: argparse.Namespace) -> int:
     if args.compacted_format is not None or args.table is not None:
         print(f"topic {meta.name}: compacted ranges are written as {meta.compacted_format or 'bytes-batch-v1'} "
               "from the next compaction on")
+    return 0
+
+
+def _delete_records(args: argparse.Namespace) -> int:
+    with connection_from_args(args) as conn:
+        start = Topics(conn).delete_records(args.topic, args.partition, args.before)
+    print(f"{args.topic}/{args.partition}: log start offset {start}")
     return 0
 
 

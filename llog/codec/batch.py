@@ -504,11 +504,15 @@ def decode(body: bytes | bytearray | memoryview, *, verify: bool = True) -> Batc
         if hk is not None:
             _check_utf8(hk, hko)
     if deltas is not None:
-        seq: list[int] = deltas.tolist()
-        if seq[0] < 0 or any(b <= a for a, b in pairwise(seq)):
-            raise BatchFormatError("offset deltas do not rise strictly from >= 0")
+        _check_deltas(deltas)
     return Batch(n, timestamps, value_offsets, values, key_validity, key_offsets, keys,
                  header_offsets, hko, hk, hvo, hv, value_validity, deltas)
+
+
+def _check_deltas(deltas: memoryview) -> None:
+    seq: list[int] = deltas.tolist()
+    if seq[0] < 0 or any(b <= a for a, b in pairwise(seq)):
+        raise BatchFormatError("offset deltas do not rise strictly from >= 0")
 
 
 def _last(offsets: memoryview) -> int:

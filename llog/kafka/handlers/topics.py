@@ -2,16 +2,16 @@
 factor is the object store's business: any value is accepted), ``retention.ms``,
 ``retention.bytes`` and ``cleanup.policy`` mapped onto llog's topic definition; other
 configs are Kafka's storage tuning and accepted without effect (DescribeConfigs shows
-what llog does). CreatePartitions: a topic grows."""
+what llog does). CreatePartitions: a topic grows. DeleteRecords: the log start moves."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from kafka.protocol.admin import CreatePartitionsResponse, CreateTopicsResponse
+from kafka.protocol.admin import CreatePartitionsResponse, CreateTopicsResponse, DeleteRecordsResponse
 
 from llog.codec.etcd_values import TopicMeta
-from llog.errors import InvalidInput, LlogError, UnknownTopic
+from llog.errors import InvalidInput, InvalidPartition, InvalidTopicName, LlogError, UnknownTopic
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
 from llog.kafka.handlers.admin import ALTERABLE, CLEANUP_POLICY, DURATIONS, RETENTION, parse_duration, topic_configs
@@ -110,3 +110,34 @@ def _grow(ctx: Context, t: Any, validate_only: bool) -> tuple[int, str | None]:
     except LlogError as exc:
         return error_code(exc), str(exc)
     return ErrorCode.NONE, None
+
+
+def delete_records(ctx: Context, req: Any) -> DeleteRecordsResponse:
+    """DeleteRecords (``kafka-delete-records.sh``, admin clients, Kafka Streams purging
+    its repartition topics): each partition's log start moves up to the offset asked
+    for (-1: the high watermark) through :meth:`llog.topics.Topics.delete_records`; the
+    low watermark after is returned. Past the high watermark: ``OFFSET_OUT_OF_RANGE``."""
+    R = DeleteRecordsResponse
+    topics = Topics(ctx.broker.conn)
+    out = []
+    for t in req.topics:
+        parts = []
+        for p in t.partitions:
+            code, low = _delete_before(topics, t.name, p.partition_index, p.offset)
+            parts.append(R.DeleteRecordsTopicResult.DeleteRecordsPartitionResult(
+                partition_index=p.partition_index, low_watermark=low, error_code=code))
+        out.append(R.DeleteRecordsTopicResult(name=t.name, partitions=parts))
+    return R[req.API_VERSION](throttle_time_ms=0, topics=out)
+
+
+def _delete_before(topics: Topics, topic: str, partition: int, offset: int) -> tuple[int, int]:
+    if offset < -1:
+        return ErrorCode.OFFSET_OUT_OF_RANGE, -1
+    try:
+        return ErrorCode.NONE, topics.delete_records(topic, partition, None if offset == -1 else offset)
+    except (InvalidTopicName, InvalidPartition) as exc:
+        return error_code(exc), -1
+    except InvalidInput:  # past the high watermark
+        return ErrorCode.OFFSET_OUT_OF_RANGE, -1
+    except LlogError as exc:
+        return error_code(exc), -1
