@@ -48,7 +48,7 @@ from llog.codec import batch
 from llog.codec.etcd_values import COMPACTED, CleanCursor, CompactionRecord, IndexEntry, MetaFormatError, TopicMeta
 from llog.connection import Connection
 from llog.control import decode_index, now_ms, read_control
-from llog.errors import ClaimLost, CorruptMetadata
+from llog.errors import ClaimLost, CorruptMetadata, OffsetOutOfRange
 from llog.etcd import Get, Put, absent, mod_revision_is
 from llog.reader import Reader
 from llog.records import Headers
@@ -93,6 +93,9 @@ class _Entry:
 class _Plan:
     #: The log start (DeleteRecords may have moved it inside the first entry).
     log_start: int
+    #: The partition's last offset when the pass began: its record always stays, so a
+    #: Kafka fetch from any gap reaches a record (a client only moves past records).
+    last_offset: int
     #: The old clean cursor: records below it were cleaned by an earlier pass.
     clean: int
     clean_rev: int
@@ -154,14 +157,29 @@ class Cleaner:
             return self._counted(CleanResult(topic, partition, IDLE))
         keymap, end = self._key_map(topic, partition, plan)
         groups = removed = tombstones = 0
-        for group in _groups([e for e in plan.entries if e.end < end], self.config.compact_target_bytes):
-            outcome = self._clean_group(topic, partition, group, keymap, plan, claim)
-            if outcome is None:
-                return self._counted(CleanResult(topic, partition, CONFLICT, None, groups, removed, len(keymap)))
-            dropped, kept_tombstones, rewritten = outcome
-            removed += dropped
-            tombstones += kept_tombstones
-            groups += rewritten
+        # Entries every record of which goes are swapped out with the next group that
+        # keeps one (a body holds at least one record; keeping a superseded one instead
+        # could bring a deleted key's old value back once its tombstone expires).
+        carry: list[_Entry] = []
+        carried = 0  # the records of the carried entries, all removed
+        span = min(self.config.compact_max_records, 2**31 - 1)
+        try:
+            for group in _groups([e for e in plan.entries if e.end < end], self.config.compact_target_bytes, span):
+                if carry and (carry[-1].end + 1 != group[0].start or group[-1].end - carry[0].start >= span):
+                    carry, carried = [], 0  # not adjacent, or too long a range: those entries stay as they are
+                outcome = self._clean_group(topic, partition, carry, group, keymap, plan, claim)
+                if outcome is None:
+                    return self._counted(CleanResult(topic, partition, CONFLICT, None, groups, removed, len(keymap)))
+                dropped, kept_tombstones, rewritten = outcome
+                if rewritten < 0:
+                    carry, carried = [*carry, *group], carried + dropped
+                    continue
+                removed += dropped + (carried if rewritten else 0)
+                carry, carried = [], 0
+                tombstones += kept_tombstones
+                groups += rewritten
+        except OffsetOutOfRange:  # DeleteRecords moved the log start during the pass
+            return self._counted(CleanResult(topic, partition, CONFLICT, None, groups, removed, len(keymap)))
         if not self._move_clean_cursor(topic, partition, plan, CleanCursor(end, tombstones), claim):
             return self._counted(CleanResult(topic, partition, CONFLICT, None, groups, removed, len(keymap)))
         if groups:
@@ -178,7 +196,8 @@ class Cleaner:
     def _plan(self, topic: str, partition: int, meta: TopicMeta) -> _Plan | None:
         conn, keys = self.conn, self.conn.keys
         self.clock.observe()
-        log_start = read_control(conn, topic, partition).control.log_start_offset
+        control = read_control(conn, topic, partition).control
+        log_start = control.log_start_offset
         cursor, _ = read_cursor(conn, topic, partition)
         top = log_start if cursor is None else max(cursor, log_start)
         clean, tombstones, clean_rev = self._clean_cursor(topic, partition)
@@ -197,7 +216,7 @@ class Cleaner:
         due = dirty > 0 and dirty >= self.config.compact_min_dirty_ratio * total
         if not due and not (tombstones and clean_rev <= tombstone_revision):
             return None
-        return _Plan(log_start, clean, clean_rev, entries, tombstone_revision)
+        return _Plan(log_start, control.next_offset - 1, clean, clean_rev, entries, tombstone_revision)
 
     def _clean_cursor(self, topic: str, partition: int) -> tuple[int, int, int]:
         """``(offset, tombstones, mod_revision)`` of the clean cursor (absent: zeros)."""
@@ -247,11 +266,13 @@ class Cleaner:
 
     # -- 3. rewrite -----------------------------------------------------------------
     def _clean_group(
-        self, topic: str, partition: int, group: list[_Entry], keymap: dict[bytes, int], plan: _Plan,
-        claim: Claim | None,
+        self, topic: str, partition: int, carry: list[_Entry], group: list[_Entry], keymap: dict[bytes, int],
+        plan: _Plan, claim: Claim | None,
     ) -> tuple[int, int, int] | None:
-        """``(records removed, tombstones kept, entries rewritten: 0 or 1)``, or ``None``
-        when the partition changed under the pass."""
+        """``(records removed, tombstones kept, entries rewritten: 0 or 1, or -1 when
+        every record of the group goes and it is carried into the next)``, or ``None``
+        when the partition changed under the pass. ``carry``: entries just before the
+        group that lost every record, swapped out with it."""
         first, last = group[0], group[-1]
         lo = max(first.start, plan.log_start)  # records below the log start are gone
         starts = [e.start for e in group]
@@ -261,7 +282,7 @@ class Cleaner:
         row: _Row | None = None
         for row in self._records(topic, partition, lo, last.end):
             offset, _, key, value, _ = row
-            if key is not None:
+            if key is not None and offset != plan.last_offset:
                 superseded = keymap.get(key_digest(key), -1) > offset
                 # A tombstone an earlier pass kept, in an entry written long enough ago.
                 expired = value is None and offset < plan.clean and aged[bisect_right(starts, offset) - 1]
@@ -270,13 +291,13 @@ class Cleaner:
                     continue
             kept.add(row)
             tombstones += value is None
-        if not kept.offsets and row is not None:  # a body holds at least one record
-            kept.add(row)
-            removed -= 1
-            tombstones += row[3] is None
-        if not removed and len(group) == 1:
+        if not kept.offsets:
+            return removed, 0, -1
+        if carry:
+            lo = max(carry[0].start, plan.log_start)
+        elif not removed and len(group) == 1:
             return 0, tombstones, 0
-        if not self._swap(topic, partition, group, lo, kept, claim):
+        if not self._swap(topic, partition, [*carry, *group], lo, kept, claim):
             return None
         return removed, tombstones, 1
 
@@ -344,9 +365,10 @@ class Cleaner:
         return r.succeeded
 
 
-def _groups(entries: list[_Entry], target_bytes: int) -> Iterator[list[_Entry]]:
-    """Runs of consecutive COMPACTED entries of about ``target_bytes`` (at least one
-    entry each); a damaged WAL entry between ends a run and is left out."""
+def _groups(entries: list[_Entry], target_bytes: int, span: int) -> Iterator[list[_Entry]]:
+    """Runs of consecutive COMPACTED entries of about ``target_bytes`` and fewer than
+    ``span`` offsets (a body's offset deltas are 32-bit; at least one entry each); a
+    damaged WAL entry between ends a run and is left out."""
     group: list[_Entry] = []
     size = 0
     for e in entries:
@@ -355,7 +377,7 @@ def _groups(entries: list[_Entry], target_bytes: int) -> Iterator[list[_Entry]]:
                 yield group
             group, size = [], 0
             continue
-        if group and size + e.entry.byte_length > target_bytes:
+        if group and (size + e.entry.byte_length > target_bytes or e.end - group[0].start >= span):
             yield group
             group, size = [], 0
         group.append(e)

@@ -233,7 +233,7 @@ def test_key_compaction_keeps_the_latest_record_per_key_at_its_offset(kconn: llo
         for round_ in range(6):
             recs = [Record(f"v{round_}.{k}".encode(), key=f"k{k}".encode()) for k in range(10)]
             if round_ == 5:
-                recs.append(Record(None, key=b"k3"))  # a tombstone: k3 deleted
+                recs[3] = Record(None, key=b"k3")  # a tombstone: k3 deleted
             w.append("kv", 0, recs)
             for r in recs:
                 assert r.key is not None
@@ -426,3 +426,23 @@ def test_a_million_records_over_ten_thousand_keys_compact_to_the_latest_of_each(
     df = spark.read.format("llog").options(**spark_options(cfg)).option("topic", "million").load()  # type: ignore[attr-defined]
     rows = sorted((r.offset, bytes(r.key).decode(), bytes(r.value).decode()) for r in df.collect())
     assert rows == want
+
+
+def test_a_deleted_key_stays_deleted_when_whole_files_lose_every_record(config: llog.LlogConfig) -> None:
+    """Every record of an early file is superseded: the file is swapped out with the next
+    one instead of keeping a stale record, which would be the key's value again once its
+    tombstone expired; the partition's last record stays whatever it is."""
+    cfg = replace(config, compact_min_age_ms=0, settle_after_ms=0, compact_min_dirty_ratio=0.0,
+                  compact_target_bytes=1)  # one compacted file per append, one group per file
+    with llog.Connection(cfg) as conn:
+        llog.Topics(conn).create("resurrect", 1, cleanup_policy="compact", delete_retention_ms=0)
+        with llog.Writer(conn) as w:
+            w.append("resurrect", 0, [Record(b"old", key=b"a")])
+            w.append("resurrect", 0, [Record(None, key=b"a")])  # a deleted
+            w.append("resurrect", 0, [Record(b"v", key=b"b")])
+            w.append("resurrect", 0, [Record(None, key=b"b")])  # the last record: a tombstone
+        _compact_all(conn, "resurrect")
+        assert _clean(conn, "resurrect").outcome == "cleaned"
+        assert _latest_read(conn, "resurrect") == {b"a": (1, None), b"b": (3, None)}
+        assert _clean(conn, "resurrect").removed == 1  # a's tombstone expired; b's is the last record
+        assert _latest_read(conn, "resurrect") == {b"b": (3, None)}

@@ -16,42 +16,8 @@ from llog.topics import UNCHANGED, Topics
 def register(subparsers: Any) -> None:
     topics = subparsers.add_parser("topics", help="create, list and describe topics")
     tsub = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
-
-    p = tsub.add_parser("create", help="create a topic (idempotent for the same partition count)")
-    p.add_argument("topic", type=values.topic)
-    p.add_argument("-p", "--partitions", type=values.partition_count, default=1)
-    p.add_argument("--retention-ms", type=values.positive_int, help="drop records older than this")
-    p.add_argument("--retention-bytes", type=values.positive_int,
-                   help="drop a partition's oldest files while what remains is at least this many bytes "
-                        "(Kafka's retention.bytes)")
-    p.add_argument("--compacted-format", choices=FORMATS, default="bytes-batch-v1",
-                   help="what the compactor writes: llog's own bodies, or Parquet files any Parquet reader can "
-                        "query (needs pyarrow where the compactor and readers run)")
-    p.add_argument("--table", choices=("iceberg",),
-                   help="also keep the compacted Parquet files as an Iceberg table (implies --compacted-format "
-                        "parquet; catalog: LLOG_ICEBERG_CATALOG_URI)")
-    p.add_argument("--cleanup-policy", choices=POLICIES, default="delete", help=POLICY_HELP)
-    p.add_argument("--min-compaction-lag-ms", type=values.non_negative_int, help=LAG_HELP)
-    p.add_argument("--delete-retention-ms", type=values.non_negative_int, help=TOMBSTONE_HELP)
-    p.set_defaults(func=_create)
-
-    p = tsub.add_parser("alter", help="grow a topic; change its retention, compacted format or table")
-    p.add_argument("topic", type=values.topic)
-    p.add_argument("-p", "--partitions", type=values.partition_count,
-                   help="grow to this many partitions (never fewer; keyed records may map elsewhere after)")
-    p.add_argument("--retention-ms", type=values.limit, default=UNCHANGED,
-                   help="drop records older than this; none: keep them (from the compactor's next retention pass)")
-    p.add_argument("--retention-bytes", type=values.limit, default=UNCHANGED,
-                   help="drop a partition's oldest files while what remains is at least this many bytes; "
-                        "none: no limit")
-    p.add_argument("--compacted-format", choices=FORMATS)
-    p.add_argument("--cleanup-policy", choices=POLICIES, help=POLICY_HELP)
-    p.add_argument("--min-compaction-lag-ms", type=values.non_negative_int, default=UNCHANGED, help=LAG_HELP)
-    p.add_argument("--delete-retention-ms", type=values.non_negative_int, default=UNCHANGED, help=TOMBSTONE_HELP)
-    p.add_argument("--table", choices=("iceberg", "none"),
-                   help="iceberg: start an Iceberg table of the compacted Parquet files; none: stop and drop it "
-                        "from the catalog (the files stay, the index still names them)")
-    p.set_defaults(func=_alter)
+    _register_create(tsub)
+    _register_alter(tsub)
 
     p = tsub.add_parser("delete-records", help="move a partition's log start offset up (Kafka's DeleteRecords)")
     p.add_argument("topic", type=values.topic)
@@ -76,6 +42,46 @@ def register(subparsers: Any) -> None:
         p.add_argument("topic", type=values.topic)
         p.add_argument("partition", type=values.partition)
         p.set_defaults(func=_fence, state=name)
+
+
+def _register_create(tsub: Any) -> None:
+    p = tsub.add_parser("create", help="create a topic (idempotent for the same partition count)")
+    p.add_argument("topic", type=values.topic)
+    p.add_argument("-p", "--partitions", type=values.partition_count, default=1)
+    p.add_argument("--retention-ms", type=values.positive_int, help="drop records older than this")
+    p.add_argument("--retention-bytes", type=values.positive_int,
+                   help="drop a partition's oldest files while what remains is at least this many bytes "
+                        "(Kafka's retention.bytes)")
+    p.add_argument("--compacted-format", choices=FORMATS, default="bytes-batch-v1",
+                   help="what the compactor writes: llog's own bodies, or Parquet files any Parquet reader can "
+                        "query (needs pyarrow where the compactor and readers run)")
+    p.add_argument("--table", choices=("iceberg",),
+                   help="also keep the compacted Parquet files as an Iceberg table (implies --compacted-format "
+                        "parquet; catalog: LLOG_ICEBERG_CATALOG_URI)")
+    p.add_argument("--cleanup-policy", choices=POLICIES, default="delete", help=POLICY_HELP)
+    p.add_argument("--min-compaction-lag-ms", type=values.non_negative_int, help=LAG_HELP)
+    p.add_argument("--delete-retention-ms", type=values.non_negative_int, help=TOMBSTONE_HELP)
+    p.set_defaults(func=_create)
+
+
+def _register_alter(tsub: Any) -> None:
+    p = tsub.add_parser("alter", help="grow a topic; change its retention, compacted format or table")
+    p.add_argument("topic", type=values.topic)
+    p.add_argument("-p", "--partitions", type=values.partition_count,
+                   help="grow to this many partitions (never fewer; keyed records may map elsewhere after)")
+    p.add_argument("--retention-ms", type=values.limit, default=UNCHANGED,
+                   help="drop records older than this; none: keep them (from the compactor's next retention pass)")
+    p.add_argument("--retention-bytes", type=values.limit, default=UNCHANGED,
+                   help="drop a partition's oldest files while what remains is at least this many bytes; "
+                        "none: no limit")
+    p.add_argument("--compacted-format", choices=FORMATS)
+    p.add_argument("--cleanup-policy", choices=POLICIES, help=POLICY_HELP)
+    p.add_argument("--min-compaction-lag-ms", type=values.non_negative_int, default=UNCHANGED, help=LAG_HELP)
+    p.add_argument("--delete-retention-ms", type=values.non_negative_int, default=UNCHANGED, help=TOMBSTONE_HELP)
+    p.add_argument("--table", choices=("iceberg", "none"),
+                   help="iceberg: start an Iceberg table of the compacted Parquet files; none: stop and drop it "
+                        "from the catalog (the files stay, the index still names them)")
+    p.set_defaults(func=_alter)
 
 
 def _create(args: argparse.Namespace) -> int:
