@@ -16,13 +16,13 @@ import socket
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 from llog.connection import Connection
-from llog.errors import ClaimConflict, CoordinationError
-from llog.etcd import KV, Compare, Delete, Etcd, Get, Put, absent, value_is
+from llog.errors import ClaimConflict, ClaimLost, CoordinationError
+from llog.etcd import KV, Compare, Delete, Etcd, Get, Op, Put, TxnResult, absent, value_is
 
 log = logging.getLogger(__name__)
 
@@ -61,6 +61,23 @@ def claim_lost(claim: Claim | None, held: list[KV]) -> bool:
     if claim is None:
         return bool(held)
     return not held or held[0].value != claim.token.encode()
+
+
+def claimed_txn(
+    conn: Connection, topic: str, partition: int, claim: Claim | None, compares: Sequence[Compare],
+    ops: Sequence[Op], failure: Sequence[Get] = (),
+) -> TxnResult:
+    """One compactor transaction: ``ops`` if ``compares`` and :func:`claim_guard` hold.
+    A failed one answers ``failure``'s reads and then the claim key's (the last
+    response); :class:`ClaimLost` when it failed because the claim moved."""
+    r = conn.etcd.txn([*compares, claim_guard(conn, topic, partition, claim)], ops,
+                      [*failure, Get(conn.keys.compactor_claim(topic, partition))])
+    if not r.succeeded:
+        held = r.responses[-1]
+        assert isinstance(held, list)
+        if claim_lost(claim, held):
+            raise ClaimLost(topic, partition)
+    return r
 
 
 def try_claim(conn: Connection, topic: str, partition: int, lease: int, owner: str) -> Claim | ClaimConflict:

@@ -38,7 +38,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from itertools import repeat
 
-from compactor.claims import Claim, claim_guard, claim_lost, process_owner
+from compactor.claims import Claim, claimed_txn, process_owner
 from compactor.metrics import CompactorMetrics
 from compactor.planner import read_cursor
 from compactor.recovery import finish_interrupted
@@ -48,8 +48,8 @@ from llog.codec import batch
 from llog.codec.etcd_values import COMPACTED, CleanCursor, CompactionRecord, IndexEntry, MetaFormatError, TopicMeta
 from llog.connection import Connection
 from llog.control import decode_index, now_ms, read_control
-from llog.errors import ClaimLost, CorruptMetadata, OffsetOutOfRange
-from llog.etcd import Get, Put, absent, mod_revision_is
+from llog.errors import CorruptMetadata, OffsetOutOfRange
+from llog.etcd import Put, absent, mod_revision_is
 from llog.reader import Reader
 from llog.records import Headers
 from llog.session import Sessions
@@ -327,20 +327,16 @@ class Cleaner:
             runner.emit("after_put", rec, 0)
             keys = conn.keys
             rk = keys.compaction(topic, partition)
-            r = conn.etcd.txn(
-                [absent(rk), claim_guard(conn, topic, partition, claim), session.compare(),
+            r = claimed_txn(
+                conn, topic, partition, claim,
+                [absent(rk), session.compare(),
                  mod_revision_is(keys.index(topic, partition, first.end), first.mod_revision),
                  mod_revision_is(keys.index(topic, partition, last.end), last.mod_revision)],
                 [Put(rk, rec.encode())],
-                [Get(keys.compactor_claim(topic, partition))],
             )
         finally:
             self.sessions.release(session)
-        if not r.succeeded:
-            [held] = r.responses
-            assert isinstance(held, list)
-            if claim_lost(claim, held):
-                raise ClaimLost(topic, partition)
+        if not r.succeeded:  # the group changed, or the session ended: a later pass goes on
             return False
         runner.emit("after_record", rec, r.revision)
         return runner.finish(rec, r.revision).outcome == "done"
@@ -349,20 +345,11 @@ class Cleaner:
     def _move_clean_cursor(
         self, topic: str, partition: int, plan: _Plan, cursor: CleanCursor, claim: Claim | None
     ) -> bool:
-        conn, keys = self.conn, self.conn.keys
+        keys = self.conn.keys
         ck = keys.clean_cursor(topic, partition)
-        r = conn.etcd.txn(
-            [absent(keys.compaction(topic, partition)), claim_guard(conn, topic, partition, claim),
-             mod_revision_is(ck, plan.clean_rev)],
-            [Put(ck, cursor.encode())],
-            [Get(keys.compactor_claim(topic, partition))],
-        )
-        if not r.succeeded:
-            [held] = r.responses
-            assert isinstance(held, list)
-            if claim_lost(claim, held):
-                raise ClaimLost(topic, partition)
-        return r.succeeded
+        return claimed_txn(self.conn, topic, partition, claim,
+                           [absent(keys.compaction(topic, partition)), mod_revision_is(ck, plan.clean_rev)],
+                           [Put(ck, cursor.encode())]).succeeded
 
 
 def _groups(entries: list[_Entry], target_bytes: int, span: int) -> Iterator[list[_Entry]]:

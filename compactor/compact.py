@@ -29,7 +29,7 @@ import logging
 import uuid
 from dataclasses import dataclass, replace
 
-from compactor.claims import Claim, claim_guard, claim_lost, process_owner
+from compactor.claims import Claim, claimed_txn, process_owner
 from compactor.clean import Cleaner, CleanResult
 from compactor.metrics import CompactorMetrics, compactor_metrics
 from compactor.planner import WalRun, WalSlice, read_cursor, select_run
@@ -45,7 +45,7 @@ from llog.codec.etcd_values import (
 )
 from llog.connection import Connection
 from llog.control import now_ms, read_control, settle
-from llog.errors import ClaimLost, CorruptBlob, CorruptMetadata, ObjectNotFound, OffsetOutOfRange, StoreError
+from llog.errors import CorruptBlob, CorruptMetadata, ObjectNotFound, OffsetOutOfRange, StoreError
 from llog.etcd import Get, Put, absent, mod_revision_is
 from llog.reader import Reader
 from llog.records import Headers
@@ -155,20 +155,15 @@ class Compactor:
             keys = conn.keys
             rk, ck = keys.compaction(topic, partition), keys.compaction_cursor(topic, partition)
             with m.time("create_record"):
-                r = conn.etcd.txn(
-                    [absent(rk), mod_revision_is(ck, cursor_rev), claim_guard(conn, topic, partition, claim),
-                     session.compare()],
-                    [Put(rk, rec.encode())],
-                    [Get(keys.compactor_claim(topic, partition)), Get(session.key)],
-                )
+                r = claimed_txn(conn, topic, partition, claim,
+                                [absent(rk), mod_revision_is(ck, cursor_rev), session.compare()],
+                                [Put(rk, rec.encode())], [Get(session.key)])
         finally:
             # Once the record exists it is the blob's reference; before, an orphan.
             self._sessions.release(session)
         if not r.succeeded:
-            held, alive = r.responses
-            assert isinstance(held, list) and isinstance(alive, list)
-            if claim_lost(claim, held):
-                raise ClaimLost(topic, partition)
+            alive = r.responses[0]
+            assert isinstance(alive, list)
             if not session.holds(alive):
                 log.warning("compaction of %s/%s dropped: session %s expired after its PUT",
                             topic, partition, session.id)
@@ -227,19 +222,14 @@ class Compactor:
         owner = claim.token if claim is not None else f"{process_owner()}/unclaimed"
         damaged = DamagedRange(sl.start_offset, sl.data_key, sl.byte_offset, sl.byte_length, reason, now_ms(), owner)
         ck = keys.compaction_cursor(topic, partition)
-        r = conn.etcd.txn(
+        r = claimed_txn(
+            conn, topic, partition, claim,
             [absent(keys.compaction(topic, partition)), mod_revision_is(ck, cursor_rev),
-             claim_guard(conn, topic, partition, claim),
              mod_revision_is(keys.index(topic, partition, sl.end_offset), sl.mod_revision)],
             [Put(keys.damaged(topic, partition, sl.end_offset), damaged.encode()),
              Put(ck, CompactionCursor(sl.end_offset + 1).encode())],
-            [Get(keys.compactor_claim(topic, partition))],
         )
-        if not r.succeeded:
-            [held] = r.responses
-            assert isinstance(held, list)
-            if claim_lost(claim, held):
-                raise ClaimLost(topic, partition)
+        if not r.succeeded:  # someone else moved
             return CompactionResult(topic, partition, CONFLICT, recovered)
         self.metrics.damaged.inc()
         self.metrics.damaged_records.inc(sl.end_offset - sl.start_offset + 1)

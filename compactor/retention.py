@@ -20,14 +20,14 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass
 
-from compactor.claims import Claim, claim_guard, claim_lost
+from compactor.claims import Claim, claimed_txn
 from compactor.metrics import compactor_metrics
 from compactor.planner import read_cursor
 from compactor.revision_clock import RevisionClock
 from llog.codec.etcd_values import CompactionCursor
 from llog.connection import Connection
 from llog.control import ControlState, decode_index, now_ms, read_control
-from llog.errors import CasConflict, ClaimLost
+from llog.errors import CasConflict
 from llog.etcd import Delete, Get, Op, Put, TxnResult, absent, mod_revision_is
 
 log = logging.getLogger(__name__)
@@ -123,10 +123,8 @@ def apply_retention(
         r = _advance_start(conn, topic, partition, st, cursor, new, claim)
         if r.succeeded:
             return _applied(conn, RetentionResult(topic, partition, old, new, keys))
-        held, inflight = r.responses
-        assert isinstance(held, list) and isinstance(inflight, list)
-        if claim_lost(claim, held):
-            raise ClaimLost(topic, partition)
+        inflight = r.responses[0]
+        assert isinstance(inflight, list)
         if inflight:  # a compaction is in flight: retention waits for the next pass
             return RetentionResult(topic, partition, old, old, 0)
     raise CasConflict(conn.keys.control(topic, partition), _ATTEMPTS)
@@ -144,7 +142,8 @@ def _advance_start(
     """The one transaction (module doc): move ``log_start_offset`` to ``new``, delete
     the index keys (and damaged-range records) below it and lift the cursor (``(offset, mod_revision)`` as read)
     to it, if the control, cursor and claim are unchanged and no compaction is in
-    flight. Failure responses: the claim key, the compaction record."""
+    flight. Failure responses: the compaction record, the claim key; :class:`ClaimLost`
+    when the claim moved."""
     keys = conn.keys
     ckey, rkey = keys.control(topic, partition), keys.compaction(topic, partition)
     curkey = keys.compaction_cursor(topic, partition)
@@ -157,15 +156,10 @@ def _advance_start(
     ]
     if offset is None or offset < new:
         ops.append(Put(curkey, CompactionCursor(new).encode()))
-    return conn.etcd.txn(
-        [
-            mod_revision_is(ckey, st.mod_revision),
-            mod_revision_is(curkey, cursor_rev),
-            absent(rkey),
-            claim_guard(conn, topic, partition, claim),
-        ],
-        ops,
-        [Get(keys.compactor_claim(topic, partition)), Get(rkey)],
+    return claimed_txn(
+        conn, topic, partition, claim,
+        [mod_revision_is(ckey, st.mod_revision), mod_revision_is(curkey, cursor_rev), absent(rkey)],
+        ops, [Get(rkey)],
     )
 
 

@@ -28,7 +28,7 @@ import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from compactor.claims import Claim, claim_guard, claim_lost
+from compactor.claims import Claim, claimed_txn
 from compactor.metrics import CompactorMetrics
 from llog.codec.etcd_values import (
     COMPACTED,
@@ -40,7 +40,7 @@ from llog.codec.etcd_values import (
 )
 from llog.connection import Connection
 from llog.control import decode_index
-from llog.errors import ClaimLost, CorruptMetadata
+from llog.errors import CorruptMetadata
 from llog.etcd import KV, Compare, Delete, Get, Op, Put, TxnResult, mod_revision_is
 
 log = logging.getLogger(__name__)
@@ -129,7 +129,6 @@ class StageRunner:
         self.hook = hook
         keys = conn.keys
         self.record_key = keys.compaction(topic, partition)
-        self.claim_key = keys.compactor_claim(topic, partition)
         self.cursor_key = keys.compaction_cursor(topic, partition)
 
     def emit(self, point: str, rec: CompactionRecord, revision: int) -> None:
@@ -173,18 +172,8 @@ class StageRunner:
     def _txn(self, rev: int, compares: Sequence[Compare], ops: Sequence[Op]) -> TxnResult:
         """One stage transaction under the record and claim guards. Raises
         :class:`ClaimLost` when it failed because the claim moved."""
-        guard = claim_guard(self.conn, self.topic, self.partition, self.claim)
-        r = self.conn.etcd.txn(
-            [mod_revision_is(self.record_key, rev), guard, *compares],
-            ops,
-            [Get(self.record_key), Get(self.claim_key)],
-        )
-        if not r.succeeded:
-            held = r.responses[1]
-            assert isinstance(held, list)
-            if claim_lost(self.claim, held):
-                raise ClaimLost(self.topic, self.partition)
-        return r
+        return claimed_txn(self.conn, self.topic, self.partition, self.claim,
+                           [mod_revision_is(self.record_key, rev), *compares], ops, [Get(self.record_key)])
 
     def _write_index(self, rec: CompactionRecord, rev: int) -> _Step:
         ik = self.conn.keys.index(self.topic, self.partition, rec.end_offset)
