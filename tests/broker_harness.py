@@ -104,7 +104,9 @@ def broker_process(cfg: LlogConfig, *args: str, **env: str) -> Iterator[BrokerPr
     (unless the test killed it)."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "llog", "broker", "--port", "0", *args],
-        env={**config_env(cfg), **env}, stdout=subprocess.PIPE, text=True,
+        # PYTHONFAULTHANDLER: a broker that will not stop is sent SIGABRT, which then
+        # prints every thread's stack to the test's captured stderr.
+        env={**config_env(cfg), "PYTHONFAULTHANDLER": "1", **env}, stdout=subprocess.PIPE, text=True,
     )
     try:
         assert proc.stdout is not None
@@ -114,7 +116,13 @@ def broker_process(cfg: LlogConfig, *args: str, **env: str) -> Iterator[BrokerPr
         yield broker
         if not broker.killed:
             proc.send_signal(signal.SIGTERM)
-            assert proc.wait(timeout=60) == 0
+            try:
+                code = proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.send_signal(signal.SIGABRT)
+                proc.wait()
+                raise AssertionError("the broker did not stop within 60 s of SIGTERM (stacks on stderr)") from None
+            assert code == 0
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -240,12 +240,14 @@ def test_sasl_plain_with_the_broker_token(config: LlogConfig, conn: Connection) 
                                  sasl_mechanism="PLAIN", sasl_plain_username="app", sasl_plain_password="s3cret")
         assert producer.send("t", b"authenticated", partition=0).get(timeout=30).offset == 0
         producer.close()
+        # api_version given: otherwise kafka-python's constructor spends 30 s probing
+        # versions of a broker that refuses it, before max_block_ms applies.
         with pytest.raises(KafkaError):
             KafkaProducer(bootstrap_servers=kbt.bootstrap, security_protocol="SASL_PLAINTEXT",
                           sasl_mechanism="PLAIN", sasl_plain_username="app", sasl_plain_password="wrong",
-                          max_block_ms=5000).send("t", b"no", partition=0).get(timeout=10)
+                          max_block_ms=5000, api_version=(3, 8)).send("t", b"no", partition=0).get(timeout=10)
         with pytest.raises(KafkaError):  # no SASL at all: refused
-            KafkaProducer(bootstrap_servers=kbt.bootstrap, max_block_ms=5000,
+            KafkaProducer(bootstrap_servers=kbt.bootstrap, max_block_ms=5000, api_version=(3, 8),
                           request_timeout_ms=5000).send("t", b"no", partition=0).get(timeout=10)
         consumer = KafkaConsumer(bootstrap_servers=kbt.bootstrap, security_protocol="SASL_PLAINTEXT",
                                  sasl_mechanism="PLAIN", sasl_plain_username="app", sasl_plain_password="s3cret",

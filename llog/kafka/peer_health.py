@@ -52,6 +52,10 @@ class PeerHealth:
         self._silent: set[int] = set()
         self._probes: dict[BrokerNode, asyncio.Task[None]] = {}
         self._task: asyncio.Task[None] | None = None
+        # Cancelling is not enough: asyncio.wait_for (before 3.12) swallows a cancel that
+        # lands as its inner future completes (a refused connection is instant), and the
+        # probe would then loop on; the loops also check this flag.
+        self._closing = False
 
     def silent(self) -> frozenset[int]:
         return frozenset(self._silent)
@@ -60,6 +64,7 @@ class PeerHealth:
         self._task = asyncio.create_task(self._follow())
 
     async def close(self) -> None:
+        self._closing = True
         tasks = [t for t in (self._task, *self._probes.values()) if t is not None]
         for t in tasks:
             t.cancel()
@@ -71,7 +76,7 @@ class PeerHealth:
     async def _follow(self) -> None:
         """Keep one probe per registered peer (a node re-registered at another address
         is a new peer)."""
-        while True:
+        while not self._closing:
             me = self._self_id()
             wanted = {n for n in self._peers() if n.node_id != me}
             for node in [n for n in self._probes if n not in wanted]:
@@ -85,7 +90,7 @@ class PeerHealth:
 
     async def _probe(self, node: BrokerNode) -> None:
         loop = asyncio.get_running_loop()
-        while True:
+        while not self._closing:
             writer: asyncio.StreamWriter | None = None
             answered = False
             asked = loop.time()
@@ -93,7 +98,7 @@ class PeerHealth:
                 reader, opened = await asyncio.wait_for(
                     asyncio.open_connection(node.host, node.port, ssl=self._tls), self.timeout_s)
                 writer = opened
-                while True:
+                while not self._closing:
                     asked = loop.time()
                     opened.write(_PROBE)
                     await asyncio.wait_for(self._answer(reader), self.timeout_s)

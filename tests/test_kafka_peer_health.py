@@ -1,0 +1,91 @@
+"""PeerHealth against real sockets: a peer that refuses connections or never answers
+is silent, one that answers is not, and close() always ends its probes (a refused
+connection completes in the same loop turn as the cancel, which asyncio.wait_for
+before 3.12 would swallow)."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+
+from llog.kafka.peer_health import PeerHealth
+from llog.kafka.registry import BrokerNode
+from llog.metrics import Metrics
+
+
+def _refusing_port() -> int:
+    """A port nothing listens on (bound, then closed)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@asynccontextmanager
+async def _health(nodes: list[BrokerNode], *, interval_s: float, timeout_s: float) -> AsyncIterator[PeerHealth]:
+    health = PeerHealth(lambda: -1, lambda: nodes, Metrics(), tls=False, interval_s=interval_s, timeout_s=timeout_s)
+    health.start()
+    try:
+        yield health
+    finally:
+        await asyncio.wait_for(health.close(), 10)
+
+
+async def _until(check: Callable[[], bool]) -> None:
+    while not check():
+        await asyncio.sleep(0.01)
+
+
+def test_close_ends_probes_of_a_refusing_peer_every_time() -> None:
+    async def run() -> None:
+        port = _refusing_port()
+        for i in range(400):
+            health = PeerHealth(lambda: -1, lambda: [BrokerNode(1, "127.0.0.1", port)], Metrics(), tls=False,
+                                interval_s=0, timeout_s=1)
+            health.start()
+            for _ in range(i % 20):  # land the close at every point of the probe's loop
+                await asyncio.sleep(0)
+            await asyncio.wait_for(health.close(), 10)
+
+    asyncio.run(run())
+
+
+def test_a_refusing_peer_is_silent_and_an_answering_one_is_not() -> None:
+    answered = 0
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            size = int.from_bytes(await reader.readexactly(4), "big")
+            await reader.readexactly(size)
+            writer.write((8).to_bytes(4, "big") + bytes(8))
+            await writer.drain()
+            nonlocal answered
+            answered += 1
+
+    async def run() -> None:
+        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        nodes = [BrokerNode(1, "127.0.0.1", port), BrokerNode(2, "127.0.0.1", _refusing_port())]
+        async with _health(nodes, interval_s=0.05, timeout_s=1) as health:
+            await asyncio.wait_for(_until(lambda: health.silent() == {2} and answered >= 3), 10)
+            assert health.silent() == {2}  # several rounds answered: never judged silent
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(run())
+
+
+def test_a_peer_that_accepts_but_never_answers_is_silent() -> None:
+    async def mute(reader: asyncio.StreamReader, _writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # holds the connection, answers nothing
+
+    async def run() -> None:
+        server = await asyncio.start_server(mute, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with _health([BrokerNode(3, "127.0.0.1", port)], interval_s=0.05, timeout_s=0.2) as health:
+            await asyncio.wait_for(_until(lambda: health.silent() == {3}), 10)
+        server.close()
+        await server.wait_closed()
+
+    asyncio.run(run())
