@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from llog.connection import Connection
 from llog.errors import ClaimConflict, ClaimLost, CoordinationError
 from llog.etcd import KV, Compare, Delete, Etcd, Get, Op, Put, TxnResult, absent, value_is
+from llog.topic_guard import TopicGuard
 
 log = logging.getLogger(__name__)
 
@@ -67,16 +68,20 @@ def claimed_txn(
     conn: Connection, topic: str, partition: int, claim: Claim | None, compares: Sequence[Compare],
     ops: Sequence[Op], failure: Sequence[Get] = (),
 ) -> TxnResult:
-    """One compactor transaction: ``ops`` if ``compares`` and :func:`claim_guard` hold.
-    A failed one answers ``failure``'s reads and then the claim key's (the last
-    response); :class:`ClaimLost` when it failed because the claim moved."""
-    r = conn.etcd.txn([*compares, claim_guard(conn, topic, partition, claim)], ops,
-                      [*failure, Get(conn.keys.compactor_claim(topic, partition))])
+    """One compactor transaction: ``ops`` if ``compares``, :func:`claim_guard` and the
+    topic guard (spec §4.5) hold. A failed one answers ``failure``'s reads, then the
+    topic record's and the claim key's (the last response); :class:`UnknownTopic` when
+    it failed because the topic was deleted, :class:`ClaimLost` because the claim moved."""
+    guard = TopicGuard.of(conn, topic)
+    r = conn.etcd.txn([*compares, claim_guard(conn, topic, partition, claim), guard.compare()], ops,
+                      [*failure, guard.read(), Get(conn.keys.compactor_claim(topic, partition))])
     if not r.succeeded:
-        held = r.responses[-1]
-        assert isinstance(held, list)
+        topic_read, held = r.responses[-2], r.responses[-1]
+        assert isinstance(topic_read, list) and isinstance(held, list)
+        guard.check(conn, topic_read)
         if claim_lost(claim, held):
             raise ClaimLost(topic, partition)
+        r = TxnResult(r.succeeded, r.revision, r.responses[:-2] + r.responses[-1:])
     return r
 
 
@@ -84,9 +89,13 @@ def try_claim(conn: Connection, topic: str, partition: int, lease: int, owner: s
     """Create the claim if absent; otherwise say who holds it."""
     key = conn.keys.compactor_claim(topic, partition)
     token = f"{owner}/{uuid.uuid4().hex[:12]}"
-    r = conn.etcd.txn([absent(key)], [Put(key, token.encode(), lease)], [Get(key)])
+    guard = TopicGuard.of(conn, topic)  # no claim key under a deleted topic
+    r = conn.etcd.txn([absent(key), guard.compare()], [Put(key, token.encode(), lease)], [Get(key), guard.read()])
     if r.succeeded:
         return Claim(topic, partition, key, token, lease)
+    topic_read = r.responses[1]
+    assert isinstance(topic_read, list)
+    guard.check(conn, topic_read)
     got = r.responses[0]
     holder = got[0].value.decode(errors="replace") if isinstance(got, list) and got else "?"
     return ClaimConflict(topic, partition, holder)

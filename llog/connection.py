@@ -76,7 +76,7 @@ class Connection:
         if kv is None:
             raise UnknownTopic(topic)
         try:
-            meta = TopicMeta.decode(kv.value)
+            meta = TopicMeta.decode(kv.value, kv.create_revision)
         except MetaFormatError as exc:
             raise CorruptMetadata(key, str(exc)) from exc
         with self._topics_lock:

@@ -23,6 +23,7 @@ A subclass inherits its parent's answer unless it says otherwise.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
 from llog.name_rules import TOPIC_NAME_PATTERN
@@ -248,6 +249,17 @@ class CommitRejected(LlogError):
         self.topic = topic
         self.partition = partition
         self.offset = offset
+
+
+class GroupNotEmpty(InvalidInput):
+    """A group with live members cannot be deleted (nor its offsets): a member could
+    commit what was just deleted (Kafka's ``NON_EMPTY_GROUP``)."""
+
+    def __init__(self, group: str, members: Sequence[str]) -> None:
+        super().__init__(f"group {group!r} has {len(members)} live member(s) ({', '.join(members[:3])}"
+                         f"{', ...' if len(members) > 3 else ''}): stop its consumers first")
+        self.group = group
+        self.members = tuple(members)
 
 
 class BackwardsCommit(CommitRejected):

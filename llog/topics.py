@@ -27,6 +27,8 @@ from llog.errors import CasConflict, CorruptMetadata, InvalidInput, TopicConflic
 from llog.etcd import Get, Put, absent, mod_revision_is
 from llog.keys import prefix_range_end
 from llog.names import MAX_PARTITIONS, check_topic
+from llog.topic_deletion import remove_topic
+from llog.topic_guard import TopicGuard
 
 
 class Unchanged(Enum):
@@ -162,7 +164,7 @@ class Topics:
         key = self.conn.keys.topic_meta(name)
         r = self.conn.etcd.txn([absent(key)], [Put(key, meta.encode())], [Get(key)])
         if r.succeeded:
-            return meta
+            return replace(meta, revision=r.revision)
         existing = self.conn.topic(name, refresh=True)
         if existing.partitions != partitions:
             raise TopicConflict(
@@ -172,6 +174,22 @@ class Topics:
 
     def get(self, name: str) -> TopicMeta:
         return self.conn.topic(name, refresh=True)
+
+    def delete(self, name: str) -> TopicMeta:
+        """Delete a topic (Kafka's DeleteTopics); returns the definition it had.
+
+        One etcd transaction, guarded by the record's ``create_revision``, removes the
+        topic record, every key of its partitions and the committed offsets for it in
+        up to :data:`~llog.topic_deletion.OFFSET_RANGES_PER_DELETE` groups (those of
+        other groups right after): its name is free at once, and a topic created again
+        under it starts empty, with no offsets. Writers, group commits and the
+        compactor that still know the old topic fail their next transaction on the
+        topic guard (:mod:`llog.topic_guard`) with :class:`UnknownTopic`, so nothing is
+        written under it again. Its data objects are left to vacuum, which deletes them
+        as unreferenced (spec §11). A table topic's Iceberg table stays in the catalog:
+        :func:`llog.table.delete_topic` drops it too (``llog topics delete`` and Kafka's
+        DeleteTopics do). :class:`UnknownTopic` if there is no such topic."""
+        return remove_topic(self.conn, name)
 
     def set_compacted_format(self, name: str, compacted_format: str | None) -> TopicMeta:
         """Change what the compactor writes for the topic from its next compaction on
@@ -244,7 +262,7 @@ class Topics:
             if kv is None:
                 raise UnknownTopic(name)
             try:
-                meta = TopicMeta.decode(kv.value)
+                meta = TopicMeta.decode(kv.value, kv.create_revision)
             except MetaFormatError as exc:
                 raise CorruptMetadata(key, str(exc)) from exc
             meta = change(meta)
@@ -273,7 +291,7 @@ class Topics:
             meta_kv = kv if kv.key == meta_key else etcd.get(meta_key)
             if meta_kv is not None:
                 try:
-                    out.append(TopicMeta.decode(meta_kv.value))
+                    out.append(TopicMeta.decode(meta_kv.value, meta_kv.create_revision))
                 except MetaFormatError as exc:
                     raise CorruptMetadata(meta_key, str(exc)) from exc
             cursor = prefix_range_end(keys.topic_prefix(name))
@@ -374,6 +392,7 @@ class Topics:
         """A CAS on the partition's control (retried while commits move it); ``change``
         gives the new control, or ``None`` when there is nothing to change."""
         self.conn.check_partition(topic, partition)
+        guard = TopicGuard.of(self.conn, topic)
         key = self.conn.keys.control(topic, partition)
         st = read_control(self.conn, topic, partition)
         for _ in range(self.conn.config.commit_max_attempts):
@@ -381,11 +400,13 @@ class Topics:
             if new is None:
                 return st
             r = self.conn.etcd.txn(
-                [mod_revision_is(key, st.mod_revision)], [Put(key, new.encode())], [Get(key)]
+                [mod_revision_is(key, st.mod_revision), guard.compare()], [Put(key, new.encode())],
+                [Get(key), guard.read()],
             )
             if r.succeeded:
                 return ControlState(new, r.revision)
-            got = r.responses[0]
-            assert isinstance(got, list)
+            got, got_topic = r.responses
+            assert isinstance(got, list) and isinstance(got_topic, list)
+            guard.check(self.conn, got_topic)
             st = decode_control(key, got[0] if got else None)
         raise CasConflict(key, self.conn.config.commit_max_attempts)

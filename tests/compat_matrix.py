@@ -21,13 +21,14 @@ FEATURES = ("admin", "produce", "codecs", "idempotent", "consume", "groups", "co
 
 _K = "tests/test_kafka.py::"
 _COMPACTED = "tests/test_compacted_topics.py::"
+_DELETE = "tests/test_delete_topics.py::test_kafka_admin_clients_and_kafka_topics_delete"
 _CONNECT = ("tests/test_kafka_connect.py::test_connect_distributed_copies_a_file_through_a_topic_and_resumes",)
 #: client -> feature -> the tests (node ids; a parametrized test stands for all its cases).
 MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
     "librdkafka (confluent-kafka)": {
         "admin": (f"{_K}test_admin_client_describes_configs_cluster_and_groups",
                   f"{_K}test_list_offsets_and_create_topics",
-                  "tests/test_kafka_configs.py::test_incremental_alter_configs_sets_and_deletes_retention"),
+                  "tests/test_kafka_configs.py::test_incremental_alter_configs_sets_and_deletes_retention", _DELETE),
         "produce": (f"{_K}test_confluent_kafka_produces_100k_records_with_every_codec",),
         "codecs": (f"{_K}test_confluent_kafka_produces_100k_records_with_every_codec",),
         "idempotent": (f"{_K}test_idempotent_producer_across_a_broker_kill_writes_each_record_once",),
@@ -37,7 +38,7 @@ MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
                       f"{_COMPACTED}test_a_million_records_over_ten_thousand_keys_compact_to_the_latest_of_each"),
     },
     "kafka-python": {
-        "admin": ("tests/test_kafka_configs.py::test_kafka_python_alter_configs_keeps_what_it_does_not_name",),
+        "admin": ("tests/test_kafka_configs.py::test_kafka_python_alter_configs_keeps_what_it_does_not_name", _DELETE),
         "produce": (f"{_K}test_kafka_python_produce_and_fetch_round_trip",),
         "idempotent": (f"{_K}test_kafka_producer_ids_count_sequences_in_records",),
         "consume": (f"{_K}test_kafka_python_produce_and_fetch_round_trip",),
@@ -61,7 +62,7 @@ MATRIX: dict[str, dict[str, tuple[str, ...]]] = {
     "Kafka's tools (4.1.1)": {
         "admin": ("tests/test_kafka_tools.py::test_topics_producer_consumer_and_offsets",
                   "tests/test_kafka_tools.py::test_kafka_configs_alters_retention_and_the_cleanup_policy",
-                  "tests/test_add_partitions.py::test_create_partitions_through_kafka"),
+                  "tests/test_add_partitions.py::test_create_partitions_through_kafka", _DELETE),
         "produce": ("tests/test_kafka_tools.py::test_verifiable_producer_consumer_and_producer_perf_test",),
         "idempotent": (
             "tests/test_kafka_tools.py::test_kafka_transactions_describes_a_partitions_idempotent_producers",),

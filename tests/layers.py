@@ -47,13 +47,15 @@ LAYERS: tuple[Layer, ...] = (
           "CRC-32"),
     Layer("2. store and etcd", (
         "llog/store/*", "llog/etcd.py", "llog/etcd_maintenance.py", "llog/keys.py", "llog/connection.py",
-        "llog/session.py", "llog/control.py",
+        "llog/session.py", "llog/control.py", "llog/topic_guard.py", "llog/group_names.py",
     ), "the object-store interface (S3, local dir), hedged PUTs, the WAL blob cache and peer reads (§9 step 9), "
        "the etcd operations the protocol needs and etcd maintenance "
        "(compact, defragment, alarms), the key layout (§3), one `Connection` holding both; what writers, "
-       "readers and compactors share: sessions (§3), control reads, materialization and settle (W4)"),
+       "readers and compactors share: sessions (§3), control reads, materialization and settle (W4), the topic "
+       "guard (§4.5), the names of the consumer groups"),
     Layer("3. write and read", (
         "llog/write/*", "llog/writer.py", "llog/scan/*", "llog/reader.py", "llog/timelookup.py", "llog/topics.py",
+        "llog/topic_deletion.py",
     ), "the write path `llog/write/` (§8: W0 checks and the uncompacted-keys gate, W1 staging, W2 commits, "
        "unknown outcomes, W3 acknowledgement) behind the `Writer` façade; the read path `llog/scan/` (§9) "
        "behind the `Reader` façade; time lookups; topic admin and fencing"),

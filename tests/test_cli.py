@@ -104,6 +104,28 @@ def test_groups_list_describe_reset(config: LlogConfig, conn: Connection) -> Non
     assert committed is not None and committed.offset == 0
 
 
+def test_groups_delete_offsets_and_delete(config: LlogConfig, conn: Connection) -> None:
+    from llog.groups.membership import Membership
+
+    llog_cli(config, "topics", "create", "gd", "-p", "3")
+    llog_cli(config, "produce", "gd", "-p", "0", stdin="a\nb\n")
+    offsets = GroupOffsets(conn, "gdg")
+    for p in range(2):
+        offsets.commit("gd", p, 0)
+    member = Membership(conn, "gdg", "m1")
+    member.join()
+    refused = llog_cli(config, "groups", "delete", "gdg", ok=False)
+    assert refused.returncode != 0 and "1 live member(s) (m1)" in refused.stderr
+    member.leave()
+    out = llog_cli(config, "groups", "delete-offsets", "gdg", "gd", "-p", "1", "-p", "2").stdout
+    assert "partitions 1" in out
+    assert [c.partition for c in offsets.all()] == [0]
+    assert "deleted group gdg" in llog_cli(config, "groups", "delete", "gdg").stdout
+    assert offsets.all() == [] and llog_cli(config, "groups", "list").stdout.split() == []
+    gone = llog_cli(config, "groups", "delete", "gdg", ok=False)
+    assert gone.returncode != 0 and "no group 'gdg'" in gone.stderr
+
+
 def test_dev_up_serves_a_stack_with_a_broker_and_stops_cleanly(tmp_path: Path) -> None:
     env_file = tmp_path / "dev.env"
     proc = subprocess.Popen(

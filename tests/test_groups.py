@@ -6,10 +6,11 @@ import pytest
 
 import llog
 from llog.errors import BackwardsCommit, CommitOutOfRange, NotAssigned, StaleEpoch
+from llog.group_names import list_groups
 from llog.groups import Consumer, GroupOffsets
 from llog.groups.epoch import bump_epoch
 from llog.groups.membership import range_assign
-from llog.groups.offsets import Fence, list_groups
+from llog.groups.offsets import Fence
 from llog.timelookup import offset_for_timestamp
 
 

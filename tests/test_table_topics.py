@@ -23,7 +23,7 @@ from llog.connection import Connection
 from llog.errors import InvalidInput
 from llog.reader import Reader
 from llog.records import Record
-from llog.table import TableCatalog, TableInfo, sync_table
+from llog.table import TableCatalog, TableInfo, delete_topic, sync_table
 from llog.topics import Topics
 from tests.test_parquet_compaction import _entries, _write
 
@@ -208,6 +208,27 @@ def test_a_sync_paused_across_a_fencing_vacuum_cannot_bring_back_a_deleted_file(
         tx.commit_transaction()  # the paused sync wakes up: refused, the table moved on
     table = tables.table("fence")
     assert table is not None and uri not in {t.file.file_path for t in table.scan().plan_files()}
+
+
+def test_deleting_a_table_topic_drops_its_table_and_vacuum_its_files(tconn: Connection) -> None:
+    Topics(tconn).create("dropped", 1, table="iceberg")
+    _write(tconn, "dropped", 0, _records(50), groups=2)
+    assert compact_once(tconn, "dropped", 0).outcome == "compacted"
+    with TableCatalog(tconn) as tables:
+        assert sync_table(tables, "dropped").added == 1
+    def stored() -> set[str]:
+        return {o.key for o in tconn.store.list(tconn.keys.topic_prefix("dropped"))}
+
+    location = tconn.keys.table_location("dropped")
+    metadata = {k for k in stored() if k.startswith(location)}
+    data = stored() - metadata
+    assert data and metadata
+    assert delete_topic(tconn, "dropped").table == "iceberg"
+    with TableCatalog(tconn) as tables:
+        assert tables.describe("dropped") is None
+    assert stored() == data  # the table's metadata went with it; the data files are vacuum's
+    assert data <= set(vacuum(tconn, grace_s=0).deleted)
+    assert stored() == set()
 
 
 def test_bad_table_settings_get_clear_errors(tconn: Connection) -> None:

@@ -1,4 +1,5 @@
-"""``llog topics create|alter|list|describe``, ``llog fence`` and ``llog unfence``."""
+"""``llog topics create|alter|delete|delete-records|list|describe``, ``llog fence`` and
+``llog unfence``."""
 
 from __future__ import annotations
 
@@ -9,15 +10,19 @@ from llog.cli import values
 from llog.cli.common import connection_from_args, print_json
 from llog.connection import Connection
 from llog.errors import InvalidInput, LlogError
-from llog.table import TableCatalog, sync_table
+from llog.table import TableCatalog, delete_topic, sync_table
 from llog.topics import UNCHANGED, Topics
 
 
 def register(subparsers: Any) -> None:
-    topics = subparsers.add_parser("topics", help="create, list and describe topics")
+    topics = subparsers.add_parser("topics", help="create, alter, delete, list and describe topics")
     tsub = topics.add_subparsers(dest="topics_command", metavar="ACTION", required=True)
     _register_create(tsub)
     _register_alter(tsub)
+
+    p = tsub.add_parser("delete", help="delete a topic, its offsets and its table (its data goes with vacuum)")
+    p.add_argument("topic", type=values.topic)
+    p.set_defaults(func=_delete)
 
     p = tsub.add_parser("delete-records", help="move a partition's log start offset up (Kafka's DeleteRecords)")
     p.add_argument("topic", type=values.topic)
@@ -136,6 +141,13 @@ def _alter(args: argparse.Namespace) -> int:
     if args.compacted_format is not None or args.table is not None:
         print(f"topic {meta.name}: compacted ranges are written as {meta.compacted_format or 'bytes-batch-v1'} "
               "from the next compaction on")
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    with connection_from_args(args) as conn:
+        meta = delete_topic(conn, args.topic)
+    print(f"deleted topic {meta.name} ({meta.partitions} partitions); vacuum removes its data objects")
     return 0
 
 

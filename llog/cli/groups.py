@@ -1,4 +1,4 @@
-"""``llog groups list|describe|reset``."""
+"""``llog groups list|describe|reset|delete|delete-offsets``."""
 
 from __future__ import annotations
 
@@ -7,12 +7,13 @@ from typing import Any
 
 from llog.cli import values
 from llog.cli.common import connection_from_args, print_json
-from llog.groups.admin import describe_group, reset_offsets
-from llog.groups.offsets import list_groups
+from llog.errors import InvalidInput
+from llog.group_names import list_groups
+from llog.groups.admin import delete_group, delete_offsets, describe_group, reset_offsets
 
 
 def register(subparsers: Any) -> None:
-    groups = subparsers.add_parser("groups", help="consumer groups: list, describe (lag), reset offsets")
+    groups = subparsers.add_parser("groups", help="consumer groups: list, describe (lag), reset offsets, delete")
     gsub = groups.add_subparsers(dest="groups_command", metavar="ACTION", required=True)
 
     p = gsub.add_parser("list", help="groups with any committed state")
@@ -30,6 +31,16 @@ def register(subparsers: Any) -> None:
     p.add_argument("--to", type=values.reset_target, required=True, help="earliest, latest, an offset, or ts:EPOCH_MS")
     p.add_argument("-p", "--partition", type=values.partition, action="append", help="only these partitions")
     p.set_defaults(func=_reset)
+
+    p = gsub.add_parser("delete", help="forget a group: offsets, epoch, ownerships (Kafka's DeleteGroups)")
+    p.add_argument("group", type=values.group)
+    p.set_defaults(func=_delete)
+
+    p = gsub.add_parser("delete-offsets", help="forget a group's committed offsets for a topic (Kafka's OffsetDelete)")
+    p.add_argument("group", type=values.group)
+    p.add_argument("topic", type=values.topic)
+    p.add_argument("-p", "--partition", type=values.partition, action="append", help="only these partitions")
+    p.set_defaults(func=_delete_offsets)
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -65,4 +76,20 @@ def _reset(args: argparse.Namespace) -> int:
     with connection_from_args(args) as conn:
         for c in reset_offsets(conn, args.group, args.topic, to=args.to, partitions=args.partition):
             print(f"{args.group} {c.topic}/{c.partition} -> {c.offset}")
+    return 0
+
+
+def _delete(args: argparse.Namespace) -> int:
+    with connection_from_args(args) as conn:
+        if not delete_group(conn, args.group):
+            raise InvalidInput(f"no group {args.group!r}")
+    print(f"deleted group {args.group}")
+    return 0
+
+
+def _delete_offsets(args: argparse.Namespace) -> int:
+    with connection_from_args(args) as conn:
+        gone = delete_offsets(conn, args.group, args.topic, args.partition)
+    print(f"{args.group}: deleted the committed offsets of {args.topic} partitions "
+          f"{', '.join(map(str, gone)) if gone else '(none were committed)'}")
     return 0

@@ -7,7 +7,7 @@ so later versions can add fields.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal, cast
 
 import msgpack
@@ -254,6 +254,10 @@ class TopicMeta:
     #: Kafka's ``delete.retention.ms`` (None: :data:`DELETE_RETENTION_MS`): how long a
     #: tombstone is kept once key compaction has passed it.
     delete_retention_ms: int | None = None
+    #: The ``create_revision`` of the record's key when read from etcd (0: not read):
+    #: which incarnation of the name this is. Commits compare it (the topic guard,
+    #: spec §4.5), so nothing is written under a deleted topic's keys. Not encoded.
+    revision: int = field(default=0, compare=False)
 
     @property
     def compaction_lag_ms(self) -> int:
@@ -294,7 +298,8 @@ class TopicMeta:
         return _pack(m)
 
     @classmethod
-    def decode(cls, raw: bytes) -> TopicMeta:
+    def decode(cls, raw: bytes, revision: int = 0) -> TopicMeta:
+        """The record ``raw``; ``revision``: its key's ``create_revision``."""
         m = _unpack(raw)
         rms = m.get("retention_ms")
         rb = m.get("retention_bytes")
@@ -326,6 +331,7 @@ class TopicMeta:
             cleanup_policy=policy,
             min_compaction_lag_ms=lag,
             delete_retention_ms=drm,
+            revision=revision,
         )
 
 

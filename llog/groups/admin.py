@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from llog.connection import Connection
 from llog.control import read_control
-from llog.errors import InvalidInput
+from llog.errors import GroupNotEmpty, InvalidInput
 from llog.groups.epoch import current_epoch
 from llog.groups.offsets import Committed, GroupOffsets
 from llog.keys import prefix_range_end
@@ -55,8 +55,7 @@ def describe_group(conn: Connection, group: str, topics: list[str] | None = None
     for kv in etcd.scan(owner_prefix, prefix_range_end(owner_prefix)):
         topic, _, part = kv.key[len(owner_prefix) :].rpartition("/")
         owners[(topic, int(part))] = kv.value.decode()
-    member_prefix = keys.group_member_prefix(group)
-    members = tuple(sorted(k[len(member_prefix) :] for k in etcd.keys(member_prefix, prefix_range_end(member_prefix))))
+    members = live_members(conn, group)
     tps = set(committed) | set(owners)
     for t in topics or ():
         tps.update((t, p) for p in range(conn.topic(t).partitions))
@@ -112,3 +111,34 @@ def reset_offsets(
                     ) from None
             out.append(offsets.commit(topic, p, target, member="reset", reset=True))
     return out
+
+
+def live_members(conn: Connection, group: str) -> tuple[str, ...]:
+    """The ids of the group's members whose session is alive (SDK consumers; a Kafka
+    group's members live in its coordinator, which refuses its own deletions)."""
+    prefix = conn.keys.group_member_prefix(check_group(group))
+    return tuple(sorted(k[len(prefix):] for k in conn.etcd.keys(prefix, prefix_range_end(prefix))))
+
+
+def delete_group(conn: Connection, group: str) -> int:
+    """Forget the group (Kafka's DeleteGroups): its offsets, epoch and ownerships; the
+    number of keys deleted (0: there was no such group). :class:`GroupNotEmpty` while
+    it has live members."""
+    members = live_members(conn, group)
+    if members:
+        raise GroupNotEmpty(group, members)
+    return GroupOffsets(conn, group).delete()
+
+
+def delete_offsets(conn: Connection, group: str, topic: str, partitions: list[int] | None = None) -> list[int]:
+    """Forget the group's committed offsets for ``topic`` (Kafka's OffsetDelete), all its
+    partitions or ``partitions``; the partitions that had one. :class:`GroupNotEmpty`
+    while the group has live members."""
+    members = live_members(conn, group)
+    if members:
+        raise GroupNotEmpty(group, members)
+    offsets = GroupOffsets(conn, group)
+    count = conn.topic(topic).partitions
+    for p in partitions or ():
+        conn.check_partition(topic, p)
+    return [p for p in (partitions if partitions is not None else range(count)) if offsets.delete_offset(topic, p)]

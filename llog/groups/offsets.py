@@ -31,6 +31,7 @@ from llog.etcd import KV, Compare, Get, Put, lease_is, mod_revision_is, value_is
 from llog.groups.owner import Owner, describe_owner
 from llog.keys import prefix_range_end
 from llog.names import check_group, check_partition, check_topic
+from llog.topic_guard import TopicGuard
 
 
 @dataclass(frozen=True)
@@ -119,6 +120,7 @@ class GroupOffsets:
         epoch_key = keys.group_epoch(self.group)
         owner_key = keys.group_owner(self.group, topic, partition)
         guards = _fence_guards(fence, epoch_key, owner_key)
+        topic_guard = TopicGuard.of(self.conn, topic)  # no offset outlives its topic (spec §4.5)
         kv = etcd.get(key)
         for _ in range(self.conn.config.commit_max_attempts):
             current = None if kv is None else _decode_offset(kv)
@@ -134,15 +136,16 @@ class GroupOffsets:
                 now_ms(),
             )
             r = etcd.txn(
-                [mod_revision_is(key, 0 if kv is None else kv.mod_revision), *guards],
+                [mod_revision_is(key, 0 if kv is None else kv.mod_revision), *guards, topic_guard.compare()],
                 [Put(key, value.encode())],
-                [Get(key), Get(epoch_key), Get(owner_key)],
+                [Get(key), Get(epoch_key), Get(owner_key), topic_guard.read()],
             )
             if r.succeeded:
                 return Committed(topic, partition, value.offset, value.epoch, value.member, value.updated_at_ms)
-            got_offset, got_epoch, got_owner = r.responses
+            got_offset, got_epoch, got_owner, got_topic = r.responses
             assert isinstance(got_offset, list) and isinstance(got_epoch, list)
-            assert isinstance(got_owner, list)
+            assert isinstance(got_owner, list) and isinstance(got_topic, list)
+            topic_guard.check(self.conn, got_topic)
             self._raise_if_fenced(fence, topic, partition, offset, got_epoch, got_owner)
             kv = got_offset[0] if got_offset else None
         raise CasConflict(key, self.conn.config.commit_max_attempts)
@@ -198,18 +201,3 @@ class GroupOffsets:
         """Forget the whole group (offsets, epoch, members, owners)."""
         prefix = self.conn.keys.group_prefix(self.group)
         return self.conn.etcd.delete_range(prefix, prefix_range_end(prefix))
-
-
-def list_groups(conn: Connection) -> list[str]:
-    """Every group with any state, by name (one ceiling lookup per group)."""
-    root = conn.keys.groups_prefix()
-    end = prefix_range_end(root)
-    out: list[str] = []
-    cursor = root
-    while True:
-        kv = conn.etcd.ceiling(cursor, end)
-        if kv is None:
-            return out
-        name = kv.key[len(root) :].split("/", 1)[0]
-        out.append(name)
-        cursor = prefix_range_end(conn.keys.group_prefix(name))

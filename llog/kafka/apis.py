@@ -1,7 +1,8 @@
 """Which Kafka APIs llog serves, at which versions, by which handler.
 
-The versions are those whose messages name topics (not topic ids, which llog does not
-have) and that kafka-python's codecs cover; a client negotiates the highest one both
+The versions are those whose messages name topics by name (llog derives a topic's id
+from its name and creation, for Metadata and DeleteTopics v6, but keeps no index by id)
+and that kafka-python's codecs cover; a client negotiates the highest one both
 sides know through ApiVersions. An API or version outside this table is answered with
 ``UNSUPPORTED_VERSION`` where the response has an error code, and never by dropping the
 connection while a well-formed answer exists.
@@ -18,6 +19,7 @@ from kafka.protocol.admin import (
     CreateTopicsRequest,
     DeleteGroupsRequest,
     DeleteRecordsRequest,
+    DeleteTopicsRequest,
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
@@ -83,6 +85,7 @@ API_BY_KEY: dict[int, Api] = {api.request.API_KEY: api for api in (
     Api(ApiVersionsRequest, 0, 3, _api_versions),
     Api(CreateTopicsRequest, 2, 6, topics.create_topics, runs="blocking"),
     Api(CreatePartitionsRequest, 0, 3, topics.create_partitions, runs="blocking"),
+    Api(DeleteTopicsRequest, 0, 6, topics.delete_topics, runs="blocking"),
     Api(DeleteRecordsRequest, 0, 2, topics.delete_records, runs="blocking"),
     Api(InitProducerIdRequest, 0, 4, producers.init_producer_id, runs="blocking"),
     Api(DescribeProducersRequest, 0, 0, producers.describe_producers, runs="blocking"),

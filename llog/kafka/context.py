@@ -8,12 +8,16 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from llog.codec.etcd_values import TopicMeta
 from llog.kafka.batch_checks import BatchChecker
 from llog.kafka.coordinator import Coordinator
 from llog.kafka.registry import BrokerNode, BrokerRegistry, rendezvous
 
 if TYPE_CHECKING:
     from llog.broker.state import Broker
+
+#: The id Kafka gives no topic (a topic in error, a request naming topics by name).
+ZERO_TOPIC_ID = uuid.UUID(int=0)
 
 
 @dataclass(frozen=True)
@@ -31,9 +35,12 @@ class Context:
         """Stable per llog root: every broker of one deployment reports the same."""
         return f"llog-{self.broker.conn.keys.root}"
 
-    def topic_id(self, topic: str) -> uuid.UUID:
-        """A stable id per topic name (llog topics have none of their own)."""
-        return uuid.uuid5(uuid.NAMESPACE_URL, f"llog://{self.broker.conn.keys.root}/{topic}")
+    def topic_id(self, meta: TopicMeta) -> uuid.UUID:
+        """The topic's Kafka id: derived from its name and its record's create revision,
+        so every broker reports the same id, and a topic deleted and created again
+        under the same name gets a new one (as in Kafka, where clients read the change
+        as a new topic)."""
+        return uuid.uuid5(uuid.NAMESPACE_URL, f"llog://{self.broker.conn.keys.root}/{meta.name}@{meta.revision}")
 
 
 def leader_of(nodes: list[BrokerNode], topic: str, partition: int) -> BrokerNode:

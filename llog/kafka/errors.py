@@ -91,6 +91,7 @@ class ErrorCode(IntEnum):
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
     THROTTLING_QUOTA_EXCEEDED = 89
+    UNKNOWN_TOPIC_ID = 100
 
 
 #: llog's errors and the Kafka code each answers with, most specific first. Retriable

@@ -217,15 +217,27 @@ class TableCatalog:
             files=total("total-data-files"), rows=total("total-records"), bytes=total("total-files-size"),
         )
 
-    def drop(self, topic: str) -> bool:
-        """Drop the topic's table from the catalog (its files stay: the index still
-        names them); ``False`` if there was none."""
+    def drop(self, topic: str, *, metadata: bool = False) -> bool:
+        """Drop the topic's table from the catalog; ``False`` if there was none. Its
+        data files stay (they are the topic's objects: the index names them, or vacuum
+        deletes them); with ``metadata``, the metadata files it names (metadata JSON,
+        manifest lists, manifests) are deleted too, for a topic that is gone. Only
+        those: a topic created again under the name writes its table's metadata to the
+        same location."""
         from pyiceberg.exceptions import NoSuchTableError
 
+        ident = self.identifier(topic)
         try:
-            self.catalog.drop_table(self.identifier(topic))
+            table = self.catalog.load_table(ident) if metadata else None
+            self.catalog.drop_table(ident)
         except NoSuchTableError:
             return False
+        if table is not None:
+            # Through the store, not the table's FileIO: pyarrow's S3 file system
+            # leaves an empty "directory" object behind each deletion.
+            uri, key = self.location(topic), self.conn.keys.table_location(topic)
+            files = _metadata_files(table)
+            self.conn.store.delete(sorted(key + f[len(uri):] for f in files if f.startswith(uri + "/")))
         return True
 
     def close(self) -> None:
@@ -239,3 +251,14 @@ class TableCatalog:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _metadata_files(table: Table) -> set[str]:
+    """Every metadata file ``table``'s metadata names: its metadata JSON files, and
+    each snapshot's manifest list and manifests."""
+    meta = table.metadata
+    files = {table.metadata_location, *(e.metadata_file for e in meta.metadata_log)}
+    for snap in meta.snapshots:
+        files.add(snap.manifest_list)
+        files.update(m.manifest_path for m in snap.manifests(table.io))
+    return files

@@ -11,6 +11,7 @@ from llog.connection import Connection
 from llog.control import ControlState, materialize_ops
 from llog.errors import ProducerFenced, SequenceError, SequenceReused
 from llog.etcd import Compare, Get, Op, Put, mod_revision_is
+from llog.topic_guard import TopicGuard
 from llog.write.caches import ProducerSnapshot
 from llog.write.validation import ProducerSequence
 
@@ -18,7 +19,8 @@ from llog.write.validation import ProducerSequence
 @dataclass(frozen=True)
 class PartitionTxn:
     """One partition's commit transaction, built from a control state: the pending it
-    sets, the new control value, and the compares/ops/failure reads of the CAS."""
+    sets, the new control value, and the compares/ops/failure reads of the CAS (the
+    topic guard's read last)."""
 
     mine: Pending
     compares: list[Compare]
@@ -26,6 +28,7 @@ class PartitionTxn:
     failure: list[Op]
     new: Control
     new_ps: ProducerState | None
+    guard: TopicGuard
 
 
 def plan_txn(
@@ -40,7 +43,8 @@ def plan_txn(
 ) -> PartitionTxn:
     """The commit transaction of ``pending`` against control state ``st``: the
     previous pending materialized, the new one set, CAS on the control's (and the
-    producer key's) mod_revision. ``now`` stamps the new producer state."""
+    producer key's) mod_revision and on the topic's incarnation (the topic guard).
+    ``now`` stamps the new producer state."""
     keys = conn.keys
     ckey = keys.control(topic, partition)
     ctl, n = st.control, pending.msg_count
@@ -66,7 +70,10 @@ def plan_txn(
         compares.append(mod_revision_is(pkey, ps.mod_revision))
         ops.append(Put(pkey, new_ps.encode()))
         failure.append(Get(pkey))
-    return PartitionTxn(mine, compares, ops, failure, new, new_ps)
+    guard = TopicGuard.of(conn, topic)
+    compares.append(guard.compare())
+    failure.append(guard.read())
+    return PartitionTxn(mine, compares, ops, failure, new, new_ps, guard)
 
 
 def sequence_verdict(

@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from llog.codec.etcd_values import FENCED
 from llog.connection import Connection
 from llog.control import ControlState, decode_control
-from llog.errors import CoordinationError, EtcdSpaceExhausted, LlogError, SessionExpired
+from llog.errors import CoordinationError, EtcdSpaceExhausted, LlogError, SessionExpired, UnknownTopic
 from llog.etcd import Get, TxnResult
 from llog.names import TopicPartition
 from llog.session import Session
+from llog.topic_guard import TopicGuard
 from llog.write.acknowledgement import Ack, AppendFailure, AppendResult, Outcome, acknowledge
 from llog.write.caches import ProducerSnapshot, WriterCaches
 from llog.write.commit_plan import PartitionTxn, plan_txn, sequence_verdict
@@ -25,9 +26,10 @@ from llog.write.staging import StagedBlob
 
 log = logging.getLogger(__name__)
 
-#: Partitions per combined commit transaction: each brings up to 2 compares and 3 puts
-#: (plus one session compare and one failure read per transaction), and etcd refuses a
-#: transaction with more than 128 compares, success ops or failure ops (``--max-txn-ops``).
+#: Partitions per combined commit transaction: each brings up to 3 compares (control,
+#: producer, topic guard), 3 puts and 2 failure reads (control, topic), plus one session
+#: compare and read per transaction, and etcd refuses a transaction with more than 128
+#: compares, success ops or failure ops (``--max-txn-ops``).
 TXN_PARTITIONS = 32
 
 #: A group of the staged blob (its index) and its partition's transaction.
@@ -155,12 +157,14 @@ class CommitRunner:
     def _commit_chunk(self, staged: StagedBlob, chunk: list[_Planned]) -> CombinedOutcome:
         """One combined transaction of ``chunk`` (W2')."""
         conn, keys, session = self.conn, self.conn.keys, staged.session
+        guards = list(dict.fromkeys(p.guard for _, p in chunk))  # one per topic
         try:
             r = conn.etcd.txn(
-                [*(c for _, p in chunk for c in p.compares), session.compare()],
+                list(dict.fromkeys([*(c for _, p in chunk for c in p.compares), session.compare()])),
                 [o for _, p in chunk for o in p.ops],
                 [
                     *(Get(keys.control(staged.groups[i].topic, staged.groups[i].partition)) for i, _ in chunk),
+                    *(g.read() for g in guards),
                     Get(session.key),
                 ],
             )
@@ -172,7 +176,7 @@ class CommitRunner:
             self.caches.forget([self._cache_keys(staged, i) for i, _ in chunk])
             return CombinedOutcome(unknown={i: p.mine.start_offset for i, p in chunk})
         if not r.succeeded:
-            return self._chunk_conflict(staged, chunk, r, session)
+            return self._chunk_conflict(staged, chunk, guards, r, session)
         return CombinedOutcome(self._chunk_committed(staged, chunk, r.revision))
 
     def _cache_keys(self, staged: StagedBlob, i: int) -> tuple[str, int, str | None]:
@@ -182,22 +186,35 @@ class CommitRunner:
         return g.topic, g.partition, pkey
 
     def _chunk_conflict(
-        self, staged: StagedBlob, chunk: list[_Planned], r: TxnResult, session: Session
+        self, staged: StagedBlob, chunk: list[_Planned], guards: list[TopicGuard], r: TxnResult, session: Session
     ) -> CombinedOutcome:
         """Cache the states the failure reads returned; a session that ended fails
-        every group, else the groups go on one by one."""
+        every group, a topic deleted (or created again) its groups, and the other
+        groups go on one by one."""
         self.conn.metrics.commit_conflicts.inc()
-        *controls, held = r.responses
+        controls, topic_reads, held = r.responses[:len(chunk)], r.responses[len(chunk):-1], r.responses[-1]
         for (i, _), got in zip(chunk, controls, strict=True):
             g = staged.groups[i]
             assert isinstance(got, list)
             ckey = self.conn.keys.control(g.topic, g.partition)
             self.caches.remember(g.topic, g.partition, decode_control(ckey, got[0] if got else None))
+        failed: dict[int, Outcome] = {}  # definite failures: the blob can never commit these groups
+        for guard, got in zip(guards, topic_reads, strict=True):
+            assert isinstance(got, list)
+            try:
+                guard.check(self.conn, got)
+            except UnknownTopic as exc:
+                gone = [i for i, p in chunk if p.guard == guard]
+                self.caches.forget([self._cache_keys(staged, i) for i in gone])
+                for i in gone:
+                    self.conn.metrics.appends.labels(UnknownTopic.__name__).inc()
+                    failed[i] = AppendFailure(guard.topic, staged.groups[i].partition, exc)
         assert isinstance(held, list)
         if session.holds(held):
-            return CombinedOutcome()
-        failed: dict[int, Outcome] = {}  # a definite failure: the blob can never commit
+            return CombinedOutcome(failed)
         for i, p in chunk:
+            if i in failed:
+                continue
             g = staged.groups[i]
             self.conn.metrics.appends.labels(SessionExpired.__name__).inc()
             failed[i] = AppendFailure(g.topic, g.partition, SessionExpired(g.topic, g.partition, session.id,

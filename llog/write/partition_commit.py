@@ -165,7 +165,7 @@ class PartitionCommit:
             return _Next.RETRY
         if r.succeeded:
             return self._committed(txn, r.revision)
-        return self._after_conflict(r)
+        return self._after_conflict(txn, r)
 
     def _committed(self, txn: PartitionTxn, revision: int) -> AppendResult:
         after = ControlState(txn.new, revision)
@@ -210,9 +210,13 @@ class PartitionCommit:
             return step
         raise exc
 
-    def _after_conflict(self, r: TxnResult) -> AppendResult | _Next:
-        """Take the state the failure reads returned; a session that ended decides."""
+    def _after_conflict(self, txn: PartitionTxn, r: TxnResult) -> AppendResult | _Next:
+        """Take the state the failure reads returned; a topic deleted (or created
+        again) or a session that ended decides."""
         self.conn.metrics.commit_conflicts.inc()
+        topic_read = r.responses[-2]
+        assert isinstance(topic_read, list)
+        txn.guard.check(self.conn, topic_read)  # gone: nothing of this group can commit
         got = r.responses[0]
         assert isinstance(got, list)
         self.st, self.fresh = decode_control(self.ckey, got[0] if got else None), True

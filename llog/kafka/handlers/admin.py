@@ -19,7 +19,7 @@ from kafka.protocol.admin import (
 
 from llog.codec.etcd_values import DELETE_RETENTION_MS, TopicMeta
 from llog.errors import InvalidInput, LlogError
-from llog.groups.offsets import list_groups as stored_groups
+from llog.group_names import list_groups as stored_groups
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
 

@@ -7,9 +7,10 @@ from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 
+from llog.codec.etcd_values import TopicMeta
 from llog.errors import LlogError
 from llog.kafka.api_spec import Api
-from llog.kafka.context import Context, leader_of
+from llog.kafka.context import ZERO_TOPIC_ID, Context, leader_of
 from llog.kafka.errors import error_code
 from llog.topics import Topics
 
@@ -33,23 +34,23 @@ def metadata(ctx: Context, req: Any) -> MetadataResponse:
     nodes = ctx.registry.registered(max_age_s=float("inf"))  # the list just read
     names = None if req.topics is None else [t.name for t in req.topics]
     if names is None:
-        metas: list[tuple[str, int | LlogError]] = [(m.name, m.partitions) for m in Topics(broker.conn).list()]
+        metas: list[tuple[str, TopicMeta | LlogError]] = [(m.name, m) for m in Topics(broker.conn).list()]
     else:
-        metas = [(name, _partitions(ctx, name, req.allow_auto_topic_creation)) for name in names]
+        metas = [(name, _topic(ctx, name, req.allow_auto_topic_creation)) for name in names]
     R = MetadataResponse
     topics = []
     for name, got in metas:
         if isinstance(got, LlogError):
             topics.append(R.MetadataResponseTopic(error_code=error_code(got), name=name,
-                                                  topic_id=ctx.topic_id(name), partitions=[]))
+                                                  topic_id=ZERO_TOPIC_ID, partitions=[]))
             continue
         parts = []
-        for p in range(got):
+        for p in range(got.partitions):
             leader = leader_of(leaders, name, p).node_id
             parts.append(R.MetadataResponseTopic.MetadataResponsePartition(
                 error_code=0, partition_index=p, leader_id=leader, leader_epoch=0,
                 replica_nodes=[leader], isr_nodes=[leader], offline_replicas=[]))
-        topics.append(R.MetadataResponseTopic(error_code=0, name=name, topic_id=ctx.topic_id(name),
+        topics.append(R.MetadataResponseTopic(error_code=0, name=name, topic_id=ctx.topic_id(got),
                                               is_internal=False, partitions=parts))
     return R[req.API_VERSION](
         throttle_time_ms=0,
@@ -58,8 +59,8 @@ def metadata(ctx: Context, req: Any) -> MetadataResponse:
     )
 
 
-def _partitions(ctx: Context, name: str, allow_create: bool) -> int | LlogError:
+def _topic(ctx: Context, name: str, allow_create: bool) -> TopicMeta | LlogError:
     try:
-        return ctx.broker.topic(name, create=allow_create, refresh=True).partitions
+        return ctx.broker.topic(name, create=allow_create, refresh=True)
     except LlogError as exc:
         return exc

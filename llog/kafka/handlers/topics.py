@@ -2,20 +2,29 @@
 factor is the object store's business: any value is accepted), ``retention.ms``,
 ``retention.bytes`` and ``cleanup.policy`` mapped onto llog's topic definition; other
 configs are Kafka's storage tuning and accepted without effect (DescribeConfigs shows
-what llog does). CreatePartitions: a topic grows. DeleteRecords: the log start moves."""
+what llog does). CreatePartitions: a topic grows. DeleteTopics: a topic goes.
+DeleteRecords: the log start moves."""
 
 from __future__ import annotations
 
+import uuid
 from typing import Any
 
-from kafka.protocol.admin import CreatePartitionsResponse, CreateTopicsResponse, DeleteRecordsResponse
+from kafka.protocol.admin import (
+    CreatePartitionsResponse,
+    CreateTopicsResponse,
+    DeleteRecordsResponse,
+    DeleteTopicsResponse,
+)
 
 from llog.codec.etcd_values import TopicMeta
+from llog.connection import Connection
 from llog.errors import InvalidInput, InvalidPartition, InvalidTopicName, LlogError, UnknownTopic
-from llog.kafka.context import Context
+from llog.kafka.context import ZERO_TOPIC_ID, Context
 from llog.kafka.errors import ErrorCode, error_code
 from llog.kafka.handlers.admin import ALTERABLE, CLEANUP_POLICY, DURATIONS, RETENTION, parse_duration, topic_configs
 from llog.names import MAX_PARTITIONS
+from llog.table import delete_topic
 from llog.topics import Topics, parse_cleanup_policy
 
 
@@ -107,6 +116,42 @@ def _grow(ctx: Context, t: Any, validate_only: bool) -> tuple[int, str | None]:
         Topics(ctx.broker.conn).add_partitions(t.name, t.count)
     except InvalidInput as exc:  # another client grew it meanwhile
         return ErrorCode.INVALID_PARTITIONS, str(exc)
+    except LlogError as exc:
+        return error_code(exc), str(exc)
+    return ErrorCode.NONE, None
+
+
+def delete_topics(ctx: Context, req: Any) -> DeleteTopicsResponse:
+    """DeleteTopics (``kafka-topics.sh --delete``, admin clients): each topic goes
+    through :meth:`llog.topics.Topics.delete`, complete when it returns (the data
+    objects follow with vacuum). v6 names a topic by name or by the id Metadata gave
+    it."""
+    R = DeleteTopicsResponse
+    version = req.API_VERSION
+    asked = [(n, ZERO_TOPIC_ID) for n in req.topic_names] if version < 6 else [(t.name, t.topic_id) for t in req.topics]
+    conn = ctx.broker.conn
+    out = []
+    for name, topic_id in asked:
+        if name is None:
+            name = _named(ctx, topic_id)
+        code, message = (ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has the id {topic_id}") if name is None else (
+            _delete_topic(conn, name))
+        result = R.DeletableTopicResult(name=name, error_code=code)
+        if version >= 5:
+            result.error_message = message
+        if version >= 6:
+            result.topic_id = topic_id
+        out.append(result)
+    return R[version](throttle_time_ms=0, responses=out)
+
+
+def _named(ctx: Context, topic_id: uuid.UUID) -> str | None:
+    return next((m.name for m in Topics(ctx.broker.conn).list() if ctx.topic_id(m) == topic_id), None)
+
+
+def _delete_topic(conn: Connection, name: str) -> tuple[int, str | None]:
+    try:
+        delete_topic(conn, name)
     except LlogError as exc:
         return error_code(exc), str(exc)
     return ErrorCode.NONE, None
