@@ -83,6 +83,10 @@ class Connection:
             self._topics[topic] = meta
         return meta
 
+    def cached_topic(self, topic: str) -> TopicMeta | None:
+        """The topic's definition if this connection has it, without I/O."""
+        return self._topics.get(topic)
+
     def check_partition(self, topic: str, partition: int) -> TopicMeta:
         """Validate ``topic``/``partition``: the topic's name, the partition number,
         then both against the topic's definition (:class:`UnknownTopic`,

@@ -117,6 +117,38 @@ def test_a_writer_that_knew_the_old_topic_writes_nothing_under_it(config: llog.L
             assert _keys_under(admin, "fenced") == []
 
 
+def test_a_blob_staged_for_the_old_topic_never_commits_into_the_new_one(config: llog.LlogConfig) -> None:
+    with llog.Connection(config) as conn, llog.Connection(config) as admin:
+        llog.Topics(admin).create("staged", 8)
+        with llog.Writer(conn) as w:
+            w.append_shared([llog.AppendGroup("staged", p, [b"warm"]) for p in (0, 5)])
+            staged = w.stage_shared([llog.AppendGroup("staged", p, [b"old"]) for p in (0, 5)])  # PUT, not committed
+            llog.Topics(admin).delete("staged")
+            llog.Topics(admin).create("staged", 1)
+            conn.topic("staged", refresh=True)  # the writer's connection already knows the new topic
+            outcomes = w.commit_staged(staged)
+        assert all(isinstance(o, llog.AppendFailure) and isinstance(o.error, UnknownTopic) for o in outcomes)
+        assert [k for k in _keys_under(admin, "staged") if not k.endswith("/meta/topic")] == []
+
+
+def test_a_producer_batch_fails_only_the_deleted_topics_groups(config: llog.LlogConfig) -> None:
+    from llog.producer import BatchingProducer
+
+    # One linger window (60 s, ended by flush) holds both topics' sends in one batch.
+    with llog.Connection(replace(config, batch_max_delay_ms=60_000)) as conn:
+        topics = llog.Topics(conn)
+        topics.create("bx", 1)
+        topics.create("by", 1)
+        with BatchingProducer(conn) as prod:
+            doomed = prod.send("bx", 0, b"x")
+            kept = prod.send("by", 0, b"y")
+            topics.delete("bx")  # after send() checked it, before the batch is encoded
+            prod.flush(60)
+            with pytest.raises(UnknownTopic):
+                doomed.result(timeout=60)
+            assert kept.result(timeout=60) == 0
+
+
 def test_a_group_commit_that_knew_the_old_topic_is_refused(config: llog.LlogConfig) -> None:
     with llog.Connection(config) as conn, llog.Connection(config) as admin:
         llog.Topics(admin).create("gc", 1)

@@ -28,7 +28,14 @@ from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import replace
 
-from llog.errors import BackPressure, InvalidInput, SessionExpired, TooManyUncompactedKeys
+from llog.errors import (
+    BackPressure,
+    InvalidInput,
+    SessionExpired,
+    TooManyUncompactedKeys,
+    UnknownPartition,
+    UnknownTopic,
+)
 from llog.metrics import Metrics
 from llog.names import TopicPartition
 from llog.producer.accumulator import Accumulator, Drained, QueuedGroup
@@ -156,10 +163,11 @@ class Sender:
             rest = [g for g in groups if (g.topic, g.partition) != behind]
             refused = [g for g in groups if (g.topic, g.partition) == behind]
             return [(_merge(refused), exc), *(self._encode(rest) if rest else [])]
-        except InvalidInput as exc:
+        except (InvalidInput, UnknownTopic, UnknownPartition) as exc:
             if len(groups) == 1:
                 return [(units, exc)]
-            # One sender's bad group must not fail the others coalesced with it.
+            # One sender's bad group (or a topic deleted since it was sent) must not
+            # fail the others coalesced with it.
             return [piece for g in groups for piece in self._encode([g])]
         except Exception as exc:
             return [(units, exc)]

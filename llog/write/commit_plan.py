@@ -40,11 +40,12 @@ def plan_txn(
     producer: ProducerSequence | None,
     ps: ProducerSnapshot | None,
     now: int,
+    topic_revision: int,
 ) -> PartitionTxn:
     """The commit transaction of ``pending`` against control state ``st``: the
     previous pending materialized, the new one set, CAS on the control's (and the
-    producer key's) mod_revision and on the topic's incarnation (the topic guard).
-    ``now`` stamps the new producer state."""
+    producer key's) mod_revision and on the topic's incarnation the group was checked
+    against, ``topic_revision`` (the topic guard). ``now`` stamps the new producer state."""
     keys = conn.keys
     ckey = keys.control(topic, partition)
     ctl, n = st.control, pending.msg_count
@@ -70,7 +71,7 @@ def plan_txn(
         compares.append(mod_revision_is(pkey, ps.mod_revision))
         ops.append(Put(pkey, new_ps.encode()))
         failure.append(Get(pkey))
-    guard = TopicGuard.of(conn, topic)
+    guard = TopicGuard(topic, keys.topic_meta(topic), topic_revision)
     compares.append(guard.compare())
     failure.append(guard.read())
     return PartitionTxn(mine, compares, ops, failure, new, new_ps, guard)

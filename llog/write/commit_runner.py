@@ -103,7 +103,7 @@ class CommitRunner:
             with self.caches.partition_locks.hold([(topic, partition)]):
                 one = PartitionCommit(
                     self.conn, self.caches, self.hook, self.clock,
-                    topic, partition, staged.pendings[i], producer, staged.session,
+                    topic, partition, staged.pendings[i], producer, staged.session, g.topic_revision,
                 )
                 return one.run(unknown_start) if no_space is None else one.resolve_no_space(*no_space)
         except LlogError as exc:
@@ -151,7 +151,8 @@ class CommitRunner:
                 if ps is None or sequence_verdict(g.topic, g.partition, g.producer, ps.state, n) is not None:
                     continue
             now = self.clock()
-            planned.append((i, plan_txn(self.conn, g.topic, g.partition, staged.pendings[i], st, g.producer, ps, now)))
+            planned.append((i, plan_txn(self.conn, g.topic, g.partition, staged.pendings[i], st, g.producer, ps, now,
+                                        g.topic_revision)))
         return planned
 
     def _commit_chunk(self, staged: StagedBlob, chunk: list[_Planned]) -> CombinedOutcome:

@@ -73,10 +73,11 @@ class PartitionCommit:
         pending: Pending,
         producer: ProducerSequence | None,
         session: Session,
+        topic_revision: int,
     ) -> None:
         self.conn, self.caches, self.hook, self.clock = conn, caches, hook, clock
         self.topic, self.partition, self.pending = topic, partition, pending
-        self.producer, self.session = producer, session
+        self.producer, self.session, self.topic_revision = producer, session, topic_revision
         self.ckey = conn.keys.control(topic, partition)
         self.pkey = conn.keys.producer(topic, partition, producer.id) if producer is not None else ""
 
@@ -151,7 +152,8 @@ class PartitionCommit:
         """Send the partition's transaction against the current state."""
         conn, session = self.conn, self.session
         txn = plan_txn(
-            conn, self.topic, self.partition, self.pending, self.st, self.producer, self.ps, self.clock()
+            conn, self.topic, self.partition, self.pending, self.st, self.producer, self.ps, self.clock(),
+            self.topic_revision,
         )
         try:
             r = conn.etcd.txn([*txn.compares, session.compare()], txn.ops, [*txn.failure, Get(session.key)])

@@ -46,6 +46,9 @@ class PreparedGroup:
     producer: ProducerSequence | None = None
     #: Kafka record batches stored as they came (``records`` is then empty).
     kafka: KafkaBatches | None = None
+    #: The topic record's ``create_revision`` it was checked against: its commit's
+    #: topic guard (spec §4.5).
+    topic_revision: int = 0
 
     @property
     def count(self) -> int:
@@ -72,10 +75,11 @@ def _prepare(conn: Connection, g: GroupInput, now: int, records_checked: bool) -
     partition = check_partition(topic, g.partition)
     if isinstance(g.records, KafkaBatches):
         producer = check_producer(topic, partition, g.producer_id, g.sequence, g.producer_epoch)
-        conn.check_partition(topic, partition)
+        meta = conn.check_partition(topic, partition)
         check_keyed(conn, topic, partition, g.records)
         max_ts = g.records.max_timestamp if g.records.max_timestamp >= 0 else now
-        return PreparedGroup(topic, partition, (), ([], [], [], None), None, max_ts, now, producer, g.records)
+        return PreparedGroup(topic, partition, (), ([], [], [], None), None, max_ts, now, producer, g.records,
+                             meta.revision)
     if isinstance(g.records, (bytes, str)) or not isinstance(g.records, Sequence):
         raise InvalidInput(f"records for {topic}/{partition} must be a sequence")
     if len(g.records) == 0:
@@ -86,11 +90,11 @@ def _prepare(conn: Connection, g: GroupInput, now: int, records_checked: bool) -
     else:
         recs, cols, lengths = check_records(topic, partition, g.records, conn.config.max_record_bytes)
     producer = check_producer(topic, partition, g.producer_id, g.sequence, g.producer_epoch)
-    conn.check_partition(topic, partition)
+    meta = conn.check_partition(topic, partition)
     check_keyed(conn, topic, partition, cols[1])
     stamps = cols[0]
     max_ts = now if stamps.count(None) == len(stamps) else max([now if t is None else t for t in stamps])
-    return PreparedGroup(topic, partition, recs, cols, lengths, max_ts, now, producer)
+    return PreparedGroup(topic, partition, recs, cols, lengths, max_ts, now, producer, topic_revision=meta.revision)
 
 
 def check_keyed(conn: Connection, topic: str, partition: int, keys: Sequence[bytes | None] | KafkaBatches) -> None:

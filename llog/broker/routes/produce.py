@@ -59,7 +59,9 @@ def submit(
     out: list[Future[AppendResult] | LlogError] = []
     for tp in req[start:]:
         key = (tp.topic, tp.partition)
-        if fast and key not in broker.validated:
+        # Not on the loop: a partition not seen yet, or a topic this broker forgot (it
+        # was deleted: reading it again is etcd I/O).
+        if fast and (key not in broker.validated or broker.conn.cached_topic(tp.topic) is None):
             break
         try:
             if not fast:

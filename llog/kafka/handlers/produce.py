@@ -69,9 +69,10 @@ async def _submit(ctx: Context, topic: str, partition: int, batches: KafkaBatche
     if batches.producer_id >= 0:
         producer_id = f"{RECORD_COUNTED_PREFIX}{batches.producer_id}"
         sequence, epoch = batches.base_sequence, batches.producer_epoch
-    key = (topic, partition)
+    meta = broker.conn.cached_topic(topic)
     try:
-        if key in broker.validated:
+        # A compacted topic's records are parsed for keys (KeyRequired): off the loop.
+        if (topic, partition) in broker.validated and meta is not None and not meta.compacted:
             try:  # on the event loop while nothing blocks, like the HTTP route
                 return broker.producer.send_group(topic, partition, batches, producer_id=producer_id,
                                                   sequence=sequence, producer_epoch=epoch, timeout=0)
