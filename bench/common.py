@@ -135,6 +135,10 @@ class LocalStack:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
+    def pids(self) -> list[int]:
+        """The server processes this stack started (etcd, the S3 server, the proxy)."""
+        return [s.proc.pid for s in self._servers]
+
     def stop(self) -> None:
         for s in reversed(self._servers):
             s.stop()

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import subprocess
 import sys
 import time
 import timeit
@@ -61,12 +62,19 @@ PARTITIONS = 8
 @contextmanager
 def kafka_broker(cfg: LlogConfig) -> Iterator[tuple[str, str]]:
     """A broker child process with a Kafka listener: its bootstrap address and HTTP URL."""
+    with kafka_broker_process(cfg) as (bootstrap, url, _proc):
+        yield bootstrap, url
+
+
+@contextmanager
+def kafka_broker_process(cfg: LlogConfig) -> Iterator[tuple[str, str, subprocess.Popen[str]]]:
+    """:func:`kafka_broker`, with the process."""
     with broker_process(cfg, None, "--kafka-port", "0") as (url, proc):
         assert proc.stdout is not None
         line = proc.stdout.readline()
         if "Kafka listener on port " not in line:
             raise RuntimeError(f"broker did not start its Kafka listener: {line!r}")
-        yield f"127.0.0.1:{int(line.rsplit(' ', 1)[1])}", url
+        yield f"127.0.0.1:{int(line.rsplit(' ', 1)[1])}", url, proc
 
 
 def kafka_produce(bootstrap: str, topic: str, n: int, size: int) -> float:
