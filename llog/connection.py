@@ -11,7 +11,7 @@ import threading
 from llog.codec.etcd_values import MetaFormatError, TopicMeta
 from llog.config import LlogConfig
 from llog.errors import CorruptMetadata, UnknownPartition, UnknownTopic
-from llog.etcd import Etcd
+from llog.etcd import KV, Etcd
 from llog.keys import KeyLayout
 from llog.metrics import Metrics
 from llog.names import check_partition, check_topic
@@ -71,14 +71,7 @@ class Connection:
             cached = self._topics.get(topic)
             if cached is not None:
                 return cached
-        key = self.keys.topic_meta(topic)
-        kv = self.etcd.get(key)
-        if kv is None:
-            raise UnknownTopic(topic)
-        try:
-            meta = TopicMeta.decode(kv.value, kv.create_revision)
-        except MetaFormatError as exc:
-            raise CorruptMetadata(key, str(exc)) from exc
+        meta = topic_of(topic, self.etcd.get(self.keys.topic_meta(topic)))
         with self._topics_lock:
             self._topics[topic] = meta
         return meta
@@ -132,3 +125,15 @@ def _fields(cfg: LlogConfig) -> dict[str, object]:
     from dataclasses import asdict
 
     return asdict(cfg)
+
+
+def topic_of(topic: str, kv: KV | None) -> TopicMeta:
+    """The definition in ``kv``, a read of ``topic``'s ``meta/topic`` (its revision the
+    key's ``create_revision``): :class:`UnknownTopic` if absent, :class:`CorruptMetadata`
+    if it does not decode."""
+    if kv is None:
+        raise UnknownTopic(topic)
+    try:
+        return TopicMeta.decode(kv.value, kv.create_revision)
+    except MetaFormatError as exc:
+        raise CorruptMetadata(kv.key, str(exc)) from exc

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 import logging
 
-from llog.codec.etcd_values import MetaFormatError, TopicMeta
-from llog.connection import Connection
-from llog.errors import CasConflict, CorruptMetadata, UnknownTopic
+from llog.codec.etcd_values import TopicMeta
+from llog.connection import Connection, topic_of
+from llog.errors import CasConflict
 from llog.etcd import Compare, Delete, Op
 from llog.group_names import list_groups
 from llog.keys import prefix_range_end
@@ -31,16 +31,10 @@ def remove_topic(conn: Connection, name: str) -> TopicMeta:
     first = list_groups(conn)[:OFFSET_RANGES_PER_DELETE]
     ranges = [prefix, *(keys.group_offset_prefix(g) + f"{name}/" for g in first)]
     for _ in range(conn.config.commit_max_attempts):
-        kv = conn.etcd.get(key)
         conn.forget_topic(name)
-        if kv is None:
-            raise UnknownTopic(name)
-        try:
-            meta = TopicMeta.decode(kv.value, kv.create_revision)
-        except MetaFormatError as exc:
-            raise CorruptMetadata(key, str(exc)) from exc
+        meta = topic_of(name, conn.etcd.get(key))
         deletes: list[Op] = [Delete(r, prefix_range_end(r)) for r in ranges]
-        r = conn.etcd.txn([TopicGuard(name, key, kv.create_revision).compare()], deletes, [])
+        r = conn.etcd.txn([TopicGuard(name, key, meta.revision).compare()], deletes, [])
         if r.succeeded:
             break
     else:  # created again between the read and the transaction, every time

@@ -21,9 +21,9 @@ from llog.codec.etcd_values import (
     Pending,
     TopicMeta,
 )
-from llog.connection import Connection
+from llog.connection import Connection, topic_of
 from llog.control import ControlState, decode_control, decode_index, now_ms, read_control
-from llog.errors import CasConflict, CorruptMetadata, InvalidInput, TopicConflict, UnknownTopic
+from llog.errors import CasConflict, CorruptMetadata, InvalidInput, TopicConflict
 from llog.etcd import Get, Put, absent, mod_revision_is
 from llog.keys import prefix_range_end
 from llog.names import MAX_PARTITIONS, check_topic
@@ -259,13 +259,8 @@ class Topics:
         key = self.conn.keys.topic_meta(name)
         for _ in range(self.conn.config.commit_max_attempts):
             kv = self.conn.etcd.get(key)
-            if kv is None:
-                raise UnknownTopic(name)
-            try:
-                meta = TopicMeta.decode(kv.value, kv.create_revision)
-            except MetaFormatError as exc:
-                raise CorruptMetadata(key, str(exc)) from exc
-            meta = change(meta)
+            meta = change(topic_of(name, kv))
+            assert kv is not None  # topic_of raised otherwise
             _check_format(meta.compacted_format, meta.table)
             _check_compaction(meta)
             if self.conn.etcd.txn([mod_revision_is(key, kv.mod_revision)], [Put(key, meta.encode())], []).succeeded:
@@ -290,10 +285,7 @@ class Topics:
             meta_key = keys.topic_meta(name)
             meta_kv = kv if kv.key == meta_key else etcd.get(meta_key)
             if meta_kv is not None:
-                try:
-                    out.append(TopicMeta.decode(meta_kv.value, meta_kv.create_revision))
-                except MetaFormatError as exc:
-                    raise CorruptMetadata(meta_key, str(exc)) from exc
+                out.append(topic_of(name, meta_kv))
             cursor = prefix_range_end(keys.topic_prefix(name))
 
     def describe(self, name: str) -> TopicDescription:
