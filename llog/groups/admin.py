@@ -124,9 +124,7 @@ def delete_group(conn: Connection, group: str) -> int:
     """Forget the group (Kafka's DeleteGroups): its offsets, epoch and ownerships; the
     number of keys deleted (0: there was no such group). :class:`GroupNotEmpty` while
     it has live members."""
-    members = live_members(conn, group)
-    if members:
-        raise GroupNotEmpty(group, members)
+    _refuse_if_live(conn, group)
     return GroupOffsets(conn, group).delete()
 
 
@@ -134,11 +132,15 @@ def delete_offsets(conn: Connection, group: str, topic: str, partitions: list[in
     """Forget the group's committed offsets for ``topic`` (Kafka's OffsetDelete), all its
     partitions or ``partitions``; the partitions that had one. :class:`GroupNotEmpty`
     while the group has live members."""
-    members = live_members(conn, group)
-    if members:
-        raise GroupNotEmpty(group, members)
+    _refuse_if_live(conn, group)
     offsets = GroupOffsets(conn, group)
     count = conn.topic(topic).partitions
     for p in partitions or ():
         conn.check_partition(topic, p)
     return [p for p in (partitions if partitions is not None else range(count)) if offsets.delete_offset(topic, p)]
+
+
+def _refuse_if_live(conn: Connection, group: str) -> None:
+    members = live_members(conn, group)
+    if members:
+        raise GroupNotEmpty(group, members)
