@@ -246,3 +246,32 @@ def test_kafka_admin_clients_and_kafka_topics_delete(kb: KafkaBroker, conn: llog
     assert not {"ck", "kp", "jt"} & {m.name for m in topics.list()}
     listed = java_client.tool("org.apache.kafka.tools.TopicCommand", "--bootstrap-server", kb.bootstrap, "--list")
     assert not {"ck", "kp", "jt"} & set(listed.split())
+
+
+def test_delete_topics_v6_by_the_id_metadata_gave(kb: KafkaBroker, conn: llog.Connection) -> None:
+    import uuid
+
+    from kafka.protocol.admin import DeleteTopicsRequest, DeleteTopicsResponse
+    from kafka.protocol.metadata import MetadataRequest, MetadataResponse
+
+    from tests.test_kafka import _exchange
+
+    llog.Topics(conn).create("byid", 2)
+    meta = _exchange(kb.bootstrap, MetadataRequest[12](topics=[MetadataRequest[12].MetadataRequestTopic(
+        name="byid", topic_id=uuid.UUID(int=0))], allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False), MetadataResponse)
+    [topic_id] = [t.topic_id for t in meta.topics if t.name == "byid"]
+    assert topic_id != uuid.UUID(int=0)
+    R = DeleteTopicsRequest[6]
+    resp = _exchange(kb.bootstrap, R(topics=[R.DeleteTopicState(name=None, topic_id=topic_id),
+                                             R.DeleteTopicState(name=None, topic_id=uuid.uuid4())],
+                                     timeout_ms=30_000), DeleteTopicsResponse)
+    assert [(r.name, r.topic_id, r.error_code) for r in resp.responses] == [
+        ("byid", topic_id, 0), (None, resp.responses[1].topic_id, 100)]  # 100: UNKNOWN_TOPIC_ID
+    with pytest.raises(UnknownTopic):
+        llog.Topics(conn).get("byid")
+    llog.Topics(conn).create("byid", 2)  # created again: another id
+    again = _exchange(kb.bootstrap, MetadataRequest[12](topics=[MetadataRequest[12].MetadataRequestTopic(
+        name="byid", topic_id=uuid.UUID(int=0))], allow_auto_topic_creation=False,
+        include_topic_authorized_operations=False), MetadataResponse)
+    assert [t.topic_id for t in again.topics if t.name == "byid"] != [topic_id]

@@ -7,7 +7,6 @@ DeleteRecords: the log start moves."""
 
 from __future__ import annotations
 
-import uuid
 from typing import Any
 
 from kafka.protocol.admin import (
@@ -130,10 +129,12 @@ def delete_topics(ctx: Context, req: Any) -> DeleteTopicsResponse:
     version = req.API_VERSION
     asked = [(n, ZERO_TOPIC_ID) for n in req.topic_names] if version < 6 else [(t.name, t.topic_id) for t in req.topics]
     conn = ctx.broker.conn
+    # One listing per request, however many ids it names.
+    by_id = {ctx.topic_id(m): m.name for m in Topics(conn).list()} if any(n is None for n, _ in asked) else {}
     out = []
     for name, topic_id in asked:
         if name is None:
-            name = _named(ctx, topic_id)
+            name = by_id.get(topic_id)
         code, message = (ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has the id {topic_id}") if name is None else (
             _delete_topic(conn, name))
         result = R.DeletableTopicResult(name=name, error_code=code)
@@ -143,10 +144,6 @@ def delete_topics(ctx: Context, req: Any) -> DeleteTopicsResponse:
             result.topic_id = topic_id
         out.append(result)
     return R[version](throttle_time_ms=0, responses=out)
-
-
-def _named(ctx: Context, topic_id: uuid.UUID) -> str | None:
-    return next((m.name for m in Topics(ctx.broker.conn).list() if ctx.topic_id(m) == topic_id), None)
 
 
 def _delete_topic(conn: Connection, name: str) -> tuple[int, str | None]:
