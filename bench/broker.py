@@ -32,7 +32,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -96,10 +96,12 @@ def broker(cfg: LlogConfig, tail_dir: Path | None) -> Iterator[str]:
 
 
 @contextmanager
-def broker_process(cfg: LlogConfig, tail_dir: Path | None, *args: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
-    """``llog broker --port 0 ARGS`` on ``cfg``'s stack: its URL and the process (whose
-    stdout has the lines after the first); stopped with SIGTERM."""
-    env = {**os.environ, **({"LLOG_TAIL_CACHE_DIR": str(tail_dir)} if tail_dir else {}),
+def broker_process(cfg: LlogConfig, tail_dir: Path | None, *args: str,
+                   env: Mapping[str, str] | None = None) -> Iterator[tuple[str, subprocess.Popen[str]]]:
+    """``llog broker --port 0 ARGS`` on ``cfg``'s stack (``env``: more ``LLOG_*``
+    settings): its URL and the process (whose stdout has the lines after the first);
+    stopped with SIGTERM."""
+    env = {**os.environ, **(env or {}), **({"LLOG_TAIL_CACHE_DIR": str(tail_dir)} if tail_dir else {}),
            "LLOG_ETCD_ENDPOINTS": ",".join(cfg.etcd_endpoints), "LLOG_OBJECT_STORE": cfg.object_store,
            "LLOG_ROOT_PREFIX": cfg.root_prefix, "LLOG_S3_ENDPOINT_URL": cfg.s3_endpoint_url or ""}
     proc = subprocess.Popen([sys.executable, "-m", "llog", "broker", "--port", "0", *args], env=env,

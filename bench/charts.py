@@ -3,8 +3,9 @@
 Every bench ends with one JSON object (bench/common.py ``emit_json``); this draws what
 that object holds, so one function serves every script:
 
-- **ratios** (keys holding ``ratio``: this code against the baseline measured in the
-  same run), as horizontal bars with the 1.0 line;
+- **ratios** (keys holding ``ratio`` or ``_over_``: this code against the baseline
+  measured in the same run, llog against Apache Kafka), as horizontal bars with the
+  1.0 line;
 - **latencies** (keys ending in ``_ms``), as bars by percentile;
 - **rows** (a list of objects under ``rows``, as ``tail_latency.py`` prints): p50 and
   p99 of produce and end to end per row, labelled with the row's profile and rate.
@@ -41,7 +42,7 @@ def plot_result(result: dict[str, Any], path: Path, title: str) -> Path:
         import matplotlib.pyplot as plt
     except ImportError:
         raise SystemExit("--plot needs matplotlib: pip install -e '.[loadtest]'") from None
-    ratios = _numbers(result, lambda k: "ratio" in k)
+    ratios = _numbers(result, lambda k: "ratio" in k or "_over_" in k)
     latencies = _numbers(result, lambda k: k.endswith("_ms"))
     rows = [r for r in result.get("rows", []) if isinstance(r, dict)]
     #: ``(height in inches, draw into an axis)`` per panel with something to show.

@@ -34,7 +34,7 @@ import subprocess
 import sys
 import time
 import timeit
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -67,9 +67,10 @@ def kafka_broker(cfg: LlogConfig) -> Iterator[tuple[str, str]]:
 
 
 @contextmanager
-def kafka_broker_process(cfg: LlogConfig) -> Iterator[tuple[str, str, subprocess.Popen[str]]]:
-    """:func:`kafka_broker`, with the process."""
-    with broker_process(cfg, None, "--kafka-port", "0") as (url, proc):
+def kafka_broker_process(cfg: LlogConfig, env: Mapping[str, str] | None = None,
+                         ) -> Iterator[tuple[str, str, subprocess.Popen[str]]]:
+    """:func:`kafka_broker`, with the process (``env``: more ``LLOG_*`` settings)."""
+    with broker_process(cfg, None, "--kafka-port", "0", env=env) as (url, proc):
         assert proc.stdout is not None
         line = proc.stdout.readline()
         if "Kafka listener on port " not in line:

@@ -103,6 +103,11 @@ class Metrics:
         self.producer_backpressure = Counter(
             "llog_producer_backpressure", "sends refused because the buffer stayed full", registry=r
         )
+        self.producer_budget_hold = Histogram(
+            "llog_producer_put_budget_hold_seconds",
+            "how long a due batch waited for the PUT budget (llog/producer/put_budget.py)",
+            buckets=_LATENCY_BUCKETS, registry=r,
+        )
 
     def _declare_broker(self, r: CollectorRegistry) -> None:
         self.http_requests = Counter(

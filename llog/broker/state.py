@@ -61,7 +61,8 @@ class Broker:
         #: Partitions already validated (topic cached): produce to them never touches etcd.
         self.validated: set[TopicPartition] = set()
         self.producer = BatchingProducer(
-            self.conn, send_timeout_s=config.broker_send_timeout_s, on_commit=self._committed
+            self.conn, send_timeout_s=config.broker_send_timeout_s, on_commit=self._committed,
+            put_rate=config.broker_put_rate, put_burst=config.broker_put_burst,
         )
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:

@@ -11,6 +11,7 @@ the order they were accepted.
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Sequence
 from concurrent.futures import Future, wait
 from typing import Any
@@ -21,6 +22,7 @@ from llog.errors import InvalidInput
 from llog.names import check_topic
 from llog.partitioner import partition_for_key
 from llog.producer.accumulator import Accumulator, QueuedGroup
+from llog.producer.put_budget import PutBudget
 from llog.producer.sender import CommitListener, Sender
 from llog.records import Headers, KafkaBatches, Record, buffered_size
 from llog.write.validation import check_keyed
@@ -51,7 +53,11 @@ class BatchingProducer:
     sends one batch at a time. Of those, at most ``max_inflight_puts``
     (``config.batch_max_inflight_puts``, capped at ``max_inflight``) are being PUT at
     once: ``max_inflight=2, max_inflight_puts=1`` keeps one PUT going back to back
-    while the next blob encodes and the previous one commits.
+    while the next blob encodes and the previous one commits. ``put_rate`` (PUTs per
+    second, 0: none) sets a PUT budget (:mod:`llog.producer.put_budget`): a batch due
+    by its delay then waits for a token, of which ``put_burst`` can be saved up; batches
+    full by size, ``flush`` and ``close`` never wait. The broker sets it from
+    ``config.broker_put_rate``.
     """
 
     def __init__(
@@ -62,21 +68,26 @@ class BatchingProducer:
         on_commit: CommitListener | None = None,
         max_inflight: int | None = None,
         max_inflight_puts: int | None = None,
+        put_rate: float = 0.0,
+        put_burst: int = 50,
     ) -> None:
         self._owns_writer = not isinstance(target, Writer)
         self.writer = target if isinstance(target, Writer) else Writer(target)
         self.conn = self.writer.conn
         cfg = self.writer.config
         self.send_timeout_s = send_timeout_s
-        self._acc = Accumulator(
-            cfg.batch_max_bytes, cfg.batch_max_delay_ms / 1000.0, cfg.batch_max_buffered_bytes, self.conn.metrics
-        )
         inflight = cfg.batch_max_inflight if max_inflight is None else max_inflight
         puts = cfg.batch_max_inflight_puts if max_inflight_puts is None else max_inflight_puts
-        if inflight < 1 or puts < 1:
+        if inflight < 1 or puts < 1 or put_rate < 0 or put_burst < 1:
             if self._owns_writer:
                 self.writer.close()
-            raise InvalidInput(f"max_inflight ({inflight}) and max_inflight_puts ({puts}) must be >= 1")
+            raise InvalidInput(f"max_inflight ({inflight}) and max_inflight_puts ({puts}) must be >= 1, "
+                               f"put_rate ({put_rate}) >= 0 and put_burst ({put_burst}) >= 1")
+        budget = PutBudget(put_rate, put_burst, time.monotonic()) if put_rate > 0 else None
+        self._acc = Accumulator(
+            cfg.batch_max_bytes, cfg.batch_max_delay_ms / 1000.0, cfg.batch_max_buffered_bytes, self.conn.metrics,
+            budget,
+        )
         self._sender = Sender(
             self.writer, self._acc, self.conn.metrics, on_commit,
             max_inflight=inflight, max_inflight_puts=min(puts, inflight),

@@ -18,6 +18,7 @@ from typing import Any
 from llog.errors import BackPressure, ProducerClosed
 from llog.metrics import Metrics
 from llog.names import TopicPartition
+from llog.producer.put_budget import PutBudget
 from llog.records import KafkaBatches, Record
 
 
@@ -56,11 +57,14 @@ class Drained:
 class Accumulator:
     """Thread-safe buffer between many senders and the one draining thread."""
 
-    def __init__(self, max_batch_bytes: int, max_delay_s: float, max_buffered_bytes: int, metrics: Metrics) -> None:
+    def __init__(self, max_batch_bytes: int, max_delay_s: float, max_buffered_bytes: int, metrics: Metrics,
+                 budget: PutBudget | None = None) -> None:
         self.max_batch_bytes = max_batch_bytes
         self.max_delay_s = max_delay_s
         self.max_buffered_bytes = max_buffered_bytes
         self._metrics = metrics
+        self._budget = budget
+        self._held_since: float | None = None  # when the budget began holding a due batch
         self._cond = threading.Condition()
         self._groups: deque[QueuedGroup] = deque()
         self._open: dict[TopicPartition, QueuedGroup] = {}
@@ -132,9 +136,9 @@ class Accumulator:
 
     # -- the flusher ---------------------------------------------------------------
     def drain(self, limit_bytes: int) -> Drained | None:
-        """Wait until a batch is due (size, delay from the first buffered record, a
-        flush, or close) and take up to ``limit_bytes`` of groups, oldest first.
-        Returns ``None`` once closed and empty."""
+        """Wait until a batch is due (size, delay from the first buffered record and
+        then the PUT budget, a flush, or close) and take up to ``limit_bytes`` of
+        groups, oldest first. Returns ``None`` once closed and empty."""
         with self._cond:
             while True:
                 if not self._groups:
@@ -143,11 +147,16 @@ class Accumulator:
                     self._flush_requested = 0
                     self._cond.wait()
                     continue
-                reason = self._due()
+                now = time.monotonic()
+                reason, wait = self._due(now)
                 if reason is not None:
                     break
-                assert self._first_at is not None
-                self._cond.wait(max(0.0, self._first_at + self.max_delay_s - time.monotonic()))
+                self._cond.wait(wait)
+            if self._budget is not None:
+                self._budget.take(now)
+            if self._held_since is not None:
+                self._metrics.producer_budget_hold.observe(now - self._held_since)
+                self._held_since = None
             taken: list[QueuedGroup] = []
             nbytes = 0
             while self._groups and (not taken or nbytes + self._groups[0].nbytes <= limit_bytes):
@@ -165,17 +174,25 @@ class Accumulator:
             self._inflight.append(batch)
             return batch
 
-    def _due(self) -> str | None:
+    def _due(self, now: float) -> tuple[str | None, float]:
+        """Why a batch is due now, or ``None`` and how long to wait before asking again."""
         if self._ready_bytes >= self.max_batch_bytes:
-            return "size"
+            return "size", 0.0
         if self._closed:
-            return "close"
+            return "close", 0.0
         if self._flush_requested:
-            return "flush"
+            return "flush", 0.0
         assert self._first_at is not None
-        if time.monotonic() - self._first_at >= self.max_delay_s:
-            return "delay"
-        return None
+        wait = self._first_at + self.max_delay_s - now
+        if wait > 0:
+            return None, wait
+        if self._budget is not None:
+            held = self._budget.wait_s(now)
+            if held > 0:
+                if self._held_since is None:
+                    self._held_since = now
+                return None, held
+        return ("budget" if self._held_since is not None else "delay"), 0.0
 
     def release(self, batch: Drained) -> None:
         """A drained batch is resolved: its bytes no longer count against the bound."""
