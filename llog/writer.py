@@ -108,8 +108,8 @@ class Writer:
         """Check every group (names, partitions against the topic, record types and
         sizes) without writing anything; raise the first problem found. With
         ``records_checked`` the records are taken as :func:`check_records` returned
-        them (the :class:`~llog.producer.BatchingProducer` checks each send), and only
-        the groups themselves are checked."""
+        them (the :class:`~llog.producer.BatchingProducer` checks each send, a compacted
+        topic's keys included), and only the groups themselves are checked."""
         return prepare_groups(self.conn, groups, now=now_ms(), records_checked=records_checked)
 
     def append_shared(

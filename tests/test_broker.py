@@ -237,6 +237,19 @@ def test_full_buffer_is_503(config: LlogConfig, conn: Connection) -> None:
     assert (_hwm(conn, 0), _hwm(conn, 1), _hwm(conn, 2)) == (1, 0, 0)
 
 
+def test_the_put_budget_flags_hold_a_quiet_brokers_second_put(config: LlogConfig, conn: Connection) -> None:
+    """``llog broker --put-rate 1 --put-burst 1``: the first produce spends the one
+    token, the next waits for the next token (about a second) and is then stored; the
+    broker's metrics say the budget held it."""
+    with broker_process(config, "--put-rate", "1", "--put-burst", "1") as b:
+        for i in range(2):
+            status, resp = _produce(b, [{"topic": "t", "partition": 0, "records": [f"r{i}"]}])
+            assert status == 200 and resp["results"][0]["start_offset"] == i, resp
+        assert b.metric("llog_producer_flushes_total", reason="budget") == 1
+        assert b.metric("llog_producer_put_budget_hold_seconds_count") == 1
+    assert _hwm(conn, 0) == 2
+
+
 def test_consume_long_poll_wakes_on_local_commit(broker: BrokerProcess) -> None:
     status, resp = _consume(broker, "t", 0, 0, max_wait_ms=0)
     assert status == 200 and resp["topic_partitions"][0]["records"] == []

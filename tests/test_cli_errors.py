@@ -85,6 +85,8 @@ TABLE: dict[str, Row] = {
     "zero batch": Row(("produce", "t", "--batch", "0"), USAGE, "'0' is not a positive integer"),
     "zero max": Row(("consume", "t", "-n", "0"), USAGE, "'0' is not a positive integer"),
     "bad duration": Row(("broker", "--send-timeout", "soon"), USAGE, "'soon' is not a duration in seconds"),
+    "negative PUT rate": Row(("broker", "--put-rate", "-1"), USAGE, "rate '-1' must be >= 0 per second"),
+    "zero PUT burst": Row(("broker", "--put-burst", "0"), USAGE, "'0' is not a positive integer"),
     "negative grace": Row(("vacuum", "--grace-s", "-1"), USAGE, "duration '-1' must be >= 0 seconds"),
     "bad log level": Row(("compactor", "--log-level", "loud"), USAGE, "invalid choice: 'LOUD'"),
     "bad --etcd port": Row(("consume", "t", "--etcd", "127.0.0.1:99999"), USAGE, "port '99999' must be in 1..65535"),

@@ -23,6 +23,11 @@ def register(subparsers: Any) -> None:
                    help="largest request body accepted, 413 beyond (LLOG_BROKER_MAX_REQUEST_BYTES)")
     p.add_argument("--send-timeout", type=values.seconds,
                    help="seconds a produce waits for room in the batch buffer before 503 (LLOG_BROKER_SEND_TIMEOUT_S)")
+    p.add_argument("--put-rate", type=values.rate_or_zero,
+                   help="WAL PUTs per second a lightly loaded broker holds to, 0 for none (LLOG_BROKER_PUT_RATE, "
+                        "default 4; see docs/broker.md, 'What a broker costs')")
+    p.add_argument("--put-burst", type=values.positive_int,
+                   help="PUTs the budget saves up while quiet (LLOG_BROKER_PUT_BURST, default 240)")
     p.add_argument("--kafka-port", type=values.listen_port,
                    help="also serve the Kafka protocol on this port, 0 for any free one (LLOG_KAFKA_PORT)")
     p.add_argument("--kafka-advertised-host", type=values.host,
@@ -46,7 +51,8 @@ def _run(args: argparse.Namespace) -> int:
     # The flags win over the LLOG_* settings; replace() validates them again.
     flags = {"broker_max_request_bytes": args.max_request_bytes, "broker_send_timeout_s": args.send_timeout,
              "tail_cache_bytes": args.tail_cache_bytes, "kafka_port": args.kafka_port,
-             "kafka_advertised_host": args.kafka_advertised_host}
+             "kafka_advertised_host": args.kafka_advertised_host, "broker_put_rate": args.put_rate,
+             "broker_put_burst": args.put_burst}
     config = replace(config_from_args(args), **{k: v for k, v in flags.items() if v is not None})
     serve(config, host=args.host, port=args.port, on_ready=ready)
     return 0

@@ -86,6 +86,14 @@ def seconds_or_zero(text: str) -> float:
     return value
 
 
+def rate_or_zero(text: str) -> float:
+    """A rate per second, >= 0 (0 turns a limit off)."""
+    value = _float(text, "a rate per second")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"rate {text!r} must be >= 0 per second")
+    return value
+
+
 def port(text: str) -> int:
     """A TCP port, 1..65535."""
     value = _int(text, "a port number")

@@ -76,7 +76,8 @@ def _prepare(conn: Connection, g: GroupInput, now: int, records_checked: bool) -
     if isinstance(g.records, KafkaBatches):
         producer = check_producer(topic, partition, g.producer_id, g.sequence, g.producer_epoch)
         meta = conn.check_partition(topic, partition)
-        check_keyed(conn, topic, partition, g.records)
+        if not records_checked:  # a producer's send_group parsed the keys already
+            check_keyed(conn, topic, partition, g.records)
         max_ts = g.records.max_timestamp if g.records.max_timestamp >= 0 else now
         return PreparedGroup(topic, partition, (), ([], [], [], None), None, max_ts, now, producer, g.records,
                              meta.revision)
