@@ -280,7 +280,8 @@ def main() -> None:
         with kafka_broker_process(cfg, {"LLOG_BROKER_PUT_BURST": "1"}) as (llog, url, broker), \
                 kafka_broker_process(stack.config("file"), {"LLOG_BROKER_PUT_RATE": "0"}) as (
                     unbudgeted, unbudgeted_url, _):
-            llog_pids = [stack.pids()[0], broker.pid]  # etcd and the broker: the file store has no server
+            # The stack's servers (the S3 server idles: llog is on the file store) and the broker.
+            llog_pids = [*stack.pids(), broker.pid]
             for size, n, codec in cases:
                 figures: dict[str, list[dict[str, float]]] = {"kafka": [], "llog": []}
                 for r in range(runs):

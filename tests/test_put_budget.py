@@ -116,3 +116,31 @@ def test_full_batches_flushes_and_close_are_never_held(config: LlogConfig) -> No
         prod.close()
         assert closed.result(timeout=0) == 1
         assert conn.metrics.value("llog_producer_flushes_total", reason="budget") == 0
+
+
+def test_an_idempotent_kafka_producer_through_held_batches_stores_each_record_once_in_order(
+    config: LlogConfig,
+) -> None:
+    """librdkafka's idempotent producer keeps up to 5 produce requests in flight; on a
+    broker whose budget holds nearly every batch (5 PUTs/s, nothing saved up) they pile
+    up in held batches and are answered together: every record is still stored once,
+    in the order sent, per partition."""
+    import confluent_kafka
+
+    from tests.test_kafka import kafka_broker
+
+    with Connection(config) as conn:
+        Topics(conn).create("held", 4)
+        with kafka_broker(config, "--put-rate", "5", "--put-burst", "1") as kb:
+            producer = confluent_kafka.Producer({"bootstrap.servers": kb.bootstrap, "enable.idempotence": True,
+                                                 "acks": "all", "linger.ms": 5})
+            failed: list[object] = []
+            for i in range(1500):
+                producer.produce("held", value=b"%d" % i, partition=i % 4,
+                                 on_delivery=lambda err, _msg: failed.append(err) if err else None)
+                producer.poll(0.001)  # paced over ~2 s: many requests, most of them held
+            assert producer.flush(60) == 0 and failed == []
+            assert kb.http.metric("llog_producer_flushes_total", reason="budget") >= 3
+        with Reader(conn) as r:
+            for p in range(4):
+                assert [rec.value for rec in r.scan("held", p, 0)] == [b"%d" % i for i in range(p, 1500, 4)]
