@@ -2,8 +2,8 @@
 
 Starts, on this machine, Apache Kafka 4.1.1 (KRaft, one combined broker/controller
 node, local disk; the jars the suite fetches from Maven Central into ``.cache/java``)
-and llog (a local stack, real etcd + moto S3, and one broker child process with its
-Kafka listener), then drives both with Kafka's own Java perf tools, alternating the
+and llog (a local stack, real etcd and the ``file://`` store, and one broker child
+process with its Kafka listener), then drives both with Kafka's own Java perf tools, alternating the
 systems run by run:
 
 - produce: ``kafka-producer-perf-test`` (``org.apache.kafka.tools.ProducerPerformance``)
@@ -14,7 +14,7 @@ systems run by run:
   back: MiB/s and records/s while fetching (its ``fetch.*`` columns: joining the
   consumer group, reported apart as ``consume_join_ms``, is left out).
 - CPU: the seconds of CPU the system's server processes spent (Kafka: its JVM; llog: the
-  broker, etcd and the S3 server) per GiB produced and consumed, from ``/proc``.
+  broker, etcd and the idle S3 server) per GiB produced and consumed, from ``/proc``.
 
 - requests: for llog, the object-store requests (PUTs; GETs) and etcd requests its
   broker made per GiB produced and per GiB consumed (its ``/metrics``), and what those
@@ -65,6 +65,7 @@ from bench.common import LocalStack, bench_args, emit_json, median, print_table
 from bench.kafka import kafka_broker_process, latency
 from llog.config import LlogConfig
 from llog.devstack import free_port
+from llog.store.billing import request_classes, request_usd
 from tests import java_client
 
 PARTITIONS = 8
@@ -73,9 +74,6 @@ _PRODUCED = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/
                        r"(\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th")
 _TICKS = os.sysconf("SC_CLK_TCK")
 _PRICES = LlogConfig(etcd_endpoints=("127.0.0.1:2379",))
-#: Object-store operations billed as S3 PUT-class and GET-class requests.
-_CLASS_A = ("put", "list")
-_CLASS_B = ("get", "get_range", "head")
 
 
 def cpu_seconds(pids: Sequence[int]) -> float:
@@ -143,10 +141,14 @@ def create_topic(bootstrap: str, topic: str) -> None:
                      "--topic", topic, "--partitions", str(PARTITIONS), "--replication-factor", "1")
 
 
-def produce(classpath: str, bootstrap: str, topic: str, n: int, size: int, codec: str) -> dict[str, float]:
+def produce(classpath: str, bootstrap: str, topic: str, n: int, size: int, codec: str,
+            throughput: int = -1) -> dict[str, float]:
+    """``n`` records through ``kafka-producer-perf-test``, offered at ``throughput``
+    records/s (-1: as fast as they go)."""
     out = _java(classpath, "org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records", str(n),
-                "--record-size", str(size), "--throughput", "-1", "--producer-props", f"bootstrap.servers={bootstrap}",
-                "acks=all", "linger.ms=5", "batch.size=262144", f"compression.type={codec}")
+                "--record-size", str(size), "--throughput", str(throughput), "--producer-props",
+                f"bootstrap.servers={bootstrap}", "acks=all", "linger.ms=5", "batch.size=262144",
+                f"compression.type={codec}")
     m = _PRODUCED.findall(out)
     if not m:
         raise RuntimeError(f"ProducerPerformance printed no summary: {out[-2000:]}")
@@ -170,22 +172,22 @@ def requests(url: str) -> dict[str, float]:
     and HEAD) and its etcd requests, so far (its Prometheus ``/metrics``)."""
     with urllib.request.urlopen(f"{url}/metrics/prometheus", timeout=30) as resp:
         text = resp.read().decode()
-    out = {"put": 0.0, "get": 0.0, "etcd": 0.0}
+    s3_ops: dict[str, float] = {}
+    etcd = 0.0
     for family in text_string_to_metric_families(text):
         for sample in family.samples:
             if sample.name == "llog_s3_ops_total":
                 op = sample.labels.get("op", "")
-                kind = "put" if op in _CLASS_A else "get" if op in _CLASS_B else None
-                if kind:
-                    out[kind] += sample.value
+                s3_ops[op] = s3_ops.get(op, 0.0) + sample.value
             elif sample.name == "llog_etcd_ops_total":
-                out["etcd"] += sample.value
-    return out
+                etcd += sample.value
+    put, get = request_classes(s3_ops)
+    return {"put": put, "get": get, "etcd": etcd}
 
 
 def usd(puts: float, gets: float) -> float:
     """What ``puts`` PUT-class and ``gets`` GET-class requests cost at S3 Standard."""
-    return puts / 1000 * _PRICES.s3_price_put_per_1000 + gets / 1000 * _PRICES.s3_price_get_per_1000
+    return sum(request_usd(_PRICES, puts, gets))
 
 
 def _java(classpath: str, main: str, *args: str) -> str:
@@ -243,15 +245,11 @@ def cost_at_rate(classpath: str, bootstrap: str, metrics_url: str, topic: str, r
     records/s (lz4) for ``seconds``: PUTs/s and S3 request $ per GiB written."""
     create_topic(bootstrap, topic)
     req0, t0 = requests(metrics_url), time.monotonic()
-    out = _java(classpath, "org.apache.kafka.tools.ProducerPerformance", "--topic", topic, "--num-records",
-                str(int(rate * seconds)), "--record-size", "1024", "--throughput", str(rate), "--producer-props",
-                f"bootstrap.servers={bootstrap}", "acks=all", "linger.ms=5", "batch.size=262144",
-                "compression.type=lz4")
+    p = produce(classpath, bootstrap, topic, int(rate * seconds), 1024, "lz4", throughput=rate)
     req1, t1 = requests(metrics_url), time.monotonic()
-    sent, achieved, _mb, p50, _p95, p99 = _PRODUCED.findall(out)[-1]
-    gib = int(sent) * 1024 / GIB
-    return {"offered_records_s": float(rate), "records_s": float(achieved), "p50_ms": float(p50),
-            "p99_ms": float(p99), "puts_per_s": (req1["put"] - req0["put"]) / (t1 - t0),
+    gib = p["records"] * 1024 / GIB
+    return {"offered_records_s": float(rate), "records_s": p["records_s"], "p50_ms": p["p50_ms"],
+            "p99_ms": p["p99_ms"], "puts_per_s": (req1["put"] - req0["put"]) / (t1 - t0),
             "usd_per_gib": usd(req1["put"] - req0["put"], req1["get"] - req0["get"]) / gib}
 
 

@@ -20,11 +20,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 
 from llog.config import LlogConfig
 from llog.metrics import Metrics
+from llog.store.billing import request_classes, request_usd
 
 _STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-#: Object store operations billed as class A (PUT, COPY, POST, LIST) and class B (GET, HEAD).
-_CLASS_A = ("put", "list")
-_CLASS_B = ("get", "get_range", "head")
 _GIB = 1024**3
 
 
@@ -158,15 +156,14 @@ class S3CostCollector(Collector):
             for s in fam.samples:
                 if s.name.endswith("_total"):
                     ops[s.labels["op"]] = s.value
-        a = sum(ops.get(op, 0.0) for op in _CLASS_A)
-        b = sum(ops.get(op, 0.0) for op in _CLASS_B)
+        put_usd, get_usd = request_usd(self._cfg, *request_classes(ops))
         stored = sum(s.value for fam in self._m.stored_bytes.collect() for s in fam.samples)
         fam = GaugeMetricFamily(
             "llog_s3_cost_estimate_usd", "S3 billing estimate from request counts and stored bytes",
             labels=["kind"],
         )
-        fam.add_metric(["put_requests"], a / 1000 * self._cfg.s3_price_put_per_1000)
-        fam.add_metric(["get_requests"], b / 1000 * self._cfg.s3_price_get_per_1000)
+        fam.add_metric(["put_requests"], put_usd)
+        fam.add_metric(["get_requests"], get_usd)
         fam.add_metric(["storage_per_month"], stored / _GIB * self._cfg.s3_price_gib_month)
         yield fam
 

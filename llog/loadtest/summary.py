@@ -14,9 +14,8 @@ from llog.loadtest.availability import availability
 from llog.loadtest.collector import Collector
 from llog.loadtest.reconcile import Reconciliation
 from llog.loadtest.scenario import Scenario
+from llog.store.billing import request_classes, request_usd
 
-_CLASS_A = ("put", "list")  # S3 request classes, as in compactor.metrics
-_CLASS_B = ("get", "get_range", "head")
 _LABEL = re.compile(r"\{(?:.*,)?(\w+)=([^,}]*)")
 
 
@@ -37,10 +36,8 @@ def build_summary(
     s3_ops = _by_label(collector.series("llog_s3_ops_total"))
     etcd_ops = _by_label(collector.series("llog_etcd_ops_total"))
     s3_bytes = _by_label(collector.series("llog_s3_bytes_total"))
-    class_a = sum(s3_ops.get(op, 0.0) for op in _CLASS_A)
-    class_b = sum(s3_ops.get(op, 0.0) for op in _CLASS_B)
-    put_usd = class_a / 1000 * config.s3_price_put_per_1000
-    get_usd = class_b / 1000 * config.s3_price_get_per_1000
+    class_a, class_b = request_classes(s3_ops)
+    put_usd, get_usd = request_usd(config, class_a, class_b)
     # The compactor's vacuum listing when it ran, else every byte uploaded (an upper bound:
     # compaction writes records a second time before the WAL blobs are vacuumed).
     listed = collector.total("llog_vacuum_stored_bytes", "compactor")

@@ -1,7 +1,7 @@
 """Object stores: one interface (:class:`ObjectStore`), an S3 backend and a local
 directory backend (:func:`open_store` picks one from a URI), hedged PUTs, and where a
 reader gets blob bytes besides the store: the WAL blob cache (:mod:`.blob_cache`) and
-the brokers that wrote the blobs (:mod:`.peers`)."""
+the brokers that wrote the blobs (:mod:`.peers`); what requests cost (:mod:`.billing`)."""
 
 from __future__ import annotations
 
