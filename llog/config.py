@@ -114,16 +114,14 @@ class LlogConfig:
     broker_body_timeout_s: float = 30.0
     #: Seconds a broker produce waits for room in the batch buffer before a 503.
     broker_send_timeout_s: float = 5.0
-    #: The broker's WAL PUT budget, PUTs per second (llog/producer/put_budget.py): under
-    #: light load a batch then collects records for up to 1/rate s instead of going
-    #: every ``batch_max_delay_ms``, so a lightly loaded broker makes about this many
-    #: PUTs/s (S3 Standard: $0.005 per 1,000, so 4/s is ~$52 a month; WarpStream's
-    #: agents hold to <= 4/s). Batches filled to ``batch_max_bytes`` never wait.
-    #: 0: no budget (lowest latency, and a PUT per flush).
+    #: The broker's WAL PUT budget, PUTs/s (llog/producer/put_budget.py; docs/broker.md,
+    #: "What a broker costs"): a lightly loaded broker makes about this many (4/s: ~$52 a
+    #: month at S3 Standard); full batches never wait; 0: none, a PUT per flush.
     broker_put_rate: float = 4.0
-    #: PUTs the budget saves up (a minute of the default rate): a burst of up to this
-    #: many goes at full speed before the rate applies.
+    #: PUTs the budget saves up (a minute of the default rate), then spent at full speed.
     broker_put_burst: int = 240
+    #: Processes serving the broker's ports (``llog broker --workers``, llog/broker/workers.py).
+    broker_workers: int = 1
     #: Port of the broker's Kafka listener (docs/kafka.md); unset: no Kafka listener.
     kafka_port: int | None = None
     #: Address the Kafka listener binds (default: ``broker_host``).
@@ -292,7 +290,7 @@ class LlogConfig:
                      "compactor_claim_ttl_s", "compactor_pass_interval_s", "compactor_discovery_interval_s",
                      "compactor_max_runs_per_task", "session_ttl_s", "session_rotate_s",
                      "broker_max_request_bytes", "broker_send_timeout_s", "read_peer_timeout_s",
-                     "broker_body_timeout_s", "broker_put_burst",
+                     "broker_body_timeout_s", "broker_put_burst", "broker_workers",
                      "iceberg_snapshots_kept", "kafka_max_frame_bytes", "kafka_max_preauth_frame_bytes",
                      "kafka_max_queued_bytes", "kafka_max_connections", "kafka_max_connections_per_ip",
                      "kafka_max_inflight_requests", "kafka_idle_timeout_s", "kafka_frame_timeout_s",
@@ -310,6 +308,8 @@ class LlogConfig:
             raise ConfigError("kafka_tls_cert_file and kafka_tls_key_file go together")
         if self.kafka_port is not None and not 0 <= self.kafka_port <= 65535:
             raise ConfigError(f"kafka_port must be in [0, 65535], got {self.kafka_port!r}")
+        if self.kafka_port and self.kafka_port + self.broker_workers > 65536:  # worker i: kafka_port + i
+            raise ConfigError(f"kafka_port {self.kafka_port} + {self.broker_workers} broker workers exceeds 65535")
         if self.kafka_max_queued_bytes < self.kafka_max_frame_bytes:
             raise ConfigError(f"kafka_max_queued_bytes ({self.kafka_max_queued_bytes}) must be at least "
                               f"kafka_max_frame_bytes ({self.kafka_max_frame_bytes})")

@@ -67,6 +67,17 @@ class BrokerProcess:
     def post(self, path: str, body: Any, **kw: Any) -> tuple[int, Any]:
         return self.request("POST", path, body, **kw)
 
+    def prometheus(self, name: str, **labels: str) -> float | None:
+        """The sum of ``name``'s samples in ``/metrics/prometheus`` whose labels include
+        ``labels`` (a broker of workers labels each worker's); ``None``: no such sample."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        status, text = self.request("GET", "/metrics/prometheus")
+        assert status == 200
+        found = [s.value for f in text_string_to_metric_families(text) for s in f.samples
+                 if s.name == name and all(s.labels.get(k) == v for k, v in labels.items())]
+        return sum(found) if found else None
+
     def metric(self, name: str, **labels: str) -> float:
         """The sum of ``name``'s samples whose labels include ``labels``."""
         status, snap = self.request("GET", "/metrics")
@@ -138,7 +149,11 @@ def conn_with_topic_t(config: LlogConfig) -> Iterator[Connection]:
         yield c
 
 
-@pytest.fixture(name="broker")
-def broker_on_topic_t(config: LlogConfig, conn: Connection) -> Iterator[BrokerProcess]:
-    with broker_process(config) as b:
+@pytest.fixture(name="broker", params=[1, 2], ids=["1-worker", "2-workers"])
+def broker_on_topic_t(config: LlogConfig, conn: Connection, request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
+    """One broker on topic ``t``: a single process, and (a second run of each test) a
+    broker of two worker processes sharing its port (``llog broker --workers 2``)."""
+    with broker_process(config, "--workers", str(request.param)) as b:
+        if request.param > 1:
+            assert b.proc.stdout is not None and "worker processes" in b.proc.stdout.readline()
         yield b

@@ -160,9 +160,8 @@ def test_commit_rules_and_offsets_view(broker: BrokerProcess, conn: Connection) 
         status, resp = broker.request("GET", path)
         assert status == code and resp["error"] and resp.get("field") == field, (path, resp)
     assert broker.request("POST", "/offsets?group=g")[0] == 405
-    status, text = broker.request("GET", "/metrics/prometheus")
-    assert 'llog_http_requests_total{route="/commit",status="409"} 3.0' in text
-    assert 'llog_http_requests_total{route="/offsets",status="404"} 1.0' in text
+    assert broker.prometheus("llog_http_requests_total", route="/commit", status="409") == 3.0
+    assert broker.prometheus("llog_http_requests_total", route="/offsets", status="404") == 1.0
 
 
 def test_stale_epoch_and_unowned_member_cannot_move_the_offset(broker: BrokerProcess, conn: Connection) -> None:

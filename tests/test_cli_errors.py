@@ -87,6 +87,10 @@ TABLE: dict[str, Row] = {
     "bad duration": Row(("broker", "--send-timeout", "soon"), USAGE, "'soon' is not a duration in seconds"),
     "negative PUT rate": Row(("broker", "--put-rate", "-1"), USAGE, "rate '-1' must be >= 0 per second"),
     "zero PUT burst": Row(("broker", "--put-burst", "0"), USAGE, "'0' is not a positive integer"),
+    "zero workers": Row(("broker", "--workers", "0"), USAGE, "'0' is not a positive integer"),
+    "workers past the last Kafka port": Row(
+        ("broker", "--port", "0", "--kafka-port", "65535", "--workers", "2"), RUNTIME,
+        "kafka_port 65535 + 2 broker workers exceeds 65535"),
     "negative grace": Row(("vacuum", "--grace-s", "-1"), USAGE, "duration '-1' must be >= 0 seconds"),
     "bad log level": Row(("compactor", "--log-level", "loud"), USAGE, "invalid choice: 'LOUD'"),
     "bad --etcd port": Row(("consume", "t", "--etcd", "127.0.0.1:99999"), USAGE, "port '99999' must be in 1..65535"),

@@ -13,6 +13,7 @@ import pytest
 import llog
 from llog import AppendGroup
 from llog.errors import AmbiguousCommit, CoordinationError, Fenced
+from llog.write.commit_runner import COMBINED_ATTEMPTS
 from llog.writer import TXN_PARTITIONS, AppendFailure, AppendResult
 from tests.conftest import PrivateEtcd
 
@@ -59,12 +60,16 @@ def test_more_partitions_than_one_txn_holds_split_into_chunks(conn: llog.Connect
     assert all(len(_values(conn, "wide", p)) == 6 for p in range(n))
 
 
-def test_a_conflict_on_one_partition_falls_back_and_commits_every_group(conn: llog.Connection) -> None:
+def test_a_conflict_on_one_partition_is_retried_combined_and_commits_every_group(conn: llog.Connection) -> None:
     llog.Topics(conn).create("clash", 4)
     with llog.Writer(conn) as a, llog.Writer(conn) as b:
         a.append_shared(_flush("clash", range(4), "a0"))
         b.append(("clash"), 2, [b"b-only"])  # partition 2 moves on behind a's cache
+        before = _txns(conn)
         outs = a.append_shared(_flush("clash", range(4), "a1"))
+        # The lost transaction's failure reads refreshed a's cache: one more combined
+        # transaction, not one per partition.
+        assert _txns(conn) - before == 2
     starts = [o.start_offset for o in outs if isinstance(o, AppendResult)]
     assert starts == [3, 3, 4, 3]
     assert [v for _, v in _values(conn, "clash", 2)] == [
@@ -72,6 +77,27 @@ def test_a_conflict_on_one_partition_falls_back_and_commits_every_group(conn: ll
     ]
     for p in (0, 1, 3):
         assert [o for o, _ in _values(conn, "clash", p)] == list(range(6))
+
+
+def test_a_partition_that_keeps_moving_goes_one_by_one_after_the_combined_attempts(conn: llog.Connection) -> None:
+    llog.Topics(conn).create("race", 3)
+    with llog.Writer(conn) as a, llog.Writer(conn) as b:
+        a.append_shared(_flush("race", range(3), "a0"))
+        plan = a._runner._plan_cached  # another writer appends before each combined attempt
+        attempts = []
+
+        def racing_plan(staged: Any, order: list[int]) -> Any:
+            attempts.append(len(order))
+            b.append("race", 1, [f"b{len(attempts)}".encode()])
+            return plan(staged, order)
+
+        a._runner._plan_cached = racing_plan  # type: ignore[method-assign]
+        outs = a.append_shared(_flush("race", range(3), "a1"))
+    assert len(attempts) == COMBINED_ATTEMPTS
+    assert all(isinstance(o, AppendResult) for o in outs)
+    assert [v for _, v in _values(conn, "race", 1)][3:] == [b"b1", b"b2", b"b3", b"a1-1-0", b"a1-1-1", b"a1-1-2"]
+    for p in (0, 2):
+        assert [o for o, _ in _values(conn, "race", p)] == list(range(6))
 
 
 def test_a_partition_fenced_behind_the_cache_fails_alone(conn: llog.Connection) -> None:

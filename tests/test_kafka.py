@@ -41,6 +41,8 @@ kafka = pytest.importorskip("kafka")
 class KafkaBroker:
     http: BrokerProcess
     bootstrap: str
+    #: Its processes (``llog broker --workers``), each a Kafka node.
+    workers: int = 1
 
 
 @contextmanager
@@ -49,12 +51,17 @@ def kafka_broker(cfg: LlogConfig, *args: str, **env: str) -> Iterator[KafkaBroke
         assert b.proc.stdout is not None
         line = b.proc.stdout.readline()
         assert "Kafka listener on port " in line, line
-        yield KafkaBroker(b, f"127.0.0.1:{int(line.rsplit(' ', 1)[1])}")
+        workers = int(args[args.index("--workers") + 1]) if "--workers" in args else 1
+        if workers > 1:
+            assert "worker processes" in b.proc.stdout.readline()
+        yield KafkaBroker(b, f"127.0.0.1:{int(line.rsplit(' ', 1)[1])}", workers)
 
 
-@pytest.fixture(name="kb")
-def kb_fixture(config: LlogConfig, conn: Connection) -> Iterator[KafkaBroker]:
-    with kafka_broker(config) as b:
+@pytest.fixture(name="kb", params=[1, 2], ids=["1-worker", "2-workers"])
+def kb_fixture(config: LlogConfig, conn: Connection, request: pytest.FixtureRequest) -> Iterator[KafkaBroker]:
+    """A broker with a Kafka listener: one process, and (a second run of each test) two
+    workers, each its own Kafka node, the bootstrap port worker 0's."""
+    with kafka_broker(config, "--workers", str(request.param)) as b:
         yield b
 
 
@@ -582,7 +589,8 @@ def test_admin_client_describes_configs_cluster_and_groups(kb: KafkaBroker, conn
     with pytest.raises(Exception, match="UNKNOWN_TOPIC"):
         fut.result(timeout=30)
     cluster = admin.describe_cluster(request_timeout=30).result(timeout=30)
-    assert [n.port for n in cluster.nodes] == [int(kb.bootstrap.rsplit(":", 1)[1])]
+    ports = [n.port for n in cluster.nodes]
+    assert len(ports) == kb.workers and int(kb.bootstrap.rsplit(":", 1)[1]) in ports
     # A consumer group, once joined, is listed and described with its member.
     consumer = Consumer({"bootstrap.servers": kb.bootstrap, "group.id": "admins", "auto.offset.reset": "earliest",
                          "client.id": "admin-test"})

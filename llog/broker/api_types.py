@@ -240,12 +240,15 @@ class OffsetsResponse(Struct):
     total_lag: int
 
 
-class Health(Struct):
+class Health(Struct, omit_defaults=True):
     status: Literal["ok"]
     broker_id: Annotated[str, Meta(description="new each time the broker starts")]
     host: str
     port: int
     started_at_ms: int
+    worker: Annotated[int | UnsetType,
+                      Meta(description="the worker process that answered (only with llog broker --workers)")] = UNSET
+    workers: Annotated[int | UnsetType, Meta(description="the broker's worker processes (only with --workers)")] = UNSET
 
 
 class Check(Struct, omit_defaults=True):

@@ -28,7 +28,7 @@ from starlette.types import Message, Receive, Scope, Send
 from llog.broker.exception_handlers import error_answer
 from llog.broker.responses import error_response
 from llog.broker.routes import ENDPOINTS, ROUTES, Endpoint
-from llog.broker.state import BROKER_SCOPE_KEY, Broker
+from llog.broker.state import BROKER_SCOPE_KEY, Broker, WorkerPlace
 from llog.config import LlogConfig
 
 if TYPE_CHECKING:
@@ -171,14 +171,16 @@ def create_app(
     port: int | None = None,
     kafka_sock: socket.socket | None = None,
     kafka_tls: ssl.SSLContext | None = None,
+    place: WorkerPlace | None = None,
 ) -> BrokerApp:
     """The broker as an ASGI app; resources open in its lifespan (with the Kafka
     listener on ``kafka_sock`` when given, with TLS when ``kafka_tls`` is). ``host`` and ``port`` are where it
-    listens, as ``/health`` reports them (default: the config's)."""
+    listens, as ``/health`` reports them (default: the config's); ``place``, a worker's
+    place among its siblings."""
 
     def open_broker() -> Broker:
         return Broker(config, host=config.broker_host if host is None else host,
-                      port=config.broker_port if port is None else port)
+                      port=config.broker_port if port is None else port, place=place)
 
     kafka: Callable[[Broker], KafkaListener] | None = None
     if kafka_sock is not None:

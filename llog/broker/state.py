@@ -7,7 +7,7 @@ import asyncio
 import socket
 import time
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import cast
 
 from starlette.requests import Request
@@ -30,19 +30,32 @@ from llog.topics import Topics
 from llog.writer import AppendResult
 
 
+@dataclass(frozen=True)
+class WorkerPlace:
+    """Where one worker of a multi-process broker (``llog broker --workers``) stands."""
+
+    index: int
+    #: Every worker's own URL, by index (peer reads, and the merged ``/metrics``).
+    urls: tuple[str, ...]
+    #: The broker's id, which all its workers report (new each time the broker starts).
+    broker_id: str
+
+
 class Broker:
     """The connection, producer, reader, caches and tail watches every route uses."""
 
-    def __init__(self, config: LlogConfig, *, host: str, port: int) -> None:
+    def __init__(self, config: LlogConfig, *, host: str, port: int, place: WorkerPlace | None = None) -> None:
         if config.read_peers and config.peer_url is None:
             config = replace(config, peer_url=peer_url_of(host, port))
         self.config = config
         #: Where the broker listens, as ``/health`` reports it.
         self.host, self.port = host, port
+        #: This process's place among the broker's workers (``None``: it is the broker).
+        self.place = place
         #: Where the Kafka listener listens, once it does (``None``: no listener).
         self.kafka_port: int | None = None
         #: This process's name in ``/health`` and its tail-cache directory; new per start.
-        self.broker_id = uuid.uuid4().hex[:16]
+        self.broker_id = uuid.uuid4().hex[:16] if place is None else place.broker_id
         self.started_at_ms = int(time.time() * 1000)
         self.conn = Connection(config)
         self.cache = TailCache(config.tail_cache_bytes)

@@ -28,6 +28,9 @@ def register(subparsers: Any) -> None:
                         "default 4; see docs/broker.md, 'What a broker costs')")
     p.add_argument("--put-burst", type=values.positive_int,
                    help="PUTs the budget saves up while quiet (LLOG_BROKER_PUT_BURST, default 240)")
+    p.add_argument("--workers", type=values.workers,
+                   help="processes serving this broker's ports, 'auto' for one per core (LLOG_BROKER_WORKERS, "
+                        "default 1; see docs/broker.md, 'Every core of a host')")
     p.add_argument("--kafka-port", type=values.listen_port,
                    help="also serve the Kafka protocol on this port, 0 for any free one (LLOG_KAFKA_PORT)")
     p.add_argument("--kafka-advertised-host", type=values.host,
@@ -47,12 +50,13 @@ def _run(args: argparse.Namespace) -> int:
         print(f"llog broker listening on {url}", flush=True)
         if kafka_port is not None:
             print(f"llog Kafka listener on port {kafka_port}", flush=True)
+        if config.broker_workers > 1:
+            print(f"llog broker serving with {config.broker_workers} worker processes", flush=True)
 
     # The flags win over the LLOG_* settings; replace() validates them again.
     flags = {"broker_max_request_bytes": args.max_request_bytes, "broker_send_timeout_s": args.send_timeout,
              "tail_cache_bytes": args.tail_cache_bytes, "kafka_port": args.kafka_port,
              "kafka_advertised_host": args.kafka_advertised_host, "broker_put_rate": args.put_rate,
-             "broker_put_burst": args.put_burst}
+             "broker_put_burst": args.put_burst, "broker_workers": args.workers}
     config = replace(config_from_args(args), **{k: v for k, v in flags.items() if v is not None})
-    serve(config, host=args.host, port=args.port, on_ready=ready)
-    return 0
+    return serve(config, host=args.host, port=args.port, on_ready=ready)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import ipaddress
+import os
 import re
 from collections.abc import Callable
 
@@ -39,6 +40,13 @@ def positive_int(text: str) -> int:
     if value <= 0:
         raise argparse.ArgumentTypeError(f"{text!r} is not a positive integer")
     return value
+
+
+def workers(text: str) -> int:
+    """A positive integer, or ``auto``: one per core of this host."""
+    if text.strip().lower() == "auto":
+        return os.cpu_count() or 1
+    return positive_int(text)
 
 
 def limit(text: str) -> int | None:

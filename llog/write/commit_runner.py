@@ -32,6 +32,12 @@ log = logging.getLogger(__name__)
 #: compares, success ops or failure ops (``--max-txn-ops``).
 TXN_PARTITIONS = 32
 
+#: Combined transactions tried for a chunk before its groups go one by one: a conflict
+#: refreshes the cached states, so another writer's append to one of the partitions
+#: (brokers, or one broker's workers, writing the same partitions) costs one more
+#: transaction, not one per partition.
+COMBINED_ATTEMPTS = 3
+
 #: A group of the staged blob (its index) and its partition's transaction.
 _Planned = tuple[int, PartitionTxn]
 
@@ -47,6 +53,8 @@ class CombinedOutcome:
     #: Groups whose transaction etcd answered NOSPACE (applied or not): start offset and
     #: the error, for :meth:`PartitionCommit.resolve_no_space`.
     no_space: dict[int, tuple[int, EtcdSpaceExhausted]] = field(default_factory=dict)
+    #: The transaction lost a compare; the failure reads refreshed the cached states.
+    conflict: bool = False
 
 
 class CommitRunner:
@@ -125,14 +133,19 @@ class CommitRunner:
         no_space: dict[int, tuple[int, EtcdSpaceExhausted]] = {}
         # In (topic, partition) order: no deadlock between writers' threads.
         with self.caches.partition_locks.hold([(groups[i].topic, groups[i].partition) for i in order]):
-            planned = self._plan_cached(staged, order)
-            for c in range(0, len(planned), TXN_PARTITIONS):
-                chunk = planned[c : c + TXN_PARTITIONS]
-                if len(chunk) > 1:
+            for c in range(0, len(order), TXN_PARTITIONS):
+                todo = order[c : c + TXN_PARTITIONS]
+                for _attempt in range(COMBINED_ATTEMPTS):
+                    chunk = self._plan_cached(staged, todo)
+                    if len(chunk) < 2:
+                        break
                     done = self._commit_chunk(staged, chunk)
                     outcomes.update(done.outcomes)
                     unknown.update(done.unknown)
                     no_space.update(done.no_space)
+                    if not done.conflict:
+                        break
+                    todo = [i for i in todo if i not in done.outcomes]
         return CombinedOutcome(outcomes, unknown, no_space)
 
     def _plan_cached(self, staged: StagedBlob, order: list[int]) -> list[_Planned]:
@@ -212,7 +225,7 @@ class CommitRunner:
                     failed[i] = AppendFailure(guard.topic, staged.groups[i].partition, exc)
         assert isinstance(held, list)
         if session.holds(held):
-            return CombinedOutcome(failed)
+            return CombinedOutcome(failed, conflict=True)
         for i, p in chunk:
             if i in failed:
                 continue

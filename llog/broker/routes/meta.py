@@ -12,6 +12,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
 
+from llog.broker import worker_metrics
 from llog.broker.api_types import Check, Health, Readiness
 from llog.broker.openapi import openapi_document
 from llog.broker.responses import json_response
@@ -22,7 +23,10 @@ from llog.broker.state import broker_of
 async def health(request: Request) -> Response:
     """Liveness: this process's id, listen address and start time."""
     b = broker_of(request)
-    return json_response(Health("ok", b.broker_id, b.host, b.port, b.started_at_ms))
+    health = Health("ok", b.broker_id, b.host, b.port, b.started_at_ms)
+    if b.place is not None:
+        health.worker, health.workers = b.place.index, len(b.place.urls)
+    return json_response(health)
 
 
 async def ready(request: Request) -> Response:
@@ -34,13 +38,22 @@ async def ready(request: Request) -> Response:
 
 
 async def metrics_json(request: Request) -> Response:
-    """The metrics as one JSON object."""
-    return json_response(broker_of(request).conn.metrics.snapshot())
+    """The metrics as one JSON object (a multi-process broker's: every worker's)."""
+    b = broker_of(request)
+    snapshot = b.conn.metrics.snapshot()
+    if b.place is None or request.query_params.get("scope") == worker_metrics.WORKER_SCOPE:
+        return json_response(snapshot)
+    parts = await worker_metrics.gather(b, "/metrics", msgspec.json.encode(snapshot))
+    return json_response(worker_metrics.merge_json(parts))
 
 
 async def metrics_prometheus(request: Request) -> Response:
-    """The metrics in Prometheus' text format."""
-    return Response(generate_latest(broker_of(request).conn.metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    """The metrics in Prometheus' text format (a multi-process broker's: every worker's)."""
+    b = broker_of(request)
+    text = generate_latest(b.conn.metrics.registry)
+    if b.place is not None and request.query_params.get("scope") != worker_metrics.WORKER_SCOPE:
+        text = worker_metrics.merge_prometheus(await worker_metrics.gather(b, "/metrics/prometheus", text))
+    return Response(text, media_type=CONTENT_TYPE_LATEST)
 
 
 async def blob_range(request: Request) -> Response:

@@ -1,0 +1,240 @@
+"""A broker of several processes (``llog broker --workers N``): this parent binds the
+ports, starts N workers (``llog/broker/worker.py``) that serve them, restarts one that
+dies, and stops them all on SIGINT/SIGTERM.
+
+One Python process is one core: a broker of N workers uses N. The workers share the
+HTTP port (the kernel hands each connection to one of them, all accepting on one
+socket), and each also listens on a private port of its own, the address its peers'
+readers ask it for blob bytes at (``peer_url``) and its siblings collect its metrics
+from. Each worker is a whole broker with its own producer, caches and etcd connection,
+so an HTTP client's requests are served by whichever worker took its connection: they
+share nothing but storage and etcd, as brokers on separate hosts do. Kafka clients keep
+state per broker (group coordinators, producer ids per connection), so each worker is
+its own Kafka node: worker i listens on ``kafka_port + i`` (or any free port when
+``kafka_port`` is 0) and registers under its own node id; Metadata lists every worker.
+
+What a host's workers share: the PUT budget, split evenly, and ``tail_cache_dir`` when
+it is set (a tmpfs: a consumer served by one worker then reads another's fresh appends
+from files rather than by a peer read; it costs a file per commit, about a fifth of a
+worker's single-record produce throughput, so it is not made by default).
+
+The workers die with this process however it ends: each asks the kernel for SIGKILL
+when its parent exits (``PR_SET_PDEATHSIG``), so ``kill -9`` of the broker leaves no
+worker serving, as it leaves no single-process broker serving."""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import select
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from dataclasses import dataclass, replace
+from types import FrameType
+from urllib.parse import urlsplit
+
+from llog.broker.sockets import OnReady, listening_socket
+from llog.broker.state import WorkerPlace, listen_url, peer_url_of
+from llog.config import LlogConfig
+
+log = logging.getLogger(__name__)
+
+#: A worker that dies within this long of its start is restarted only after it.
+RESTART_BACKOFF_S = 1.0
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """What a worker process is told on its stdin (pickled)."""
+
+    config: LlogConfig
+    place: WorkerPlace
+    parent_pid: int
+    http_fd: int
+    private_fd: int
+    kafka_fd: int | None
+    #: Where the worker writes ``ready <kafka port>`` once it serves (-1: nobody waits).
+    ready_fd: int
+    #: The parent's logging level (``llog -v``).
+    log_level: int = logging.WARNING
+
+
+def worker_configs(config: LlogConfig, private_urls: list[str]) -> list[LlogConfig]:
+    """Each worker's settings: its share of the PUT budget, and its own peer URL (the
+    private port, on the host of a configured ``peer_url`` if there is one)."""
+    n = config.broker_workers
+    out = []
+    for url in private_urls:
+        peer_url = url
+        if config.peer_url is not None:
+            configured = urlsplit(config.peer_url)
+            peer_url = f"{configured.scheme}://{listen_host(configured.hostname or '')}:{urlsplit(url).port}"
+        out.append(replace(
+            config, peer_url=peer_url,
+            broker_put_rate=config.broker_put_rate / n, broker_put_burst=max(1, config.broker_put_burst // n),
+        ))
+    return out
+
+
+def listen_host(host: str) -> str:
+    """``host`` as it goes in a URL (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host else host
+
+
+class _Worker:
+    def __init__(self, spec: WorkerSpec, fds: tuple[int, ...]) -> None:
+        self.spec = spec
+        self.fds = fds
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.started = 0.0
+
+    def start(self, ready_fd: int) -> None:
+        spec = replace(self.spec, ready_fd=ready_fd)
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "llog.broker.worker"], stdin=subprocess.PIPE,
+            pass_fds=self.fds + ((ready_fd,) if ready_fd >= 0 else ()),
+            # Its own process group: a terminal's Ctrl-C reaches this parent only, which
+            # passes it on, so each worker sees each signal once.
+            start_new_session=True,
+        )
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(pickle.dumps(spec))
+        self.proc.stdin.close()
+
+
+def serve_workers(config: LlogConfig, *, host: str, port: int, on_ready: OnReady | None = None) -> int:
+    """Serve with ``config.broker_workers`` processes until SIGINT/SIGTERM; returns 0
+    when every worker stopped cleanly, else 1."""
+    n = config.broker_workers
+    sockets = [listening_socket(host, port, "broker")]
+    try:
+        privates = [listening_socket(host, 0, f"broker worker {i}") for i in range(n)]
+        sockets += privates
+        kafkas = []
+        if config.kafka_port is not None:
+            from llog.kafka.listener import tls_context  # llog.kafka builds on llog.broker
+
+            tls_context(config)  # a bad certificate is one error here, not one per worker
+            for i in range(n):
+                kport = config.kafka_port + i if config.kafka_port else 0
+                kafkas.append(listening_socket(config.kafka_host or host, kport, f"Kafka listener of worker {i}"))
+            sockets += kafkas
+        private_urls = [peer_url_of(*s.getsockname()[:2]) for s in privates]
+        place_urls = tuple(listen_url(*s.getsockname()[:2]) for s in privates)
+        broker_id = uuid.uuid4().hex[:16]
+        configs = worker_configs(config, private_urls)
+        workers = [
+            _Worker(
+                WorkerSpec(configs[i], WorkerPlace(i, place_urls, broker_id), os.getpid(), sockets[0].fileno(),
+                           privates[i].fileno(), kafkas[i].fileno() if kafkas else None, -1,
+                           logging.getLogger().getEffectiveLevel()),
+                tuple(s.fileno() for s in (sockets[0], privates[i], *(kafkas[i:i + 1])))
+            )
+            for i in range(n)
+        ]
+        return _Supervisor(workers).run(listen_url(*sockets[0].getsockname()[:2]), on_ready)
+    finally:
+        for s in sockets:
+            s.close()
+
+
+class _Supervisor:
+    def __init__(self, workers: list[_Worker]) -> None:
+        self.workers = workers
+        self.stopping = threading.Event()
+        self._signals: list[int] = []
+
+    def run(self, url: str, on_ready: OnReady | None) -> int:
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            kafka_port = self._start_all()
+            if kafka_port is False:
+                return 1
+            if on_ready is not None and not self.stopping.is_set():
+                on_ready(url, kafka_port)
+            return self._supervise()
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            for w in self.workers:  # only after a failure are any left
+                if w.proc is not None and w.proc.poll() is None:
+                    w.proc.kill()
+                    w.proc.wait()
+
+    def _on_signal(self, sig: int, _frame: FrameType | None) -> None:
+        self.stopping.set()
+        for w in self.workers:
+            if w.proc is not None and w.proc.poll() is None:
+                w.proc.send_signal(sig)
+
+    def _start_all(self) -> int | bool | None:
+        """Start every worker and wait until each serves: worker 0's Kafka port, or
+        ``False`` when one failed to start (its error is on stderr)."""
+        pipes: dict[int, int] = {}
+        for i, w in enumerate(self.workers):
+            r, wfd = os.pipe()
+            try:
+                w.start(wfd)
+            finally:
+                os.close(wfd)
+            pipes[r] = i
+        ports: dict[int, int | None] = {}
+        buffers: dict[int, bytes] = {}
+        try:
+            while pipes:
+                ready, _, _ = select.select(list(pipes), [], [])
+                for r in ready:
+                    chunk = os.read(r, 64)
+                    if chunk:
+                        buffers[r] = buffers.get(r, b"") + chunk
+                        continue
+                    i = pipes.pop(r)
+                    os.close(r)
+                    words = buffers.get(r, b"").split()
+                    if words[:1] != [b"ready"]:
+                        self._stop_all()
+                        proc = self.workers[i].proc
+                        code = None if proc is None else proc.wait()
+                        if not self.stopping.is_set():
+                            log.error("broker worker %d did not start (exit status %s)", i, code)
+                        return False
+                    ports[i] = int(words[1]) if len(words) > 1 else None
+        finally:
+            for r in pipes:
+                os.close(r)
+        return ports.get(0)
+
+    def _supervise(self) -> int:
+        while not self.stopping.wait(0.2):
+            for i, w in enumerate(self.workers):
+                assert w.proc is not None
+                code = w.proc.poll()
+                if code is None or self.stopping.is_set():
+                    continue
+                log.error("broker worker %d (pid %d) exited with status %d; starting it again", i, w.proc.pid, code)
+                if time.monotonic() - w.started < RESTART_BACKOFF_S and self.stopping.wait(RESTART_BACKOFF_S):
+                    break
+                w.start(-1)
+        return self._stop_all()
+
+    def _stop_all(self) -> int:
+        """Stop every worker (SIGTERM unless a signal was passed on already) and wait."""
+        status = 0
+        for w in self.workers:
+            if w.proc is not None and w.proc.poll() is None and not self.stopping.is_set():
+                w.proc.send_signal(signal.SIGTERM)
+        for i, w in enumerate(self.workers):
+            if w.proc is None:
+                continue
+            code = w.proc.wait()
+            if code != 0:
+                log.error("broker worker %d exited with status %d", i, code)
+                status = 1
+        return status
+
