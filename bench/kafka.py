@@ -13,6 +13,14 @@ process with its Kafka listener, then measures, alternating runs:
   over the same partitions. ``kafka_over_sdk_consume``.
 - the same records through the same broker's HTTP API (8 clients, 100 records a
   request), for ``kafka_over_http_produce``.
+- the listener's own capacity, with native clients (unless ``--no-native``): Kafka's
+  Java ``kafka-producer-perf-test`` (acks all, ``linger.ms`` 5, 256 KiB batches, no
+  compression) producing 30 x ``--records`` records as fast as they go, then
+  ``kafka-consumer-perf-test`` reading them (its fetch rate, the group join left out);
+  ``native_over_sdk_produce`` against the same run's SDK rate, and the broker's CPU per
+  record meanwhile (``native_broker_cpu_us_per_record``: its records per core-second). The Python client above is
+  bound by its own per-record loop; these are not (Java 17 and the Maven artifacts,
+  ``tests/java_client.py``).
 - latency at a fixed offered load (``--rate`` records/s for ``--seconds``, one
   producer with ``--linger-ms``): produce-ack p50/p99 from the delivery reports, and
   end to end, produce call to a consumer in another process (assigned at the end)
@@ -60,16 +68,10 @@ PARTITIONS = 8
 
 
 @contextmanager
-def kafka_broker(cfg: LlogConfig) -> Iterator[tuple[str, str]]:
-    """A broker child process with a Kafka listener: its bootstrap address and HTTP URL."""
-    with kafka_broker_process(cfg) as (bootstrap, url, _proc):
-        yield bootstrap, url
-
-
-@contextmanager
 def kafka_broker_process(cfg: LlogConfig, env: Mapping[str, str] | None = None,
                          ) -> Iterator[tuple[str, str, subprocess.Popen[str]]]:
-    """:func:`kafka_broker`, with the process (``env``: more ``LLOG_*`` settings)."""
+    """A broker child process with a Kafka listener (``env``: more ``LLOG_*`` settings):
+    its bootstrap address, HTTP URL and process."""
     with broker_process(cfg, None, "--kafka-port", "0", env=env) as (url, proc):
         assert proc.stdout is not None
         line = proc.stdout.readline()
@@ -229,6 +231,25 @@ def latency(bootstrap: str, topic: str, rate: float, seconds: float, linger_ms: 
     return acks, e2e
 
 
+def native_produce(classpath: str, bootstrap: str, conn: Connection, topic: str, n: int, size: int,
+                   broker_pid: int) -> tuple[float, float]:
+    """Records/s of Kafka's Java perf producer through the listener (bench/kafka_peer.py's
+    run of it), and the broker's CPU microseconds per record meanwhile."""
+    from bench.kafka_peer import cpu_seconds, produce  # bench/kafka_peer.py builds on this module
+
+    Topics(conn).create(topic, PARTITIONS)
+    cpu = cpu_seconds([broker_pid])
+    rate = produce(classpath, bootstrap, topic, n, size, "none")["records_s"]
+    return rate, (cpu_seconds([broker_pid]) - cpu) / n * 1e6
+
+
+def native_consume(classpath: str, bootstrap: str, topic: str, n: int) -> float:
+    """Records/s of Kafka's Java perf consumer's fetches through the listener."""
+    from bench.kafka_peer import consume
+
+    return consume(classpath, bootstrap, topic, n)["records_s"]
+
+
 def convert_cost(size: int, records: int = 1000) -> tuple[float, float]:
     """µs per record: decoding a stored batch into llog records, and checking a
     produced batch to store it as it came."""
@@ -250,16 +271,26 @@ def main() -> None:
     p.add_argument("--rate", type=float, default=500.0, help="records/s of the latency phase")
     p.add_argument("--seconds", type=float, default=None, help="length of the latency phase (10, 5 with --quick)")
     p.add_argument("--linger-ms", type=int, default=5, help="the latency phase producer's linger.ms")
+    p.add_argument("--no-native", action="store_true", help="skip the Java perf tools (no Java or Maven here)")
     args = p.parse_args()
+    classpath = None
+    if not args.no_native:
+        from tests import java_client
+
+        classpath = java_client.classpath()
     runs = args.runs or (3 if args.quick else 5)
     n = args.records or (20_000 if args.quick else 50_000)
     rows = []
     produce_ratios, fetch_ratios = [], []
     kafka_p, sdk_p, http_p, kafka_f, sdk_f = [], [], [], [], []
     http_ratios = []
+    native_p: list[float] = []
+    native_f: list[float] = []
+    native_ratios: list[float] = []
+    native_cpu: list[float] = []
     with LocalStack() as stack:
         cfg = stack.config("s3")
-        with Connection(cfg) as conn, kafka_broker(cfg) as (bootstrap, url):
+        with Connection(cfg) as conn, kafka_broker_process(cfg) as (bootstrap, url, broker):
             for run in range(runs):
                 tk, ts, th = f"k{run}", f"s{run}", f"h{run}"
                 for t in (tk, ts, th):
@@ -286,6 +317,14 @@ def main() -> None:
                 fetch_ratios.append(sf / kf)
                 print(f"run {run}: produce {n / k:,.0f} vs {n / s:,.0f} rec/s, fetch {n / kf:,.0f} vs "
                       f"{n / sf:,.0f} rec/s", file=sys.stderr)
+                if classpath is not None:
+                    rate, cpu_us = native_produce(classpath, bootstrap, conn, f"n{run}", 30 * n, args.size, broker.pid)
+                    native_p.append(rate)
+                    native_cpu.append(cpu_us)
+                    native_f.append(native_consume(classpath, bootstrap, f"n{run}", 30 * n))
+                    native_ratios.append(native_p[-1] / sdk_p[-1])
+                    print(f"run {run}: native produce {rate:,.0f} rec/s ({cpu_us:.2f} us of broker CPU a record), "
+                          f"fetch {native_f[-1]:,.0f} rec/s", file=sys.stderr)
             Topics(conn).create("lat", PARTITIONS)
             acks, e2e = latency(bootstrap, "lat", args.rate, args.seconds or (5.0 if args.quick else 10.0),
                                 args.linger_ms)
@@ -294,6 +333,10 @@ def main() -> None:
     rows.append(["produce rec/s", f"{median(kafka_p):,.0f}", f"{median(sdk_p):,.0f}", f"{median(http_p):,.0f}",
                  f"{median(produce_ratios):.2f}"])
     rows.append(["fetch rec/s", f"{median(kafka_f):,.0f}", f"{median(sdk_f):,.0f}", "", f"{median(fetch_ratios):.2f}"])
+    if native_p:
+        rows.append(["produce rec/s, Java perf tool", f"{median(native_p):,.0f}", f"{median(sdk_p):,.0f}", "",
+                     f"{median(native_ratios):.2f}"])
+        rows.append(["fetch rec/s, Java perf tool", f"{median(native_f):,.0f}", f"{median(sdk_f):,.0f}", "", ""])
     print_table(["", "Kafka listener", "SDK", "HTTP API", "Kafka / SDK"], rows)
     print(f"latency at {args.rate:.0f} rec/s, linger.ms {args.linger_ms}: produce-ack p50 {pct(acks, 0.5):.1f} / "
           f"p99 {pct(acks, 0.99):.1f} ms; end to end p50 {pct(e2e, 0.5):.1f} / p99 {pct(e2e, 0.99):.1f} ms "
@@ -313,6 +356,12 @@ def main() -> None:
         "e2e_p50_ms": round(pct(e2e, 0.5), 2), "e2e_p99_ms": round(pct(e2e, 0.99), 2),
         "e2e_seen": len(e2e), "e2e_sent": len(acks),
         "decode_us_per_record": round(decode_us, 3), "produce_check_us_per_record": round(crc_us, 4),
+        **({} if not native_p else {
+            "native_produce_rec_s": round(median(native_p)), "native_produce_mib_s": round(median(native_p) * mib, 2),
+            "native_consume_rec_s": round(median(native_f)), "native_consume_mib_s": round(median(native_f) * mib, 2),
+            "native_over_sdk_produce": round(median(native_ratios), 3),
+            "native_broker_cpu_us_per_record": round(median(native_cpu), 3),
+        }),
     })
 
 
