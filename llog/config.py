@@ -35,8 +35,7 @@ class LlogConfig:
     etcd_endpoints: tuple[str, ...] = ("127.0.0.1:2379",)
     #: Seconds one etcd call may take in all, over every member it tries.
     etcd_timeout_s: float = 10.0
-    #: Seconds one attempt of an etcd call waits for a member before moving to the next
-    #: (with several endpoints): how long a paused or partitioned member costs a call.
+    #: Seconds one attempt of an etcd call waits for a member before trying the next one.
     etcd_attempt_timeout_s: float = 1.0
     #: Seconds between gRPC keepalive pings on an idle etcd connection (a watch's);
     #: etcd refuses pings more often than its ``--grpc-keepalive-min-time`` (5 s).
@@ -107,10 +106,11 @@ class LlogConfig:
     broker_host: str = "127.0.0.1"
     broker_port: int = 8080
     broker_token: str | None = None
+    #: Clients authenticate as users (``llog users``; Kafka: SASL SCRAM-SHA-256/512, PLAIN).
+    auth_users: bool = False
     #: Largest request body the broker accepts, in bytes (413 beyond).
     broker_max_request_bytes: int = 16 * 1024 * 1024
-    #: Seconds a request body may take to arrive whole (408 beyond): a client trickling
-    #: its bytes holds a connection no longer.
+    #: Seconds a request body may take to arrive whole (408 beyond: no trickling client holds on).
     broker_body_timeout_s: float = 30.0
     #: Seconds a broker produce waits for room in the batch buffer before a 503.
     broker_send_timeout_s: float = 5.0

@@ -83,6 +83,18 @@ class UnknownTopic(LlogError):
         self.topic = topic
 
 
+class UnknownUser(LlogError):
+    def __init__(self, user: str) -> None:
+        super().__init__(f"unknown user {user!r}")
+        self.user = user
+
+
+class UserExists(InvalidInput):
+    def __init__(self, user: str) -> None:
+        super().__init__(f"user {user!r} already exists (llog users passwd changes a password)")
+        self.user = user
+
+
 class UnknownPartition(LlogError):
     def __init__(self, topic: str, partition: int, partitions: int) -> None:
         super().__init__(

@@ -6,6 +6,7 @@ Every key llog writes is built here, so the layout lives in one place.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import quote
 
 OFFSET_DIGITS = 20
 _COMPACTED_MARK = "/data/compacted/"
@@ -17,6 +18,8 @@ MAINTENANCE = "_maintenance"
 SESSIONS = "_sessions"
 #: Reserved name under the root that holds the live brokers' Kafka listener addresses.
 BROKERS = "_brokers"
+#: Reserved name under the root that holds the users' SCRAM credentials.
+USERS = "_users"
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,14 @@ class KeyLayout:
 
     def session(self, session_id: str) -> str:
         return f"{self.sessions_prefix()}{session_id}"
+
+    # -- users (under the reserved name "_users") ------------------------------
+    def users_prefix(self) -> str:
+        return f"{self.root}/{USERS}/"
+
+    def user(self, name: str) -> str:
+        """A user's SCRAM credentials (the name percent-encoded: any string is a name)."""
+        return f"{self.users_prefix()}{quote(name, safe='')}"
 
     # -- brokers (under the reserved name "_brokers") ----------------------------
     def brokers_prefix(self) -> str:

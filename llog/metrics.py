@@ -22,6 +22,13 @@ class Metrics:
         self._declare_write_read(r)
         self._declare_sessions_producer(r)
         self._declare_broker(r)
+        self._declare_auth(r)
+
+    def _declare_auth(self, r: CollectorRegistry) -> None:
+        self.kafka_authentications = Counter(
+            "llog_kafka_authentications", "Kafka SASL authentications by mechanism and result (ok, failed)",
+            ["mechanism", "result"], registry=r,
+        )
 
     def _declare_stores(self, r: CollectorRegistry) -> None:
         self.etcd_ops = Counter("llog_etcd_ops", "etcd RPCs by operation", ["op"], registry=r)

@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "llog.cli.admin",
     "llog.cli.data",
     "llog.cli.groups",
+    "llog.cli.users",
     "llog.cli.compactor",
     "llog.cli.etcd",
     "llog.cli.doctor",

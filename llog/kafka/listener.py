@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest
 
+from llog.auth.users import Users
 from llog.config import LlogConfig
 from llog.errors import ConfigError
 from llog.kafka.apis import API_BY_KEY, SASL_AUTHENTICATE, SASL_HANDSHAKE, Context, unsupported_response
@@ -63,6 +64,7 @@ class KafkaListener:
         self.context: Context | None = None
         self._health: PeerHealth | None = None
         self._deregistering: threading.Thread | None = None
+        self._users = Users(broker.conn) if broker.config.auth_users else None
 
     async def start(self) -> None:
         # Registered (a node id) before serving: every request finds the context set up.
@@ -142,7 +144,7 @@ class KafkaListener:
         task = asyncio.current_task()
         assert task is not None
         metrics.kafka_connections.inc()
-        conn = _Connection(peer, writer, SaslState(self.broker.config.broker_token),
+        conn = _Connection(peer, writer, SaslState(self.broker.config.broker_token, self._users, metrics),
                            asyncio.Queue(self.broker.config.kafka_max_inflight_requests))
         self._connections[task] = conn
         sender = asyncio.create_task(self._send(writer, conn))
@@ -179,6 +181,9 @@ class KafkaListener:
         conn.deadline = now + cfg.kafka_idle_timeout_s if authenticated else conn.opened + cfg.kafka_frame_timeout_s
         conn.in_frame = False
         (size,) = struct.unpack(">i", await reader.readexactly(4))
+        # Again: a client sends its first request after authenticating once it has the
+        # answer, which comes after the state changed (on a thread, while this waited).
+        authenticated = conn.sasl.authenticated
         cap = cfg.kafka_max_frame_bytes if authenticated else cfg.kafka_max_preauth_frame_bytes
         if not 0 < size <= cap:
             reason = "frame_too_large" if authenticated else "preauth_frame_too_large"
@@ -220,7 +225,9 @@ class KafkaListener:
         if api_key == SASL_HANDSHAKE:
             return _Pending(correlation_id, name, started, _ready(sasl.handshake(request)), size)
         if api_key == SASL_AUTHENTICATE:
-            return _Pending(correlation_id, name, started, _ready(sasl.authenticate(request)), size)
+            # A thread: it reads the user's credential from etcd and derives keys.
+            return _Pending(correlation_id, name, started,
+                            asyncio.ensure_future(asyncio.to_thread(sasl.authenticate, request)), size)
         assert api.handler is not None
         answer: Awaitable[ApiMessage | None]
         if api.runs == "ordered":  # acts now, before the next request is read; the answer comes later

@@ -1,7 +1,14 @@
-"""SASL/PLAIN on the Kafka listener: with ``LLOG_BROKER_TOKEN`` set, a connection
-must authenticate (SaslHandshake v1, then SaslAuthenticate) with the token as its
-password before any request but ApiVersions; the user name is free (it is logged).
-Without the token, the listener is open, like the HTTP API."""
+"""SASL on the Kafka listener. A connection must authenticate (SaslHandshake v1, then
+SaslAuthenticate) before any request but ApiVersions when the broker has a token
+(``LLOG_BROKER_TOKEN``) or authenticates users (``LLOG_AUTH_USERS``):
+
+- PLAIN: a user's name and password (``llog users``; checked against the stored SCRAM
+  credential), or any name with the broker token as the password (the compatibility
+  option, while a token is set);
+- SCRAM-SHA-256 and SCRAM-SHA-512 (``llog/auth/scram.py``), against the users only.
+
+Without either, the listener is open, like the HTTP API. :meth:`SaslState.authenticate`
+reads etcd and derives keys: it runs on a thread, never on the event loop."""
 
 from __future__ import annotations
 
@@ -11,43 +18,95 @@ from typing import Any
 
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
+from llog.auth.scram import MECHANISMS, ScramFailure, ScramServer, password_matches
+from llog.auth.users import Users
+from llog.errors import LlogError
 from llog.kafka.errors import ErrorCode
+from llog.metrics import Metrics
 
 log = logging.getLogger(__name__)
 
-MECHANISM = "PLAIN"
+PLAIN = "PLAIN"
 
 
 class SaslState:
-    """One connection's authentication."""
+    """One connection's authentication; :attr:`principal` once it succeeded."""
 
-    def __init__(self, token: str | None) -> None:
+    def __init__(self, token: str | None, users: Users | None = None, metrics: Metrics | None = None) -> None:
         self._token = None if token is None else token.encode()
-        self.authenticated = token is None
-        self._mechanism_agreed = False
+        self._users = users
+        self._metrics = metrics
+        self.authenticated = token is None and users is None
+        #: Who the client authenticated as (the PLAIN user name with the token).
+        self.principal: str | None = None
+        self.mechanisms = [PLAIN, *(MECHANISMS if users is not None else ())]
+        self._mechanism: str | None = None
+        self._scram: ScramServer | None = None
+        self._scram_user = ""
         #: Set when the connection must be closed once the answer is sent.
         self.failed = False
 
     def handshake(self, req: Any) -> SaslHandshakeResponse:
-        ok = req.mechanism == MECHANISM
-        self._mechanism_agreed = ok
+        ok = req.mechanism in self.mechanisms
+        self._mechanism = req.mechanism if ok else None
+        self._scram = ScramServer(req.mechanism) if ok and req.mechanism in MECHANISMS else None
         return SaslHandshakeResponse[req.API_VERSION](
-            error_code=ErrorCode.NONE if ok else ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=[MECHANISM])
+            error_code=ErrorCode.NONE if ok else ErrorCode.UNSUPPORTED_SASL_MECHANISM, mechanisms=self.mechanisms)
 
     def authenticate(self, req: Any) -> SaslAuthenticateResponse:
         R = SaslAuthenticateResponse[req.API_VERSION]
-        if not self._mechanism_agreed:
+        if self._mechanism is None:
             self.failed = True
-            return R(error_code=ErrorCode.ILLEGAL_SASL_STATE, error_message="SaslHandshake for PLAIN first",
+            return R(error_code=ErrorCode.ILLEGAL_SASL_STATE, error_message="SaslHandshake first",
                      auth_bytes=b"", session_lifetime_ms=0)
-        parts = bytes(req.auth_bytes).split(b"\0")
-        user = parts[1].decode("utf-8", "replace") if len(parts) == 3 else "?"
-        if self._token is None or (len(parts) == 3 and hmac.compare_digest(parts[2], self._token)):
-            self.authenticated = True
-            log.info("Kafka client authenticated as %r", user)
-            return R(error_code=ErrorCode.NONE, error_message=None, auth_bytes=b"", session_lifetime_ms=0)
-        self.failed = True
-        log.warning("Kafka client %r failed SASL/PLAIN authentication", user)
-        return R(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED,
-                 error_message="authentication failed: the password must be the broker's LLOG_BROKER_TOKEN",
-                 auth_bytes=b"", session_lifetime_ms=0)
+        try:
+            if self._scram is not None:
+                reply = self._scram_step(bytes(req.auth_bytes))
+            else:
+                reply = self._plain(bytes(req.auth_bytes))
+        except (ScramFailure, LlogError) as exc:
+            self.failed = True
+            self._count("failed")
+            log.warning("Kafka client failed SASL/%s authentication as %r: %s", self._mechanism,
+                        self._scram_user or "?", exc)
+            message = str(exc) if isinstance(exc, ScramFailure) else "authentication failed"
+            return R(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=message,
+                     auth_bytes=b"", session_lifetime_ms=0)
+        if self.authenticated:
+            self._count("ok")
+            log.info("Kafka client authenticated as %r (SASL/%s)", self.principal, self._mechanism)
+        return R(error_code=ErrorCode.NONE, error_message=None, auth_bytes=reply, session_lifetime_ms=0)
+
+    def _count(self, result: str) -> None:
+        if self._metrics is not None:
+            self._metrics.kafka_authentications.labels(self._mechanism or "?", result).inc()
+
+    def _plain(self, auth: bytes) -> bytes:
+        parts = auth.split(b"\0")
+        if len(parts) != 3:
+            raise ScramFailure("malformed SASL/PLAIN message")
+        authzid, user_b, password_b = parts
+        user = self._scram_user = user_b.decode("utf-8", "replace")
+        if authzid and authzid != user_b:
+            raise ScramFailure("an authorization id other than the user is not supported")
+        if self._token is not None and hmac.compare_digest(password_b, self._token):
+            self.authenticated, self.principal = True, user
+            return b""
+        creds = {} if self._users is None else self._users.credentials(user)
+        cred = next(iter(creds.values()), None)
+        if cred is None or not password_matches(cred, password_b.decode("utf-8", "replace")):
+            raise ScramFailure("authentication failed: unknown user or wrong password"
+                               + ("" if self._users is not None else " (the password is the broker's token)"))
+        self.authenticated, self.principal = True, user
+        return b""
+
+    def _scram_step(self, message: bytes) -> bytes:
+        scram = self._scram
+        assert scram is not None and self._users is not None
+        if not self._scram_user:
+            self._scram_user = scram.first(message)
+            return scram.challenge(self._users.credentials(self._scram_user).get(scram.mechanism),
+                                   self._scram_user)
+        reply = scram.final(message)
+        self.authenticated, self.principal = True, self._scram_user
+        return reply
