@@ -63,6 +63,8 @@ from llog.errors import (
     TopicConflict,
     UnknownPartition,
     UnknownTopic,
+    UnknownUser,
+    UserExists,
 )
 from llog.reader import Reader
 from llog.records import AppendGroup, ConsumedRecord, Record
@@ -122,6 +124,8 @@ __all__ = [
     "Topics",
     "UnknownPartition",
     "UnknownTopic",
+    "UnknownUser",
+    "UserExists",
     "Writer",
     "__version__",
     "connect",

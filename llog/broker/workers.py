@@ -148,7 +148,6 @@ class _Supervisor:
     def __init__(self, workers: list[_Worker]) -> None:
         self.workers = workers
         self.stopping = threading.Event()
-        self._signals: list[int] = []
 
     def run(self, url: str, on_ready: OnReady | None) -> int:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -221,6 +220,9 @@ class _Supervisor:
                 if time.monotonic() - w.started < RESTART_BACKOFF_S and self.stopping.wait(RESTART_BACKOFF_S):
                     break
                 w.start(-1)
+                if self.stopping.is_set():  # the signal came while it started: it did not get it
+                    assert w.proc is not None
+                    w.proc.send_signal(signal.SIGTERM)
         return self._stop_all()
 
     def _stop_all(self) -> int:
