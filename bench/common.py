@@ -18,6 +18,7 @@ the same run, alternate their order, and report medians of repeated runs.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import json
 import os
@@ -42,6 +43,10 @@ BUCKET = "llog-bench"
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "llog")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "llog-secret")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")
+
+
+#: Clock ticks per second of /proc's CPU times.
+_TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def bench_args(description: str) -> argparse.ArgumentParser:
@@ -218,6 +223,23 @@ def print_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> None
         print("  ".join(cells))
         if n == 0:
             print("  ".join("-" * w for w in widths))
+
+
+def cpu_seconds(pids: Sequence[int], *, children: bool = False) -> float:
+    """User + system CPU seconds the processes ``pids`` (and their waited-for children)
+    have used so far; with ``children``, their live child processes' too, recursively
+    (a broker's workers). Linux ``/proc``."""
+    return sum(_cpu_ticks(pid, children) for pid in pids) / _TICKS
+
+
+def _cpu_ticks(pid: int, children: bool) -> int:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    ticks = sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
+    if children:
+        for kid in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+            with contextlib.suppress(FileNotFoundError):  # a child gone meanwhile
+                ticks += _cpu_ticks(int(kid), True)
+    return ticks
 
 
 def emit_json(result: dict[str, object]) -> None:

@@ -56,7 +56,7 @@ import confluent_kafka
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from bench.broker import Client, broker_process, pct, run_clients
-from bench.common import LocalStack, bench_args, emit_json, median, print_table
+from bench.common import LocalStack, bench_args, cpu_seconds, emit_json, median, print_table
 from llog.codec import kafka_body
 from llog.config import LlogConfig
 from llog.connection import Connection
@@ -235,7 +235,7 @@ def native_produce(classpath: str, bootstrap: str, conn: Connection, topic: str,
                    broker_pid: int) -> tuple[float, float]:
     """Records/s of Kafka's Java perf producer through the listener (bench/kafka_peer.py's
     run of it), and the broker's CPU microseconds per record meanwhile."""
-    from bench.kafka_peer import cpu_seconds, produce  # bench/kafka_peer.py builds on this module
+    from bench.kafka_peer import produce  # bench/kafka_peer.py builds on this module
 
     Topics(conn).create(topic, PARTITIONS)
     cpu = cpu_seconds([broker_pid])

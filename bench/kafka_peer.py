@@ -43,7 +43,6 @@ fields (issue 38) are ``llog_over_kafka_produce_mib_s`` and
 from __future__ import annotations
 
 import base64
-import os
 import re
 import shutil
 import subprocess
@@ -61,7 +60,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from prometheus_client.parser import text_string_to_metric_families
 
 from bench.broker import pct
-from bench.common import LocalStack, bench_args, emit_json, median, print_table
+from bench.common import LocalStack, bench_args, cpu_seconds, emit_json, median, print_table
 from bench.kafka import kafka_broker_process, latency
 from llog.config import LlogConfig
 from llog.devstack import free_port
@@ -72,18 +71,7 @@ PARTITIONS = 8
 GIB = 1024**3
 _PRODUCED = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\).*?"
                        r"(\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th")
-_TICKS = os.sysconf("SC_CLK_TCK")
 _PRICES = LlogConfig(etcd_endpoints=("127.0.0.1:2379",))
-
-
-def cpu_seconds(pids: Sequence[int]) -> float:
-    """User + system CPU seconds the processes ``pids`` (and their waited-for children)
-    have used so far."""
-    total = 0
-    for pid in pids:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        total += sum(int(f) for f in fields[11:15])  # utime, stime, cutime, cstime
-    return total / _TICKS
 
 
 @contextmanager

@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file: python bench/...
 
 from bench.broker import broker_process
-from bench.common import LocalStack, bench_args, emit_json, median, print_table
+from bench.common import LocalStack, bench_args, cpu_seconds, emit_json, median, print_table
 from llog.connection import Connection
 from llog.topics import Topics
 
@@ -49,16 +49,6 @@ end
 _UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3}
 
 
-def _cpu_s(pid: int) -> float:
-    """CPU seconds ``pid`` and its children so far (Linux ``/proc``)."""
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        kids = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except FileNotFoundError:
-        return 0.0
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK") + sum(_cpu_s(int(k)) for k in kids)
-
-
 def _idle_s() -> float:
     """Seconds every core of this host has been idle."""
     return int(Path("/proc/stat").read_text().split()[4]) / os.sysconf("SC_CLK_TCK")
@@ -68,13 +58,14 @@ def wrk(url: str, script: Path, seconds: float, connections: int, broker_pid: in
         ) -> tuple[float, float, float, int, float, float]:
     """``(requests/s, p50 ms, p99 ms, requests not answered 2xx, the broker's CPU
     cores, the host's idle cores)`` of one wrk run."""
-    cpu0, idle0, t0 = _cpu_s(broker_pid or 0), _idle_s(), time.monotonic()
+    pids = [] if broker_pid is None else [broker_pid]
+    cpu0, idle0, t0 = cpu_seconds(pids, children=True), _idle_s(), time.monotonic()
     out = subprocess.run(
         ["wrk", "-t1", f"-c{connections}", f"-d{max(1, round(seconds))}s", "--latency", "-s", str(script), url],
         capture_output=True, text=True, check=True,
     ).stdout
     elapsed = time.monotonic() - t0
-    cores, idle = (_cpu_s(broker_pid or 0) - cpu0) / elapsed, (_idle_s() - idle0) / elapsed
+    cores, idle = (cpu_seconds(pids, children=True) - cpu0) / elapsed, (_idle_s() - idle0) / elapsed
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     lat = {q: float(v) * _UNITS[u] for q, v, u in re.findall(r"\s(50|99)%\s+([\d.]+)(us|ms|s)\b", out)}
     bad = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", out)

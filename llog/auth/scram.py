@@ -73,6 +73,13 @@ def _attributes(message: str) -> dict[str, str]:
     return out
 
 
+def _text(message: bytes) -> str:
+    try:
+        return message.decode()
+    except UnicodeDecodeError:
+        raise ScramFailure("the SCRAM message is not UTF-8") from None
+
+
 def _unescape(name: str) -> str:
     """A SCRAM ``saslname`` back to the user name (``=2C`` is ``,``, ``=3D`` is ``=``)."""
     if "=" in name.replace("=2C", "").replace("=3D", ""):
@@ -95,11 +102,7 @@ class ScramServer:
         self._cred: ScramCredential | None = None
 
     def first(self, message: bytes) -> str:
-        try:
-            text = message.decode()
-        except UnicodeDecodeError:
-            raise ScramFailure("the SCRAM message is not UTF-8") from None
-        gs2, sep, bare = text.partition(",")
+        gs2, sep, bare = _text(message).partition(",")
         authzid, sep2, bare = bare.partition(",")
         if not (sep and sep2) or gs2 not in ("n", "y") or (authzid and not authzid.startswith("a=")):
             raise ScramFailure("malformed SCRAM client-first message (channel binding is not supported)")
@@ -127,11 +130,7 @@ class ScramServer:
         return self._server_first.encode()
 
     def final(self, message: bytes) -> bytes:
-        try:
-            text = message.decode()
-        except UnicodeDecodeError:
-            raise ScramFailure("the SCRAM message is not UTF-8") from None
-        without_proof, sep, proof_part = text.rpartition(",p=")
+        without_proof, sep, proof_part = _text(message).rpartition(",p=")
         if not sep:
             raise ScramFailure("malformed SCRAM client-final message")
         attrs = _attributes(without_proof)

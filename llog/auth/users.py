@@ -64,19 +64,20 @@ class Users:
     def add(self, name: str, password: str, *, mechanisms: Sequence[str] = tuple(MECHANISMS),
             iterations: int = DEFAULT_ITERATIONS) -> None:
         """Create ``name`` with ``password``; :class:`UserExists` if it is taken."""
-        key = self.conn.keys.user(check_user_name(name))
-        value = _encode([derive(m, password, iterations=iterations) for m in mechanisms])
-        if not self.conn.etcd.txn([absent(key)], [Put(key, value)]).succeeded:
-            raise UserExists(name)
+        self._store(name, password, mechanisms, iterations, new=True)
 
     def set_password(self, name: str, password: str, *, mechanisms: Sequence[str] = tuple(MECHANISMS),
-                     iterations: int = DEFAULT_ITERATIONS, create: bool = False) -> None:
-        """Replace ``name``'s credentials (:class:`UnknownUser` unless it exists or ``create``)."""
+                     iterations: int = DEFAULT_ITERATIONS) -> None:
+        """Replace ``name``'s credentials; :class:`UnknownUser` if there is no such user."""
+        self._store(name, password, mechanisms, iterations, new=False)
+
+    def _store(self, name: str, password: str, mechanisms: Sequence[str], iterations: int, *, new: bool) -> None:
+        """Put ``name``'s credentials if the key is absent (``new``) or present (not ``new``)."""
         key = self.conn.keys.user(check_user_name(name))
-        value = _encode([derive(m, password, iterations=iterations) for m in mechanisms])
-        if create:
-            self.conn.etcd.put(key, value)
-        elif self.conn.etcd.txn([absent(key)], [], [Put(key, value)]).succeeded:
+        put = [Put(key, _encode([derive(m, password, iterations=iterations) for m in mechanisms]))]
+        if new and not self.conn.etcd.txn([absent(key)], put).succeeded:
+            raise UserExists(name)
+        if not new and self.conn.etcd.txn([absent(key)], [], put).succeeded:
             raise UnknownUser(name)
 
     def delete(self, name: str) -> None:

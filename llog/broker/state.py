@@ -140,7 +140,12 @@ def broker_of(request: Request) -> Broker:
 
 def listen_url(host: str, port: int) -> str:
     """``http://host:port``, an IPv6 address in brackets."""
-    return f"http://[{host}]:{port}" if ":" in host else f"http://{host}:{port}"
+    return f"http://{url_host(host)}:{port}"
+
+
+def url_host(host: str) -> str:
+    """``host`` as it goes in a URL (an IPv6 address in brackets)."""
+    return f"[{host}]" if ":" in host else host
 
 
 def peer_url_of(host: str, port: int) -> str:

@@ -39,7 +39,7 @@ from types import FrameType
 from urllib.parse import urlsplit
 
 from llog.broker.sockets import OnReady, listening_socket
-from llog.broker.state import WorkerPlace, listen_url, peer_url_of
+from llog.broker.state import WorkerPlace, listen_url, peer_url_of, url_host
 from llog.config import LlogConfig
 
 log = logging.getLogger(__name__)
@@ -73,17 +73,12 @@ def worker_configs(config: LlogConfig, private_urls: list[str]) -> list[LlogConf
         peer_url = url
         if config.peer_url is not None:
             configured = urlsplit(config.peer_url)
-            peer_url = f"{configured.scheme}://{listen_host(configured.hostname or '')}:{urlsplit(url).port}"
+            peer_url = f"{configured.scheme}://{url_host(configured.hostname or '')}:{urlsplit(url).port}"
         out.append(replace(
             config, peer_url=peer_url,
             broker_put_rate=config.broker_put_rate / n, broker_put_burst=max(1, config.broker_put_burst // n),
         ))
     return out
-
-
-def listen_host(host: str) -> str:
-    """``host`` as it goes in a URL (an IPv6 address in brackets)."""
-    return f"[{host}]" if ":" in host else host
 
 
 class _Worker:

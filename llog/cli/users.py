@@ -34,7 +34,7 @@ def _iterations(text: str) -> int:
 def register(subparsers: Any) -> None:
     users = subparsers.add_parser("users", help="users Kafka clients authenticate as (SCRAM, PLAIN)")
     usub = users.add_subparsers(dest="users_command", metavar="ACTION", required=True)
-    for action, helptext, func in (("add", "create a user", _add), ("passwd", "change a user's password", _passwd)):
+    for action, helptext in (("add", "create a user"), ("passwd", "change a user's password")):
         p = usub.add_parser(action, help=helptext,
                             description=f"{helptext.capitalize()}. The password is asked for twice on a terminal, "
                                         "or read from the first line of stdin with --password-stdin; only SCRAM "
@@ -45,7 +45,7 @@ def register(subparsers: Any) -> None:
                        help="credentials for this mechanism only (repeatable; default: both)")
         p.add_argument("--iterations", type=_iterations, default=DEFAULT_ITERATIONS,
                        help=f"PBKDF2 iterations (default {DEFAULT_ITERATIONS}, as Kafka's)")
-        p.set_defaults(func=func)
+        p.set_defaults(func=_set_password, new=action == "add")
     p = usub.add_parser("delete", help="remove a user (its next authentication fails)")
     p.add_argument("user", type=_name)
     p.set_defaults(func=_delete)
@@ -66,21 +66,14 @@ def _password(args: argparse.Namespace) -> str:
     return password
 
 
-def _add(args: argparse.Namespace) -> int:
+def _set_password(args: argparse.Namespace) -> int:
+    """``add`` (``args.new``) or ``passwd``."""
     password = _password(args)
     with connection_from_args(args) as conn:
-        Users(conn).add(args.user, password, mechanisms=args.mechanism or tuple(MECHANISMS),
-                        iterations=args.iterations)
-    print(f"added user {args.user}")
-    return 0
-
-
-def _passwd(args: argparse.Namespace) -> int:
-    password = _password(args)
-    with connection_from_args(args) as conn:
-        Users(conn).set_password(args.user, password, mechanisms=args.mechanism or tuple(MECHANISMS),
-                                 iterations=args.iterations)
-    print(f"changed the password of {args.user}")
+        users = Users(conn)
+        store = users.add if args.new else users.set_password
+        store(args.user, password, mechanisms=args.mechanism or tuple(MECHANISMS), iterations=args.iterations)
+    print(f"added user {args.user}" if args.new else f"changed the password of {args.user}")
     return 0
 
 
