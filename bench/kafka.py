@@ -80,10 +80,12 @@ def kafka_broker_process(cfg: LlogConfig, env: Mapping[str, str] | None = None,
         yield f"127.0.0.1:{int(line.rsplit(' ', 1)[1])}", url, proc
 
 
-def kafka_produce(bootstrap: str, topic: str, n: int, size: int) -> float:
-    """Seconds to produce ``n`` records and have every one acknowledged."""
+def kafka_produce(bootstrap: str, topic: str, n: int, size: int, conf: Mapping[str, Any] | None = None) -> float:
+    """Seconds to produce ``n`` records and have every one acknowledged (``conf``: more
+    client settings, SASL's say)."""
     producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5, "acks": "all",
-                                         "enable.idempotence": True, "queue.buffering.max.messages": 1_000_000})
+                                         "enable.idempotence": True, "queue.buffering.max.messages": 1_000_000,
+                                         **(conf or {})})
     value = b"x" * size
     failed: list[object] = []
 

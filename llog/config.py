@@ -108,6 +108,11 @@ class LlogConfig:
     broker_token: str | None = None
     #: Clients authenticate as users (``llog users``; Kafka: SASL SCRAM-SHA-256/512, PLAIN).
     auth_users: bool = False
+    #: The authorizer: every Kafka request and HTTP route is checked against the ACLs
+    #: (``llog acls``, ``kafka-acls.sh``); deny by default (docs/security.md).
+    auth_acls: bool = False
+    #: Principals the authorizer lets do everything, ``;``-separated (``User:admin;User:ops``).
+    auth_super_users: str = ""
     #: Largest request body the broker accepts, in bytes (413 beyond).
     broker_max_request_bytes: int = 16 * 1024 * 1024
     #: Seconds a request body may take to arrive whole (408 beyond: no trickling client holds on).
@@ -272,58 +277,66 @@ class LlogConfig:
         return replace(cfg, **clean) if clean else cfg
 
     def __post_init__(self) -> None:
-        if not self.etcd_endpoints:
-            raise ConfigError("etcd_endpoints is empty")
-        for ep in self.etcd_endpoints:
-            host, sep, port = ep.rpartition(":")
-            if not sep or not host or not port.isdigit():
-                raise ConfigError(f"etcd endpoint {ep!r} is not host:port")
-        if not self.root_prefix or "/" in self.root_prefix.strip("/"):
-            raise ConfigError(f"root_prefix {self.root_prefix!r} must be one non-empty path segment")
-        for name in ("max_record_bytes", "max_blob_bytes", "commit_max_attempts", "s3_timeout_s",
-                     "etcd_timeout_s", "etcd_attempt_timeout_s", "etcd_keepalive_s",
-                     "read_max_fetch_bytes", "read_prefetch", "read_max_inflight", "read_inflight_bytes",
-                     "read_cache_chunk_bytes", "batch_max_bytes",
-                     "batch_max_buffered_bytes", "batch_max_inflight", "batch_max_inflight_puts",
-                     "default_partitions", "compact_target_bytes", "compact_key_map_entries",
-                     "compact_max_records", "compact_read_prefetch", "compactor_workers",
-                     "compactor_claim_ttl_s", "compactor_pass_interval_s", "compactor_discovery_interval_s",
-                     "compactor_max_runs_per_task", "session_ttl_s", "session_rotate_s",
-                     "broker_max_request_bytes", "broker_send_timeout_s", "read_peer_timeout_s",
-                     "broker_body_timeout_s", "broker_put_burst", "broker_workers",
-                     "iceberg_snapshots_kept", "kafka_max_frame_bytes", "kafka_max_preauth_frame_bytes",
-                     "kafka_max_queued_bytes", "kafka_max_connections", "kafka_max_connections_per_ip",
-                     "kafka_max_inflight_requests", "kafka_idle_timeout_s", "kafka_frame_timeout_s",
-                     "kafka_max_batch_records", "kafka_check_threads",
-                     "kafka_peer_timeout_s"):
-            if getattr(self, name) <= 0:
-                raise ConfigError(f"{name} must be > 0, got {getattr(self, name)!r}")
-        for name in ("compact_min_age_ms", "vacuum_grace_s", "vacuum_interval_s",
-                     "compactor_shutdown_timeout_s", "etcd_compact_interval_s", "max_uncompacted_keys",
-                     "backpressure_check_s", "producer_state_ttl_s", "tail_cache_bytes", "read_cache_bytes",
-                     "iceberg_sync_interval_s", "put_hedge_min_ms", "gc_threshold", "broker_put_rate"):
-            if getattr(self, name) < 0:
-                raise ConfigError(f"{name} must be >= 0, got {getattr(self, name)!r}")
-        if (self.kafka_tls_cert_file is None) != (self.kafka_tls_key_file is None):
-            raise ConfigError("kafka_tls_cert_file and kafka_tls_key_file go together")
-        if self.kafka_port is not None and not 0 <= self.kafka_port <= 65535:
-            raise ConfigError(f"kafka_port must be in [0, 65535], got {self.kafka_port!r}")
-        if self.kafka_port and self.kafka_port + self.broker_workers > 65536:  # worker i: kafka_port + i
-            raise ConfigError(f"kafka_port {self.kafka_port} + {self.broker_workers} broker workers exceeds 65535")
-        if self.kafka_max_queued_bytes < self.kafka_max_frame_bytes:
-            raise ConfigError(f"kafka_max_queued_bytes ({self.kafka_max_queued_bytes}) must be at least "
-                              f"kafka_max_frame_bytes ({self.kafka_max_frame_bytes})")
-        if self.kafka_max_batch_inflated_bytes is not None and (
-            self.kafka_max_batch_inflated_bytes < self.max_record_bytes
-        ):
-            raise ConfigError(f"kafka_max_batch_inflated_bytes ({self.kafka_max_batch_inflated_bytes}) must be at "
-                              f"least max_record_bytes ({self.max_record_bytes})")
-        if not 0 <= self.put_hedge_quantile < 1:
-            raise ConfigError(f"put_hedge_quantile must be in [0, 1), got {self.put_hedge_quantile!r}")
-        if not 0.0 <= self.compact_min_dirty_ratio <= 1.0:
-            raise ConfigError(f"compact_min_dirty_ratio must be in [0, 1], got {self.compact_min_dirty_ratio}")
-        if self.compact_target_bytes > 1024**3:
-            raise ConfigError("compact_target_bytes must be <= 1 GiB (one compacted body)")
+        _validate(self)
+
+
+def _validate(cfg: LlogConfig) -> None:
+    """Refuse a config no component could run with (:class:`ConfigError` naming the setting)."""
+    if not cfg.etcd_endpoints:
+        raise ConfigError("etcd_endpoints is empty")
+    for ep in cfg.etcd_endpoints:
+        host, sep, port = ep.rpartition(":")
+        if not sep or not host or not port.isdigit():
+            raise ConfigError(f"etcd endpoint {ep!r} is not host:port")
+    if not cfg.root_prefix or "/" in cfg.root_prefix.strip("/"):
+        raise ConfigError(f"root_prefix {cfg.root_prefix!r} must be one non-empty path segment")
+    for name in ("max_record_bytes", "max_blob_bytes", "commit_max_attempts", "s3_timeout_s",
+                 "etcd_timeout_s", "etcd_attempt_timeout_s", "etcd_keepalive_s",
+                 "read_max_fetch_bytes", "read_prefetch", "read_max_inflight", "read_inflight_bytes",
+                 "read_cache_chunk_bytes", "batch_max_bytes",
+                 "batch_max_buffered_bytes", "batch_max_inflight", "batch_max_inflight_puts",
+                 "default_partitions", "compact_target_bytes", "compact_key_map_entries",
+                 "compact_max_records", "compact_read_prefetch", "compactor_workers",
+                 "compactor_claim_ttl_s", "compactor_pass_interval_s", "compactor_discovery_interval_s",
+                 "compactor_max_runs_per_task", "session_ttl_s", "session_rotate_s",
+                 "broker_max_request_bytes", "broker_send_timeout_s", "read_peer_timeout_s",
+                 "broker_body_timeout_s", "broker_put_burst", "broker_workers",
+                 "iceberg_snapshots_kept", "kafka_max_frame_bytes", "kafka_max_preauth_frame_bytes",
+                 "kafka_max_queued_bytes", "kafka_max_connections", "kafka_max_connections_per_ip",
+                 "kafka_max_inflight_requests", "kafka_idle_timeout_s", "kafka_frame_timeout_s",
+                 "kafka_max_batch_records", "kafka_check_threads",
+                 "kafka_peer_timeout_s"):
+        if getattr(cfg, name) <= 0:
+            raise ConfigError(f"{name} must be > 0, got {getattr(cfg, name)!r}")
+    for name in ("compact_min_age_ms", "vacuum_grace_s", "vacuum_interval_s",
+                 "compactor_shutdown_timeout_s", "etcd_compact_interval_s", "max_uncompacted_keys",
+                 "backpressure_check_s", "producer_state_ttl_s", "tail_cache_bytes", "read_cache_bytes",
+                 "iceberg_sync_interval_s", "put_hedge_min_ms", "gc_threshold", "broker_put_rate"):
+        if getattr(cfg, name) < 0:
+            raise ConfigError(f"{name} must be >= 0, got {getattr(cfg, name)!r}")
+    for principal in filter(None, (p.strip() for p in cfg.auth_super_users.replace(",", ";").split(";"))):
+        if not principal.partition(":")[2] or principal.startswith(":"):
+            raise ConfigError(f"auth_super_users: {principal!r} is not Type:name (User:admin)")
+    if (cfg.kafka_tls_cert_file is None) != (cfg.kafka_tls_key_file is None):
+        raise ConfigError("kafka_tls_cert_file and kafka_tls_key_file go together")
+    if cfg.kafka_port is not None and not 0 <= cfg.kafka_port <= 65535:
+        raise ConfigError(f"kafka_port must be in [0, 65535], got {cfg.kafka_port!r}")
+    if cfg.kafka_port and cfg.kafka_port + cfg.broker_workers > 65536:  # worker i: kafka_port + i
+        raise ConfigError(f"kafka_port {cfg.kafka_port} + {cfg.broker_workers} broker workers exceeds 65535")
+    if cfg.kafka_max_queued_bytes < cfg.kafka_max_frame_bytes:
+        raise ConfigError(f"kafka_max_queued_bytes ({cfg.kafka_max_queued_bytes}) must be at least "
+                          f"kafka_max_frame_bytes ({cfg.kafka_max_frame_bytes})")
+    if cfg.kafka_max_batch_inflated_bytes is not None and (
+        cfg.kafka_max_batch_inflated_bytes < cfg.max_record_bytes
+    ):
+        raise ConfigError(f"kafka_max_batch_inflated_bytes ({cfg.kafka_max_batch_inflated_bytes}) must be at "
+                          f"least max_record_bytes ({cfg.max_record_bytes})")
+    if not 0 <= cfg.put_hedge_quantile < 1:
+        raise ConfigError(f"put_hedge_quantile must be in [0, 1), got {cfg.put_hedge_quantile!r}")
+    if not 0.0 <= cfg.compact_min_dirty_ratio <= 1.0:
+        raise ConfigError(f"compact_min_dirty_ratio must be in [0, 1], got {cfg.compact_min_dirty_ratio}")
+    if cfg.compact_target_bytes > 1024**3:
+        raise ConfigError("compact_target_bytes must be <= 1 GiB (one compacted body)")
 
 
 def _split_endpoints(text: str) -> tuple[str, ...]:

@@ -30,6 +30,7 @@ class Connection:
         etcd: Etcd | None = None,
         store: ObjectStore | None = None,
         metrics: Metrics | None = None,
+        peer_token: str | None = None,
     ) -> None:
         self.config = config if config is not None else LlogConfig.from_env()
         self.metrics = metrics if metrics is not None else Metrics()
@@ -54,7 +55,7 @@ class Connection:
         # SDK, Spark, the compactor) reads storage, at no etcd cost per writer session.
         peers = None if not (cfg.read_peers and cfg.peer_url) else PeerBlobs(
             self.etcd, self.keys, self.metrics, own_url=cfg.peer_url, timeout_s=cfg.read_peer_timeout_s,
-            token=cfg.broker_token,
+            token=cfg.broker_token or peer_token,
         )
         #: Chunks of shared WAL blobs, for every reader of this connection.
         self.blob_cache = BlobCache(

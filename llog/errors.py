@@ -95,6 +95,16 @@ class UserExists(InvalidInput):
         self.user = user
 
 
+class NotAuthorized(LlogError):
+    """The authorizer (``LLOG_AUTH_ACLS``) denies ``principal`` ``operation`` on a
+    resource (``resource_type`` ``topic``, ``group``, ``cluster`` or ``transactional_id``)."""
+
+    def __init__(self, principal: str, operation: str, resource_type: str, resource: str) -> None:
+        super().__init__(f"{principal} may not {operation} {resource_type} {resource!r}")
+        self.principal, self.operation = principal, operation
+        self.resource_type, self.resource = resource_type, resource
+
+
 class UnknownPartition(LlogError):
     def __init__(self, topic: str, partition: int, partitions: int) -> None:
         super().__init__(

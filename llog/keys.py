@@ -20,6 +20,8 @@ SESSIONS = "_sessions"
 BROKERS = "_brokers"
 #: Reserved name under the root that holds the users' SCRAM credentials.
 USERS = "_users"
+#: Reserved name under the root that holds the access control lists.
+ACLS = "_acls"
 
 
 @dataclass(frozen=True)
@@ -131,6 +133,16 @@ class KeyLayout:
     def user(self, name: str) -> str:
         """A user's SCRAM credentials (the name percent-encoded: any string is a name)."""
         return f"{self.users_prefix()}{quote(name, safe='')}"
+
+    # -- ACLs (under the reserved name "_acls") ---------------------------------
+    def acls_prefix(self) -> str:
+        return f"{self.root}/{ACLS}/"
+
+    def acl(self, resource_type: str, pattern_type: str, resource: str, principal: str, host: str,
+            operation: str, permission: str) -> str:
+        """One ACL, one key: adding it twice is one ACL (names percent-encoded)."""
+        parts = (resource_type, pattern_type, resource, principal, host, operation, permission)
+        return self.acls_prefix() + "/".join(quote(p, safe="") for p in parts)
 
     # -- brokers (under the reserved name "_brokers") ----------------------------
     def brokers_prefix(self) -> str:

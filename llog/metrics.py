@@ -29,6 +29,13 @@ class Metrics:
             "llog_kafka_authentications", "Kafka SASL authentications by mechanism and result (ok, failed)",
             ["mechanism", "result"], registry=r,
         )
+        self.authorization_denials = Counter(
+            "llog_authorization_denials", "Requests the authorizer (LLOG_AUTH_ACLS) refused, by operation, "
+            "resource type and listener (kafka, http)", ["operation", "resource_type", "listener"], registry=r,
+        )
+        self.acls = Gauge("llog_acls", "ACLs the broker's authorizer holds (LLOG_AUTH_ACLS)", registry=r)
+        self.acl_reloads = Counter("llog_acl_reloads", "Times the authorizer re-read the ACLs after a change, "
+                                   "by result (ok; failed: tried again with back-off)", ["result"], registry=r)
 
     def _declare_stores(self, r: CollectorRegistry) -> None:
         self.etcd_ops = Counter("llog_etcd_ops", "etcd RPCs by operation", ["op"], registry=r)

@@ -28,6 +28,8 @@ class BrokerProcess:
         self.proc = proc
         self.url = url
         self.killed = False
+        #: Sent with every request (credentials, for a broker that asks for them).
+        self.headers: dict[str, str] = {}
         parts = urlsplit(url)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
 
@@ -47,7 +49,8 @@ class BrokerProcess:
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
         conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
         try:
-            conn.request(method, path, body=data, headers={"content-type": "application/json", **(headers or {})})
+            conn.request(method, path, body=data,
+                         headers={"content-type": "application/json", **self.headers, **(headers or {})})
             resp = conn.getresponse()
             text = resp.read().decode()
         finally:

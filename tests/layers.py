@@ -61,7 +61,7 @@ LAYERS: tuple[Layer, ...] = (
        "behind the `Reader` façade; time lookups; topic admin and fencing"),
     Layer("4. clients and tables", ("llog/producer/*", "llog/groups/*", "llog/table/*", "llog/auth/*"),
           "the batching producer (accumulator → sender), committed offsets, membership, the `Consumer`; "
-          "table topics' Iceberg catalog and sync (§10.1); users and their SCRAM credentials"),
+          "table topics' Iceberg catalog and sync (§10.1); users and their SCRAM credentials, ACLs and the authorizer"),
     Layer("5. services", (
         "llog/broker/*", "llog/kafka/*", "llog/spark/*", "llog/__init__.py",
     ), "the HTTP broker and its Kafka listener, the Spark source and sink, the package's public names"),

@@ -73,6 +73,8 @@ def test_each_field_reads_its_own_variable() -> None:
             raw, want = "other", "other"
         elif f.name == "put_hedge_quantile":  # a quantile: below 1
             raw, want = "0.5", 0.5
+        elif f.name == "auth_super_users":  # principals
+            raw, want = "User:admin;User:ops", "User:admin;User:ops"
         elif f.name == "kafka_max_batch_inflated_bytes":  # at least max_record_bytes
             raw, want = str(64 << 20), 64 << 20
         elif f.type == "int | None":

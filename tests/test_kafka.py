@@ -327,12 +327,21 @@ def test_list_offsets_and_create_topics(kb: KafkaBroker, conn: Connection) -> No
 
 
 def test_an_unsupported_api_is_answered_not_dropped(kb: KafkaBroker) -> None:
-    from kafka.protocol.admin import DescribeAclsRequest, DescribeAclsResponse
+    from kafka.protocol.admin import (
+        DescribeAclsRequest,
+        DescribeAclsResponse,
+        ListPartitionReassignmentsRequest,
+        ListPartitionReassignmentsResponse,
+    )
 
-    req = DescribeAclsRequest[1](resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1,
-                                 principal_filter=None, host_filter=None, operation=1, permission_type=1)
-    resp = _exchange(kb.bootstrap, req, DescribeAclsResponse)
+    req = ListPartitionReassignmentsRequest[0](timeout_ms=1000, topics=None)
+    resp = _exchange(kb.bootstrap, req, ListPartitionReassignmentsResponse)
     assert resp.error_code == 35  # UNSUPPORTED_VERSION
+    # Served, but without an authorizer: SECURITY_DISABLED, as Kafka answers.
+    acls = _exchange(kb.bootstrap, DescribeAclsRequest[1](
+        resource_type_filter=1, resource_name_filter=None, pattern_type_filter=1, principal_filter=None,
+        host_filter=None, operation=1, permission_type=1), DescribeAclsResponse)
+    assert acls.error_code == 54
     status, snap = kb.http.request("GET", "/metrics")
     assert status == 200
     assert {s["labels"]["api"] for s in snap["llog_kafka_requests_total"]} >= {"UNSUPPORTED"}

@@ -153,6 +153,8 @@ def test_kafka_clients_authenticate_as_users(config: LlogConfig, conn: Connectio
         assert _authenticates(kb.bootstrap, "SCRAM-SHA-512", "alice", "looking-glass")
         assert _llog(config, "users", "delete", "alice").returncode == 0  # the next authentication fails
         assert not _authenticates(kb.bootstrap, "SCRAM-SHA-512", "alice", "looking-glass")
+        assert kb.http.request("GET", "/metrics")[0] == 401  # HTTP asks for a user too
+        kb.http.headers = {"authorization": "Basic " + base64.b64encode(b"bob:builder").decode()}
         assert kb.http.metric("llog_kafka_authentications_total", mechanism="SCRAM-SHA-512", result="ok") >= 2
         assert kb.http.metric("llog_kafka_authentications_total", result="failed") >= 5
     gone = _llog(config, "users", "delete", "alice")

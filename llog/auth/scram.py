@@ -49,9 +49,15 @@ def derive(mechanism: str, password: str, *, iterations: int = DEFAULT_ITERATION
         raise InvalidInput(f"SCRAM iterations must be in {MIN_ITERATIONS}..{MAX_ITERATIONS}, got {iterations}")
     if not password:
         raise InvalidInput("the password is empty")
-    h = MECHANISMS[mechanism]
     salt = os.urandom(32) if salt is None else salt
-    salted = hashlib.pbkdf2_hmac(h, password.encode(), salt, iterations)
+    return from_salted_password(mechanism, salt, iterations,
+                                hashlib.pbkdf2_hmac(MECHANISMS[mechanism], password.encode(), salt, iterations))
+
+
+def from_salted_password(mechanism: str, salt: bytes, iterations: int, salted: bytes) -> ScramCredential:
+    """The credential of a salted password (``Hi(password, salt, iterations)``), which is
+    what Kafka's AlterUserScramCredentials sends instead of the password."""
+    h = MECHANISMS[mechanism]
     client_key = hmac.digest(salted, b"Client Key", h)
     return ScramCredential(mechanism, salt, iterations, hashlib.new(h, client_key).digest(),
                            hmac.digest(salted, b"Server Key", h))

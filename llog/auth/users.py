@@ -9,14 +9,14 @@ from __future__ import annotations
 import base64
 import json
 import unicodedata
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from urllib.parse import unquote
 
-from llog.auth.scram import DEFAULT_ITERATIONS, MECHANISMS, ScramCredential, derive
+from llog.auth.scram import DEFAULT_ITERATIONS, MECHANISMS, ScramCredential, derive, password_matches
 from llog.connection import Connection
 from llog.errors import CorruptMetadata, InvalidInput, UnknownUser, UserExists
-from llog.etcd import Delete, Put, absent
+from llog.etcd import Delete, Put, absent, mod_revision_is
 from llog.keys import prefix_range_end
 
 #: Kafka's limit on a SCRAM user name's length.
@@ -29,6 +29,10 @@ class UserInfo:
 
     name: str
     mechanisms: dict[str, int]
+
+
+#: What an unknown user's password is checked against (a derivation's worth of time).
+_NOBODY = ScramCredential("SCRAM-SHA-256", b"\0" * 32, DEFAULT_ITERATIONS, b"\0" * 32, b"\0" * 32)
 
 
 def check_user_name(name: str) -> str:
@@ -80,6 +84,31 @@ class Users:
         if not new and self.conn.etcd.txn([absent(key)], [], put).succeeded:
             raise UnknownUser(name)
 
+    def change_credentials(self, name: str, upserts: dict[str, ScramCredential], deletes: Sequence[str]) -> None:
+        """Set ``upserts`` and remove the ``deletes`` mechanisms of ``name`` in one change
+        (Kafka's AlterUserScramCredentials: the user is created if new and goes with its
+        last credential); :class:`UnknownUser`, and nothing changed, if a mechanism to
+        delete has no credential."""
+
+        def changed(creds: dict[str, ScramCredential]) -> dict[str, ScramCredential]:
+            if any(m not in creds for m in deletes):
+                raise UnknownUser(name)
+            return {**{m: c for m, c in creds.items() if m not in deletes}, **upserts}
+
+        self._change(name, changed)
+
+    def _change(self, name: str, change: Callable[[dict[str, ScramCredential]], dict[str, ScramCredential]]) -> None:
+        """Apply ``change`` to ``name``'s credentials, compare-and-swap (again if another
+        change won the race)."""
+        key = self.conn.keys.user(check_user_name(name))
+        while True:
+            kv = self.conn.etcd.get(key)
+            now = change({} if kv is None else _decode(key, kv.value))
+            guard = absent(key) if kv is None else mod_revision_is(key, kv.mod_revision)
+            op = Put(key, _encode(list(now.values()))) if now else Delete(key)
+            if self.conn.etcd.txn([guard], [op]).succeeded:
+                return
+
     def delete(self, name: str) -> None:
         """Remove ``name``: its next authentication fails (connections already open stay)."""
         key = self.conn.keys.user(check_user_name(name))
@@ -91,6 +120,13 @@ class Users:
         return [UserInfo(unquote(kv.key[len(prefix):]),
                          {m: c.iterations for m, c in sorted(_decode(kv.key, kv.value).items())})
                 for kv in self.conn.etcd.scan(prefix, prefix_range_end(prefix))]
+
+    def verify(self, name: str, password: str) -> bool:
+        """Whether ``name`` is a user whose password is ``password`` (SASL/PLAIN's and
+        HTTP Basic's check: one PBKDF2 derivation, against any of its credentials)."""
+        cred = next(iter(self.credentials(name).values()), None)
+        # An unknown user costs the same derivation: the time taken tells no names.
+        return password_matches(cred or _NOBODY, password) and cred is not None
 
     def credentials(self, name: str) -> dict[str, ScramCredential]:
         """``name``'s credentials by mechanism; none for an unknown user."""

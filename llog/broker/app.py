@@ -1,7 +1,7 @@
 """The broker's HTTP API: an ASGI app that dispatches the route table (``routes/``)
-itself, behind a bearer-token check and per-route request metrics, with the broker
-opened and closed in the lifespan. Shapes and status codes: ``schemas.py`` and
-``GET /openapi.json``.
+itself, behind authentication (``http_auth.py``: the bearer token or users) and
+per-route request metrics, with the broker opened and closed in the lifespan. Shapes
+and status codes: ``schemas.py`` and ``GET /openapi.json``.
 
 Starlette supplies the request and response classes only: its router and middleware
 stack cost more CPU than the produce handler itself (py-spy at 2,000 single-record
@@ -11,7 +11,6 @@ needs neither."""
 from __future__ import annotations
 
 import asyncio
-import hmac
 import logging
 import socket
 import ssl
@@ -26,6 +25,7 @@ from starlette.responses import RedirectResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
 from llog.broker.exception_handlers import error_answer
+from llog.broker.http_auth import CALLER_SCOPE_KEY, HttpAuth
 from llog.broker.responses import error_response
 from llog.broker.routes import ENDPOINTS, ROUTES, Endpoint
 from llog.broker.state import BROKER_SCOPE_KEY, Broker, WorkerPlace
@@ -41,14 +41,14 @@ log = logging.getLogger(__name__)
 
 class BrokerApp:
     """The broker's ASGI app: lifespan (open the broker, and the Kafka listener when
-    asked), then per request the bearer-token check, the route, the handler and the
+    asked), then per request the authentication, the route, the handler and the
     per-route metrics; :meth:`begin_shutdown` starts a graceful stop."""
 
-    def __init__(self, open_broker: Callable[[], Broker], token: str | None, *,
+    def __init__(self, open_broker: Callable[[], Broker], *,
                  on_ready: Callable[[Broker], None] | None = None,
                  kafka: Callable[[Broker], KafkaListener] | None = None) -> None:
         self.open_broker = open_broker
-        self.token = token.encode() if token else None
+        self.auth: HttpAuth | None = None
         self.on_ready = on_ready
         self.kafka_factory = kafka
         self.kafka: KafkaListener | None = None
@@ -87,13 +87,17 @@ class BrokerApp:
 
     async def _answer(self, endpoint: Endpoint | None, request: Request) -> Response:
         method = request.method
-        # The token first, for every path but the public ones: an unauthorized client
-        # learns nothing about which other paths exist.
-        if self.token is not None and not (endpoint is not None and endpoint.public) \
-                and not self._authorized(request.scope):
-            resp = error_response(401, "Unauthorized", "missing or wrong bearer token")
-            resp.headers["www-authenticate"] = "Bearer"
-            return resp
+        # Authentication first, for every path but the public ones: an unauthenticated
+        # client learns nothing about which other paths exist.
+        if not (endpoint is not None and endpoint.public):
+            assert self.auth is not None
+            caller = await self.auth.caller(request.scope)
+            if caller is None:
+                resp = error_response(401, "Unauthorized", "missing or wrong credentials (bearer token"
+                                      + (" or a user's Basic credentials)" if self.auth.users else ")"))
+                resp.headers["www-authenticate"] = 'Basic realm="llog"' if self.auth.users else "Bearer"
+                return resp
+            request.scope[CALLER_SCOPE_KEY] = caller
         if endpoint is None:
             path = request.url.path
             other = path[:-1] if path.endswith("/") else f"{path}/"
@@ -119,6 +123,7 @@ class BrokerApp:
         kafka: KafkaListener | None = None
         try:
             b = self.broker = await anyio.to_thread.run_sync(self.open_broker)
+            self.auth = HttpAuth(b)
             b.start(asyncio.get_running_loop())
             if self.kafka_factory is not None:
                 kafka = self.kafka = self.kafka_factory(b)
@@ -154,14 +159,6 @@ class BrokerApp:
             broker.tails.release_waiters()
         threading.Thread(target=broker.producer.close, name="llog-broker-drain", daemon=True).start()
 
-    def _authorized(self, scope: Scope) -> bool:
-        assert self.token is not None
-        for name, value in scope["headers"]:
-            if name == b"authorization":
-                scheme, _, cred = value.partition(b" ")
-                return scheme.lower() == b"bearer" and hmac.compare_digest(cred.strip(), self.token)
-        return False
-
 
 def create_app(
     config: LlogConfig,
@@ -191,4 +188,4 @@ def create_app(
         def kafka(b: Broker) -> KafkaListener:
             return KafkaListener(b, sock, kafka_tls, config.kafka_advertised_host)
 
-    return BrokerApp(open_broker, config.broker_token, on_ready=on_ready, kafka=kafka)
+    return BrokerApp(open_broker, on_ready=on_ready, kafka=kafka)

@@ -12,6 +12,7 @@ from typing import cast
 
 from starlette.requests import Request
 
+from llog.auth.authorizer import Authorizer, parse_super_users
 from llog.broker.filecache import FileTailCache
 from llog.broker.loop_inbox import LoopInbox
 from llog.broker.readiness import Readiness
@@ -39,6 +40,8 @@ class WorkerPlace:
     urls: tuple[str, ...]
     #: The broker's id, which all its workers report (new each time the broker starts).
     broker_id: str
+    #: What the workers authenticate to each other with (new each time the broker starts).
+    secret: str = ""
 
 
 class Broker:
@@ -57,7 +60,8 @@ class Broker:
         #: This process's name in ``/health`` and its tail-cache directory; new per start.
         self.broker_id = uuid.uuid4().hex[:16] if place is None else place.broker_id
         self.started_at_ms = int(time.time() * 1000)
-        self.conn = Connection(config)
+        # A worker's siblings take their broker's secret for peer reads; other brokers, the token.
+        self.conn = Connection(config, peer_token=place.secret if place is not None else None)
         self.cache = TailCache(config.tail_cache_bytes)
         self.files = (
             None if config.tail_cache_dir is None
@@ -73,10 +77,19 @@ class Broker:
         self.inbox: LoopInbox
         #: Partitions already validated (topic cached): produce to them never touches etcd.
         self.validated: set[TopicPartition] = set()
+        #: Set when ``auth_acls`` is on: decides every request by the ACLs (:meth:`start` reads them).
+        self.authorizer = (Authorizer(self.conn, parse_super_users(config.auth_super_users))
+                           if config.auth_acls else None)
         self.producer = BatchingProducer(
             self.conn, send_timeout_s=config.broker_send_timeout_s, on_commit=self._committed,
             put_rate=config.broker_put_rate, put_burst=config.broker_put_burst,
         )
+        if self.authorizer is not None:  # last: what failed before it leaves no watch behind
+            try:
+                self.authorizer.start()
+            except BaseException:
+                self.close()
+                raise
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start watching partition tails, waking long-polls on ``loop``."""
@@ -114,6 +127,8 @@ class Broker:
             if self.remote is not None:
                 self.remote.close()
             self.readiness.close()
+            if self.authorizer is not None:
+                self.authorizer.close()
             self.reader.close()
             self.conn.close()
 

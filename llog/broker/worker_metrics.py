@@ -47,7 +47,7 @@ def _get(url: str, path: str, token: str | None, timeout_s: float) -> bytes | No
 async def gather(b: Broker, path: str, own: bytes) -> list[tuple[int, bytes | None]]:
     """``(worker index, its metrics body or None)`` for every worker, this one's ``own``."""
     assert b.place is not None
-    place, token, timeout = b.place, b.config.broker_token, b.config.read_peer_timeout_s
+    place, token, timeout = b.place, b.place.secret or None, b.config.read_peer_timeout_s
 
     async def one(i: int, url: str) -> tuple[int, bytes | None]:
         if i == place.index:

@@ -27,6 +27,7 @@ from __future__ import annotations
 import logging
 import os
 import pickle
+import secrets
 import select
 import signal
 import subprocess
@@ -122,11 +123,11 @@ def serve_workers(config: LlogConfig, *, host: str, port: int, on_ready: OnReady
             sockets += kafkas
         private_urls = [peer_url_of(*s.getsockname()[:2]) for s in privates]
         place_urls = tuple(listen_url(*s.getsockname()[:2]) for s in privates)
-        broker_id = uuid.uuid4().hex[:16]
+        broker_id, secret = uuid.uuid4().hex[:16], secrets.token_urlsafe(24)
         configs = worker_configs(config, private_urls)
         workers = [
             _Worker(
-                WorkerSpec(configs[i], WorkerPlace(i, place_urls, broker_id), os.getpid(), sockets[0].fileno(),
+                WorkerSpec(configs[i], WorkerPlace(i, place_urls, broker_id, secret), os.getpid(), sockets[0].fileno(),
                            privates[i].fileno(), kafkas[i].fileno() if kafkas else None, -1,
                            logging.getLogger().getEffectiveLevel()),
                 tuple(s.fileno() for s in (sockets[0], privates[i], *(kafkas[i:i + 1])))

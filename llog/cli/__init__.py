@@ -35,6 +35,7 @@ COMMAND_MODULES = (
     "llog.cli.data",
     "llog.cli.groups",
     "llog.cli.users",
+    "llog.cli.acls",
     "llog.cli.compactor",
     "llog.cli.etcd",
     "llog.cli.doctor",

@@ -15,15 +15,21 @@ from typing import Any
 
 from kafka.protocol.admin import (
     AlterConfigsRequest,
+    AlterUserScramCredentialsRequest,
+    CreateAclsRequest,
     CreatePartitionsRequest,
     CreateTopicsRequest,
+    DeleteAclsRequest,
     DeleteGroupsRequest,
     DeleteRecordsRequest,
     DeleteTopicsRequest,
+    DescribeAclsRequest,
+    DescribeClientQuotasRequest,
     DescribeClusterRequest,
     DescribeConfigsRequest,
     DescribeGroupsRequest,
     DescribeProducersRequest,
+    DescribeUserScramCredentialsRequest,
     IncrementalAlterConfigsRequest,
     ListGroupsRequest,
 )
@@ -55,6 +61,7 @@ from llog.kafka.api_spec import Api
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode
 from llog.kafka.handlers import (
+    acls,
     admin,
     configs,
     fetch,
@@ -64,6 +71,7 @@ from llog.kafka.handlers import (
     offsets,
     produce,
     producers,
+    scram_users,
     topics,
 )
 
@@ -100,10 +108,16 @@ API_BY_KEY: dict[int, Api] = {api.request.API_KEY: api for api in (
     Api(AlterConfigsRequest, 0, 2, configs.alter_configs, runs="blocking"),
     Api(IncrementalAlterConfigsRequest, 0, 1, configs.incremental_alter_configs, runs="blocking"),
     Api(DescribeClusterRequest, 0, 2, admin.describe_cluster),
+    Api(DescribeClientQuotasRequest, 0, 1, admin.describe_client_quotas),
     Api(ListGroupsRequest, 0, 5, admin.list_groups),
     Api(DescribeGroupsRequest, 0, 6, admin.describe_groups),
     Api(DeleteGroupsRequest, 0, 2, group_admin.delete_groups),
     Api(OffsetDeleteRequest, 0, 0, group_admin.offset_delete),
+    Api(DescribeAclsRequest, 0, 3, acls.describe_acls, runs="blocking"),
+    Api(CreateAclsRequest, 0, 3, acls.create_acls, runs="blocking"),
+    Api(DeleteAclsRequest, 0, 3, acls.delete_acls, runs="blocking"),
+    Api(DescribeUserScramCredentialsRequest, 0, 0, scram_users.describe_user_scram_credentials, runs="blocking"),
+    Api(AlterUserScramCredentialsRequest, 0, 0, scram_users.alter_user_scram_credentials, runs="blocking"),
     Api(SaslHandshakeRequest, 1, 1, None),  # v0: raw tokens, not served
     Api(SaslAuthenticateRequest, 0, 2, None),
 )}

@@ -8,10 +8,14 @@ import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from llog.auth.acls import CLUSTER_NAME, Operation, ResourceType, camel
+from llog.auth.authorizer import Caller
 from llog.codec.etcd_values import TopicMeta
+from llog.errors import NotAuthorized
 from llog.kafka.batch_checks import BatchChecker
 from llog.kafka.coordinator import Coordinator
 from llog.kafka.registry import BrokerNode, BrokerRegistry, rendezvous
+from llog.kafka.sasl import SaslState
 
 if TYPE_CHECKING:
     from llog.broker.state import Broker
@@ -29,6 +33,41 @@ class Context:
     #: Set when the broker begins to stop: it leads nothing from then on
     #: (:meth:`KafkaListener.begin_drain`).
     draining: asyncio.Event = field(default_factory=asyncio.Event)
+    #: The connection's authentication, whose caller the authorizer judges (each
+    #: connection has its own context: ``replace(listener_context, sasl=...)``).
+    sasl: SaslState | None = None
+
+    def allows(self, op: Operation, rtype: ResourceType, name: str = CLUSTER_NAME, *, audit: bool = True) -> bool:
+        """Whether the connection's caller may ``op`` the resource (always, with no
+        authorizer); a refusal is logged and counted unless ``audit`` is off."""
+        authz = self.broker.authorizer
+        if authz is None:
+            return True
+        # No connection (the listener's own context): nothing is allowed.
+        return self.sasl is not None and authz.allows(self.sasl.caller, op, rtype, name, audit=audit)
+
+    def check(self, op: Operation, rtype: ResourceType, name: str = CLUSTER_NAME) -> None:
+        """:class:`NotAuthorized` unless :meth:`allows`."""
+        if not self.allows(op, rtype, name):
+            caller = self.sasl.caller if self.sasl is not None else None
+            raise NotAuthorized(caller.principal if caller else "?", camel(op), camel(rtype), name)
+
+    def allows_any(self, op: Operation, rtype: ResourceType) -> bool:
+        """Whether some resource of ``rtype`` lets the caller ``op`` (not audited)."""
+        authz = self.broker.authorizer
+        if authz is None:
+            return True
+        return self.sasl is not None and authz.allows_any(self.sasl.caller, op, rtype)
+
+    def may_create(self, topic: str) -> bool:
+        """Create on the cluster or on the topic: what auto-creating ``topic`` takes
+        (not audited: a client that may not create an unknown topic is told it is unknown)."""
+        return self.allows(Operation.CREATE, ResourceType.CLUSTER, audit=False) or self.allows(
+            Operation.CREATE, ResourceType.TOPIC, topic, audit=False)
+
+    @property
+    def caller(self) -> Caller | None:
+        return None if self.sasl is None else self.sasl.caller
 
     @property
     def cluster_id(self) -> str:

@@ -23,6 +23,7 @@ from llog.errors import (
     InvalidTopicName,
     KeyRequired,
     LlogError,
+    NotAuthorized,
     OffsetOutOfRange,
     ProducerClosed,
     ProducerFenced,
@@ -78,6 +79,7 @@ class ErrorCode(IntEnum):
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
+    SECURITY_DISABLED = 54
     SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
     KAFKA_STORAGE_ERROR = 56
@@ -91,6 +93,9 @@ class ErrorCode(IntEnum):
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
     THROTTLING_QUOTA_EXCEEDED = 89
+    RESOURCE_NOT_FOUND = 91
+    DUPLICATE_RESOURCE = 92
+    UNACCEPTABLE_CREDENTIAL = 93
     UNKNOWN_TOPIC_ID = 100
 
 
@@ -122,8 +127,16 @@ _CODES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Error
 )
 
 
+#: Refusals of the authorizer, by the resource type it names.
+_NOT_AUTHORIZED = {"Topic": ErrorCode.TOPIC_AUTHORIZATION_FAILED, "Group": ErrorCode.GROUP_AUTHORIZATION_FAILED,
+                   "Cluster": ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                   "TransactionalId": ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+
+
 def error_code(exc: BaseException) -> ErrorCode:
     """The code a client should see for ``exc``."""
+    if isinstance(exc, NotAuthorized):
+        return _NOT_AUTHORIZED.get(exc.resource_type, ErrorCode.CLUSTER_AUTHORIZATION_FAILED)
     for kinds, code in _CODES:
         if isinstance(exc, kinds):
             return code

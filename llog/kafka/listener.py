@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import socket
 import ssl
@@ -22,6 +23,7 @@ from typing import TYPE_CHECKING
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest
 
+from llog.auth.authorizer import client_host
 from llog.auth.users import Users
 from llog.config import LlogConfig
 from llog.errors import ConfigError
@@ -144,8 +146,10 @@ class KafkaListener:
         task = asyncio.current_task()
         assert task is not None
         metrics.kafka_connections.inc()
-        conn = _Connection(peer, writer, SaslState(self.broker.config.broker_token, self._users, metrics),
-                           asyncio.Queue(self.broker.config.kafka_max_inflight_requests))
+        sasl = SaslState(self.broker.config.broker_token, self._users, metrics, client_host(address))
+        assert self.context is not None
+        conn = _Connection(peer, writer, sasl, asyncio.Queue(self.broker.config.kafka_max_inflight_requests),
+                           dataclasses.replace(self.context, sasl=sasl))
         self._connections[task] = conn
         sender = asyncio.create_task(self._send(writer, conn))
         reason: str | None = None
@@ -197,7 +201,7 @@ class KafkaListener:
         frame = await reader.readexactly(size)
         conn.deadline = None
         try:
-            pending = await self._dispatch(frame, conn.sasl, size)
+            pending = await self._dispatch(frame, conn, size)
         except Exception as exc:  # a request that does not decode has no answer: Kafka closes too
             log.warning("Kafka client %s sent a request that failed (%s); closing", conn.peer, exc)
             return "bad_request"
@@ -208,10 +212,10 @@ class KafkaListener:
         await conn.answers.put(pending)
         return None
 
-    async def _dispatch(self, frame: bytes, sasl: SaslState, size: int) -> _Pending | None:
+    async def _dispatch(self, frame: bytes, conn: _Connection, size: int) -> _Pending | None:
         """Decode one request and start handling it (``None``: refused before
         authentication, close the connection)."""
-        assert self.context is not None
+        sasl, ctx = conn.sasl, conn.context
         started = time.perf_counter()
         api_key, version, correlation_id = struct.unpack_from(">hhi", frame, 0)
         api = API_BY_KEY.get(api_key)
@@ -231,11 +235,11 @@ class KafkaListener:
         assert api.handler is not None
         answer: Awaitable[ApiMessage | None]
         if api.runs == "ordered":  # acts now, before the next request is read; the answer comes later
-            answer = await api.handler(self.context, request)
+            answer = await api.handler(ctx, request)
         elif api.runs == "blocking":
-            answer = asyncio.ensure_future(asyncio.to_thread(api.handler, self.context, request))
+            answer = asyncio.ensure_future(asyncio.to_thread(api.handler, ctx, request))
         else:
-            answer = asyncio.ensure_future(api.handler(self.context, request))
+            answer = asyncio.ensure_future(api.handler(ctx, request))
         return _Pending(correlation_id, name, started, answer, size)
 
     async def _sweep(self) -> None:
@@ -321,11 +325,14 @@ class _Connection:
     """One client connection's state, shared by its read loop and its sender."""
 
     def __init__(
-        self, peer: object, writer: asyncio.StreamWriter, sasl: SaslState, answers: asyncio.Queue[_Pending | None]
+        self, peer: object, writer: asyncio.StreamWriter, sasl: SaslState, answers: asyncio.Queue[_Pending | None],
+        context: Context,
     ) -> None:
         self.peer = peer
         self.writer = writer
         self.sasl = sasl
+        #: The listener's context with this connection's authentication.
+        self.context = context
         self.answers = answers
         self.opened = asyncio.get_running_loop().time()
         #: Requests read and not yet answered.

@@ -18,7 +18,9 @@ from typing import Any
 
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
-from llog.auth.scram import MECHANISMS, ScramFailure, ScramServer, password_matches
+from llog.auth.acls import ANONYMOUS
+from llog.auth.authorizer import Caller
+from llog.auth.scram import MECHANISMS, ScramFailure, ScramServer
 from llog.auth.users import Users
 from llog.errors import LlogError
 from llog.kafka.errors import ErrorCode
@@ -30,15 +32,19 @@ PLAIN = "PLAIN"
 
 
 class SaslState:
-    """One connection's authentication; :attr:`principal` once it succeeded."""
+    """One connection's authentication; :attr:`principal` once it succeeded, and
+    :attr:`caller`, whom the authorizer judges (``User:ANONYMOUS`` until then; a
+    client that gave the broker token is a super user)."""
 
-    def __init__(self, token: str | None, users: Users | None = None, metrics: Metrics | None = None) -> None:
+    def __init__(self, token: str | None, users: Users | None = None, metrics: Metrics | None = None,
+                 host: str = "") -> None:
         self._token = None if token is None else token.encode()
         self._users = users
         self._metrics = metrics
         self.authenticated = token is None and users is None
         #: Who the client authenticated as (the PLAIN user name with the token).
         self.principal: str | None = None
+        self.caller = Caller(ANONYMOUS, host)
         self.mechanisms = [PLAIN, *(MECHANISMS if users is not None else ())]
         self._mechanism: str | None = None
         self._scram: ScramServer | None = None
@@ -90,14 +96,12 @@ class SaslState:
         if authzid and authzid != user_b:
             raise ScramFailure("an authorization id other than the user is not supported")
         if self._token is not None and hmac.compare_digest(password_b, self._token):
-            self.authenticated, self.principal = True, user
+            self._authenticated(user, token=True)
             return b""
-        creds = {} if self._users is None else self._users.credentials(user)
-        cred = next(iter(creds.values()), None)
-        if cred is None or not password_matches(cred, password_b.decode("utf-8", "replace")):
+        if self._users is None or not self._users.verify(user, password_b.decode("utf-8", "replace")):
             raise ScramFailure("authentication failed: unknown user or wrong password"
                                + ("" if self._users is not None else " (the password is the broker's token)"))
-        self.authenticated, self.principal = True, user
+        self._authenticated(user)
         return b""
 
     def _scram_step(self, message: bytes) -> bytes:
@@ -108,5 +112,9 @@ class SaslState:
             return scram.challenge(self._users.credentials(self._scram_user).get(scram.mechanism),
                                    self._scram_user)
         reply = scram.final(message)
-        self.authenticated, self.principal = True, self._scram_user
+        self._authenticated(self._scram_user)
         return reply
+
+    def _authenticated(self, user: str, *, token: bool = False) -> None:
+        self.caller = Caller(f"User:{user}", self.caller.host, token=token)
+        self.authenticated, self.principal = True, user

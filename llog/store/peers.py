@@ -28,6 +28,10 @@ from llog.metrics import Metrics
 log = logging.getLogger(__name__)
 
 
+class _Refused(Exception):
+    """A peer answered 401 or 403: this broker may not read its blobs."""
+
+
 class PeerBlobs:
     """Fetches ranges of blobs from the brokers that wrote them; ``own_url`` (this
     process's ``peer_url``) is never asked."""
@@ -46,6 +50,7 @@ class PeerBlobs:
         #: Blobs found damaged: read from storage only from then on.
         self._storage_only: BoundedCache[str, bool] = BoundedCache(4096)
         self._requests = metrics.read_peer_requests
+        self._refused_by: BoundedCache[str, bool] = BoundedCache(1024)
 
     def fetch(self, key: str, offset: int, length: int) -> bytes | None:
         """Up to ``length`` bytes of ``key`` at ``offset`` from the broker that wrote
@@ -59,7 +64,7 @@ class PeerBlobs:
             return None
         try:
             data = self._get(url, key, offset, length)
-        except (OSError, http.client.HTTPException) as exc:
+        except (OSError, http.client.HTTPException, _Refused) as exc:
             log.debug("peer %s did not serve %s: %s", url, key, exc)
             self._requests.labels("error").inc()
             return None
@@ -101,6 +106,15 @@ class PeerBlobs:
             body = resp.read()
         finally:
             conn.close()
+        if resp.status in (401, 403):
+            with self._lock:
+                first = url not in self._refused_by
+                self._refused_by[url] = True
+            if first:  # once per peer: each read falls back to storage, which is correct but slower
+                log.warning("peer %s refused this broker's blob reads (%d): peer reads need the broker token "
+                            "(LLOG_BROKER_TOKEN) where brokers authenticate users or run the authorizer",
+                            url, resp.status)
+            raise _Refused(resp.status)
         if resp.status == 200 and body:
             return body
         return None

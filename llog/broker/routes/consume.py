@@ -9,8 +9,10 @@ import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 
+from llog.auth.acls import Operation, ResourceType
 from llog.broker.api_types import ConsumeRequest, ConsumeResponse, ConsumeResult, RecordOut
 from llog.broker.fetch import Wanted, long_poll
+from llog.broker.http_auth import Access
 from llog.broker.request_body import read_body
 from llog.broker.responses import results_response
 from llog.broker.schemas import encode_bytes, parse_consume
@@ -25,14 +27,17 @@ async def consume(request: Request) -> Response:
     """Long-poll the partitions (:func:`llog.broker.fetch.long_poll`) until ``min_bytes``."""
     b = broker_of(request)
     req = parse_consume(await read_body(request, b.config.broker_max_request_bytes, b.config.broker_body_timeout_s))
-    unresolved: dict[int, LlogError] = {}
-    if any(fp.fetch_offset is None for fp in req.topic_partitions):
+    # A partition the caller may not read fails as one with an unknown start would.
+    unresolved: dict[int, LlogError] = {} if b.authorizer is None else _unreadable(Access(request, b), req)
+    if any(fp.fetch_offset is None and i not in unresolved for i, fp in enumerate(req.topic_partitions)):
         # Once per request: the long-poll below re-reads from the same start.
-        req, unresolved = await anyio.to_thread.run_sync(resolve, b, req)
-    wanted: list[Wanted] = [
-        (fp.topic, fp.partition, unresolved[i] if fp.fetch_offset is None else fp.fetch_offset, fp.partition_max_bytes)
-        for i, fp in enumerate(req.topic_partitions)
-    ]
+        req, failed = await anyio.to_thread.run_sync(resolve, b, req)
+        unresolved = {**failed, **unresolved}  # a refusal says no more than that
+    wanted: list[Wanted] = []
+    for i, fp in enumerate(req.topic_partitions):
+        start = unresolved.get(i, fp.fetch_offset)
+        assert start is not None  # resolved, or failed
+        wanted.append((fp.topic, fp.partition, start, fp.partition_max_bytes))
     got = await long_poll(b, wanted, max_bytes=req.max_bytes, min_bytes=req.min_bytes, max_wait_ms=req.max_wait_ms)
     parts: list[ConsumeResult] = []
     errors: list[LlogError] = []
@@ -50,6 +55,15 @@ async def consume(request: Request) -> Response:
             records=[_record_out(r) for r in records],
         ))
     return results_response(ConsumeResponse(topic_partitions=parts), errors, len(parts))
+
+
+def _unreadable(access: Access, req: ConsumeRequest) -> dict[int, LlogError]:
+    """The partitions (by index) the caller may not Read; all of them when a group's
+    offsets are to be read and it may not Read the group."""
+    if req.group is not None and any(fp.fetch_offset is None for fp in req.topic_partitions):
+        access.check(Operation.READ, ResourceType.GROUP, req.group)
+    return {i: access.refusal(Operation.READ, ResourceType.TOPIC, fp.topic) for i, fp in enumerate(req.topic_partitions)
+            if not access.allows(Operation.READ, ResourceType.TOPIC, fp.topic)}
 
 
 def _record_out(r: ConsumedRecord) -> RecordOut:

@@ -9,6 +9,7 @@ import anyio.to_thread
 from starlette.requests import Request
 from starlette.responses import Response
 
+from llog.auth.acls import Operation, ResourceType
 from llog.broker.api_types import (
     CommitRequest,
     CommitResponse,
@@ -17,6 +18,7 @@ from llog.broker.api_types import (
     OffsetsResponse,
     PartitionLag,
 )
+from llog.broker.http_auth import Access
 from llog.broker.request_body import read_body
 from llog.broker.responses import error_response, json_response, results_response
 from llog.broker.schemas import parse_commit, parse_offsets_query
@@ -33,22 +35,29 @@ async def commit(request: Request) -> Response:
     """``POST /commit``: one result per offset."""
     b = broker_of(request)
     req = parse_commit(await read_body(request, b.config.broker_max_request_bytes, b.config.broker_body_timeout_s))
-    results, errors = await anyio.to_thread.run_sync(commit_offsets, b, req)
+    access = Access(request, b)
+    access.check(Operation.READ, ResourceType.GROUP, req.group)
+    results, errors = await anyio.to_thread.run_sync(commit_offsets, b, req, access)
     return results_response(CommitResponse(group=req.group, results=results), errors, len(results))
 
 
 async def offsets(request: Request) -> Response:
     """``GET /offsets?group=…[&topic=…]``: 404 for an unknown topic."""
     query = parse_offsets_query(request.query_params.multi_items())
+    b = broker_of(request)
+    access = Access(request, b)
+    access.check(Operation.DESCRIBE, ResourceType.GROUP, query.group)
+    if query.topic is not None:
+        access.check(Operation.DESCRIBE, ResourceType.TOPIC, query.topic)
     try:
-        return json_response(await anyio.to_thread.run_sync(describe, broker_of(request), query))
+        return json_response(await anyio.to_thread.run_sync(describe, b, query, access))
     except UnknownTopic as exc:
         return error_response(404, "UnknownTopic", str(exc))
 
 
-def commit_offsets(broker: Broker, req: CommitRequest) -> tuple[list[CommitResult], list[LlogError]]:
-    """Commit each offset on its own; a refused one leaves that partition unchanged.
-    Returns every partition's result and the errors among them."""
+def commit_offsets(broker: Broker, req: CommitRequest, access: Access) -> tuple[list[CommitResult], list[LlogError]]:
+    """Commit each offset on its own (of the topics the caller may Read); a refused one
+    leaves that partition unchanged. Returns every partition's result and the errors among them."""
     offsets = GroupOffsets(broker.conn, req.group)
     fence = Fence(owner=None if req.member is None else Owner(req.member, req.member_lease))
     stale = None
@@ -63,6 +72,7 @@ def commit_offsets(broker: Broker, req: CommitRequest) -> tuple[list[CommitResul
     errors: list[LlogError] = []
     for c in req.offsets:
         try:
+            access.check(Operation.READ, ResourceType.TOPIC, c.topic)
             if stale is not None:
                 raise StaleEpoch(req.group, c.topic, c.partition, c.offset, stale)
             done = offsets.commit(
@@ -77,12 +87,14 @@ def commit_offsets(broker: Broker, req: CommitRequest) -> tuple[list[CommitResul
     return out, errors
 
 
-def describe(broker: Broker, query: OffsetsQuery) -> OffsetsResponse:
+def describe(broker: Broker, query: OffsetsQuery, access: Access) -> OffsetsResponse:
     """The ``GET /offsets`` body: the group's members and epoch, and each partition's
-    committed offset, lag and owner (of ``query.topic`` only, when given)."""
+    committed offset, lag and owner (of ``query.topic`` only, when given; of the topics
+    the caller may describe)."""
     topics = None if query.topic is None else [query.topic]
     d = describe_group(broker.conn, query.group, topics)
-    rows = [p for p in d.partitions if query.topic is None or p.topic == query.topic]
+    rows = [p for p in d.partitions if (query.topic is None or p.topic == query.topic)
+            and access.allows(Operation.DESCRIBE, ResourceType.TOPIC, p.topic, audit=False)]
     return OffsetsResponse(
         group=d.group, members=list(d.members), epoch=d.epoch, epoch_owner=d.epoch_owner,
         partitions=[PartitionLag(topic=p.topic, partition=p.partition, committed=p.committed,

@@ -12,8 +12,10 @@ from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
 
+from llog.auth.acls import Operation, ResourceType
 from llog.broker import worker_metrics
 from llog.broker.api_types import Check, Health, Readiness
+from llog.broker.http_auth import Access
 from llog.broker.openapi import openapi_document
 from llog.broker.responses import json_response
 from llog.broker.schemas import parse_blob_query
@@ -58,9 +60,13 @@ async def metrics_prometheus(request: Request) -> Response:
 
 async def blob_range(request: Request) -> Response:
     """Bytes of a WAL blob this broker wrote, from its blob cache only (peer reads,
-    llog/store/peers.py): 404 when it no longer holds them, never a read of storage."""
+    llog/store/peers.py): 404 when it no longer holds them, never a read of storage.
+    Any topic's bytes: with the authorizer on, for ClusterAction on the cluster (the
+    broker token, a super user) only."""
     q = parse_blob_query(request.query_params.multi_items())
-    data = broker_of(request).conn.blob_cache.peek(q.key, q.offset, q.length)
+    b = broker_of(request)
+    Access(request, b).check(Operation.CLUSTER_ACTION, ResourceType.CLUSTER)
+    data = b.conn.blob_cache.peek(q.key, q.offset, q.length)
     if data is None:
         return Response(status_code=404)
     return Response(data, media_type="application/octet-stream")

@@ -9,7 +9,9 @@ from msgspec import UNSET
 from starlette.requests import Request
 from starlette.responses import Response
 
+from llog.auth.acls import Operation, ResourceType
 from llog.broker.api_types import ProduceResponse, ProduceResult
+from llog.broker.http_auth import Access
 from llog.broker.request_body import read_body
 from llog.broker.responses import results_response
 from llog.broker.schemas import ProducePartition, parse_produce
@@ -24,9 +26,11 @@ async def produce(request: Request) -> Response:
     """Submit every group (on the event loop while nothing blocks), then await each commit."""
     b = broker_of(request)
     req = parse_produce(await read_body(request, b.config.broker_max_request_bytes, b.config.broker_body_timeout_s))
-    submitted = submit(b, req, fast=True)
+    access = Access(request, b) if b.authorizer is not None else None
+    submitted = submit(b, req, fast=True, access=access)
     if len(submitted) < len(req):
-        submitted += await anyio.to_thread.run_sync(submit, b, req, len(submitted))
+        done = len(submitted)
+        submitted += await anyio.to_thread.run_sync(lambda: submit(b, req, done, access=access))
     results: list[ProduceResult] = []
     errors: list[LlogError] = []
     for tp, item in zip(req, submitted, strict=True):
@@ -50,14 +54,18 @@ async def produce(request: Request) -> Response:
 
 
 def submit(
-    broker: Broker, req: tuple[ProducePartition, ...], start: int = 0, *, fast: bool = False
+    broker: Broker, req: tuple[ProducePartition, ...], start: int = 0, *, fast: bool = False,
+    access: Access | None = None,
 ) -> list[Future[AppendResult] | LlogError]:
-    """Hand the request's groups from ``start`` on to the producer. ``fast`` runs on
-    the event loop: it stops (returning fewer items) at the first group that could
-    block, on etcd (a partition not seen yet) or on a full buffer, and the caller
-    finishes the rest on a worker thread."""
+    """Hand the request's groups from ``start`` on to the producer (those ``access``
+    lets the caller write). ``fast`` runs on the event loop: it stops (returning fewer
+    items) at the first group that could block, on etcd (a partition not seen yet) or
+    on a full buffer, and the caller finishes the rest on a worker thread."""
     out: list[Future[AppendResult] | LlogError] = []
     for tp in req[start:]:
+        if access is not None and not access.allows(Operation.WRITE, ResourceType.TOPIC, tp.topic):
+            out.append(access.refusal(Operation.WRITE, ResourceType.TOPIC, tp.topic))
+            continue
         key = (tp.topic, tp.partition)
         # Not on the loop: a partition not seen yet, or a topic this broker forgot (it
         # was deleted: reading it again is etcd I/O).
@@ -65,7 +73,8 @@ def submit(
             break
         try:
             if not fast:
-                broker.topic(tp.topic)  # created here when auto-creation is on
+                # Created here when auto-creation is on (and the caller may create it).
+                broker.topic(tp.topic, create=access is None or access.may_create(tp.topic))
             out.append(broker.producer.send_group(
                 tp.topic, tp.partition, tp.records, producer_id=tp.producer_id, sequence=tp.sequence,
                 producer_epoch=tp.producer_epoch,

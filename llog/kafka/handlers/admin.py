@@ -3,7 +3,9 @@
 and the fixed policies behind it, and a broker's settings that have a Kafka name, all
 read-only but a topic's retention, which AlterConfigs changes), DescribeCluster (the live brokers),
 ListGroups and DescribeGroups (the groups this broker coordinates, as Kafka lists
-them per coordinator: live ones, and those with only stored state)."""
+them per coordinator: live ones, and those with only stored state), DescribeClientQuotas
+(none: llog has no client quotas; ``kafka-configs.sh --describe --entity-type users``
+asks)."""
 
 from __future__ import annotations
 
@@ -11,12 +13,14 @@ import asyncio
 from typing import Any
 
 from kafka.protocol.admin import (
+    DescribeClientQuotasResponse,
     DescribeClusterResponse,
     DescribeConfigsResponse,
     DescribeGroupsResponse,
     ListGroupsResponse,
 )
 
+from llog.auth.acls import Operation, ResourceType
 from llog.codec.etcd_values import DELETE_RETENTION_MS, TopicMeta
 from llog.errors import InvalidInput, LlogError
 from llog.group_names import list_groups as stored_groups
@@ -48,8 +52,10 @@ def describe_configs(ctx: Context, req: Any) -> DescribeConfigsResponse:
         configs: list[tuple[str, str | None, int, int]] = []
         try:
             if res.resource_type == TOPIC_RESOURCE:
+                ctx.check(Operation.DESCRIBE_CONFIGS, ResourceType.TOPIC, res.resource_name)
                 configs = _topic_configs(ctx, res.resource_name)
             elif res.resource_type == BROKER_RESOURCE:
+                ctx.check(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER)
                 configs = _broker_configs(ctx)
             else:
                 code, message = ErrorCode.INVALID_REQUEST, f"resource type {res.resource_type} has no configs in llog"
@@ -118,12 +124,20 @@ def _broker_configs(ctx: Context) -> list[tuple[str, str | None, int, int]]:
 
 async def describe_cluster(ctx: Context, req: Any) -> DescribeClusterResponse:
     R = DescribeClusterResponse
-    nodes = ctx.registry.live()
+    nodes = ctx.registry.live()  # as Kafka: for anyone (Metadata lists the brokers anyway)
     return R[req.API_VERSION](
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=ctx.cluster_id,
         controller_id=nodes[0].node_id,
         brokers=[R.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=None, is_fenced=False)
                  for n in nodes])
+
+
+async def describe_client_quotas(ctx: Context, req: Any) -> DescribeClientQuotasResponse:
+    R = DescribeClientQuotasResponse[req.API_VERSION]
+    if not ctx.allows(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER):
+        return R(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
+                 error_message="DescribeConfigs on the cluster is not allowed", entries=None)
+    return R(throttle_time_ms=0, error_code=0, error_message=None, entries=[])
 
 
 async def list_groups(ctx: Context, req: Any) -> ListGroupsResponse:
@@ -136,7 +150,13 @@ async def list_groups(ctx: Context, req: Any) -> ListGroupsResponse:
     if types and "classic" not in types:
         return R[version](throttle_time_ms=0, error_code=0, groups=[])
     listed = []
-    live = ctx.coordinator.groups()
+    # Describe on the cluster lists every group; else those the caller may describe.
+    every = ctx.allows(Operation.DESCRIBE, ResourceType.CLUSTER, audit=False)
+
+    def visible(group: str) -> bool:
+        return every or ctx.allows(Operation.DESCRIBE, ResourceType.GROUP, group, audit=False)
+
+    live = [g for g in ctx.coordinator.groups() if visible(g.group_id)]
     for g in live:
         if not states or g.state.value.lower() in states:
             listed.append(R.ListedGroup(group_id=g.group_id, protocol_type=g.protocol_type or "",
@@ -149,7 +169,7 @@ async def list_groups(ctx: Context, req: Any) -> ListGroupsResponse:
         me = ctx.registry.node_id
         for name in await asyncio.to_thread(stored_groups, ctx.broker.conn):
             node = ctx.registry.coordinator(name)
-            if name not in names and node is not None and node.node_id == me:
+            if name not in names and node is not None and node.node_id == me and visible(name):
                 listed.append(R.ListedGroup(group_id=name, protocol_type="", group_state="Empty",
                                             group_type="Classic"))
     return R[version](throttle_time_ms=0, error_code=0, groups=listed)
@@ -159,6 +179,11 @@ async def describe_groups(ctx: Context, req: Any) -> DescribeGroupsResponse:
     R = DescribeGroupsResponse
     out = []
     for group_id in req.groups:
+        if not ctx.allows(Operation.DESCRIBE, ResourceType.GROUP, group_id):
+            out.append(R.DescribedGroup(error_code=ErrorCode.GROUP_AUTHORIZATION_FAILED, error_message=None,
+                                        group_id=group_id, group_state="", protocol_type="", protocol_data="",
+                                        members=[]))
+            continue
         g = ctx.coordinator.group(group_id)
         if g is None:
             owner = ctx.registry.coordinator(group_id)

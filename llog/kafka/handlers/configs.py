@@ -17,6 +17,7 @@ from typing import Any
 
 from kafka.protocol.admin import AlterConfigsResponse, IncrementalAlterConfigsResponse
 
+from llog.auth.acls import Operation, ResourceType
 from llog.errors import InvalidInput, LlogError
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
@@ -60,10 +61,13 @@ def _answer(R: Any, ctx: Context, req: Any, *, incremental: bool) -> Any:
 
 def _alter(ctx: Context, res: Any, validate_only: bool, *, incremental: bool) -> tuple[int, str | None]:
     if res.resource_type == BROKER_RESOURCE:
+        if not ctx.allows(Operation.ALTER_CONFIGS, ResourceType.CLUSTER):
+            return ErrorCode.CLUSTER_AUTHORIZATION_FAILED, "AlterConfigs on the cluster is not allowed"
         return ErrorCode.INVALID_REQUEST, "broker configs are llog's LLOG_* settings, read at start"
     if res.resource_type != TOPIC_RESOURCE:
         return ErrorCode.INVALID_REQUEST, f"resource type {res.resource_type} has no configs in llog"
     try:
+        ctx.check(Operation.ALTER_CONFIGS, ResourceType.TOPIC, res.resource_name)
         ctx.broker.topic(res.resource_name, create=False, refresh=True)  # UNKNOWN_TOPIC_OR_PARTITION first
         # AlterConfigs replaces the whole configuration: a setting it leaves out goes
         # back to its default (no retention limit, cleanup.policy delete).

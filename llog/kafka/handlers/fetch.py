@@ -9,10 +9,12 @@ levels read the same records, as llog has no transactions."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from kafka.protocol.consumer import FetchResponse
 
+from llog.auth.acls import Operation, ResourceType
 from llog.broker.fetch import PartitionRead, Wanted, long_poll
 from llog.errors import LlogError
 from llog.kafka.context import Context
@@ -23,13 +25,22 @@ async def fetch(ctx: Context, req: Any) -> FetchResponse:
     wanted: list[Wanted] = [(t.topic, p.partition, p.fetch_offset, p.partition_max_bytes)
                             for t in req.topics for p in t.partitions]
     if ctx.draining.is_set():  # stopping: the client asks for Metadata and goes elsewhere at once
-        return _response(req, wanted, [ErrorCode.NOT_LEADER_OR_FOLLOWER] * len(wanted))
-    got = await long_poll(ctx.broker, wanted, max_bytes=req.max_bytes, min_bytes=req.min_bytes,
-                          max_wait_ms=max(0, req.max_wait_ms), past_end_is_error=True, kafka=True)
-    return _response(req, wanted, got)
+        return _response(req, wanted, [ErrorCode.NOT_LEADER_OR_FOLLOWER for _ in wanted])
+    readable = {t.topic for t in req.topics if ctx.allows(Operation.READ, ResourceType.TOPIC, t.topic)}
+    if len(readable) < len({t.topic for t in req.topics}):  # the others answered TOPIC_AUTHORIZATION_FAILED
+        read = [w for w in wanted if w[0] in readable]
+        polled = iter(await _poll(ctx, req, read) if read else [])
+        return _response(req, wanted, [next(polled) if w[0] in readable else ErrorCode.TOPIC_AUTHORIZATION_FAILED
+                                       for w in wanted])
+    return _response(req, wanted, await _poll(ctx, req, wanted))
 
 
-def _response(req: Any, wanted: list[Wanted], got: list[PartitionRead | LlogError] | list[ErrorCode]) -> FetchResponse:
+async def _poll(ctx: Context, req: Any, wanted: list[Wanted]) -> list[PartitionRead | LlogError]:
+    return await long_poll(ctx.broker, wanted, max_bytes=req.max_bytes, min_bytes=req.min_bytes,
+                           max_wait_ms=max(0, req.max_wait_ms), past_end_is_error=True, kafka=True)
+
+
+def _response(req: Any, wanted: list[Wanted], got: Sequence[PartitionRead | LlogError | ErrorCode]) -> FetchResponse:
     R = FetchResponse
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition, _offset, _limit), part in zip(wanted, got, strict=True):

@@ -11,6 +11,7 @@ from typing import Any
 from kafka.protocol.admin import DeleteGroupsResponse
 from kafka.protocol.consumer import OffsetDeleteResponse
 
+from llog.auth.acls import Operation, ResourceType
 from llog.errors import LlogError
 from llog.groups.offsets import GroupOffsets
 from llog.kafka.context import Context
@@ -27,7 +28,7 @@ async def delete_groups(ctx: Context, req: Any) -> DeleteGroupsResponse:
 
 async def _delete_group(ctx: Context, group: str) -> int:
     try:
-        coordinated(ctx, group)
+        coordinated(ctx, group, Operation.DELETE)
     except GroupError as exc:
         return exc.code
     if ctx.coordinator.has_members(group):
@@ -43,16 +44,18 @@ async def _delete_group(ctx: Context, group: str) -> int:
 async def offset_delete(ctx: Context, req: Any) -> OffsetDeleteResponse:
     R = OffsetDeleteResponse
     try:
-        coordinated(ctx, req.group_id)
+        coordinated(ctx, req.group_id, Operation.DELETE)
     except GroupError as exc:
         return R[req.API_VERSION](error_code=exc.code, throttle_time_ms=0, topics=[])
     wanted = [(t.name, p.partition_index) for t in req.topics for p in t.partitions]
+    denied = {t.name for t in req.topics if not ctx.allows(Operation.READ, ResourceType.TOPIC, t.name)}
     # Kafka refuses only the topics a live group is subscribed to; llog's coordinator
     # does not read subscriptions, so a group with members keeps all its offsets.
     if ctx.coordinator.has_members(req.group_id):
-        codes = [int(ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)] * len(wanted)
+        codes = [int(ErrorCode.TOPIC_AUTHORIZATION_FAILED if t in denied else ErrorCode.GROUP_SUBSCRIBED_TO_TOPIC)
+                 for t, _ in wanted]
     else:
-        codes = await asyncio.to_thread(_delete_offsets, ctx, req.group_id, wanted)
+        codes = await asyncio.to_thread(_delete_offsets, ctx, req.group_id, wanted, denied)
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition), code in zip(wanted, codes, strict=True):
         by_topic.setdefault(topic, []).append(
@@ -61,10 +64,13 @@ async def offset_delete(ctx: Context, req: Any) -> OffsetDeleteResponse:
         R.OffsetDeleteResponseTopic(name=topic, partitions=parts) for topic, parts in by_topic.items()])
 
 
-def _delete_offsets(ctx: Context, group: str, wanted: list[tuple[str, int]]) -> list[int]:
+def _delete_offsets(ctx: Context, group: str, wanted: list[tuple[str, int]], denied: set[str]) -> list[int]:
     offsets = GroupOffsets(ctx.broker.conn, group)
     codes: list[int] = []
     for topic, partition in wanted:
+        if topic in denied:
+            codes.append(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            continue
         try:
             if not 0 <= partition < ctx.broker.topic(topic, create=False).partitions:
                 codes.append(ErrorCode.UNKNOWN_TOPIC_OR_PARTITION)

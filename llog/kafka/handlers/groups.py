@@ -22,6 +22,7 @@ from kafka.protocol.consumer import (
 )
 from kafka.protocol.metadata import FindCoordinatorResponse
 
+from llog.auth.acls import Operation, ResourceType
 from llog.codec.etcd_values import GroupEpoch
 from llog.errors import InvalidInput, LlogError
 from llog.groups.offsets import Fence, GroupOffsets
@@ -46,7 +47,9 @@ async def find_coordinator(ctx: Context, req: Any) -> FindCoordinatorResponse:
     for key in keys:
         code: int = ErrorCode.NONE
         node = None
-        if req.key_type != GROUP_KEY:
+        if req.key_type == GROUP_KEY and not ctx.allows(Operation.DESCRIBE, ResourceType.GROUP, key):
+            code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        elif req.key_type != GROUP_KEY:
             # No transactions, so no transaction coordinator. A non-retriable code, so a
             # transactional producer's init fails at once (librdkafka and the Java
             # client retry COORDINATOR_NOT_AVAILABLE until their timeout).
@@ -54,21 +57,28 @@ async def find_coordinator(ctx: Context, req: Any) -> FindCoordinatorResponse:
         else:
             node = ctx.registry.coordinator(key)
         answers.append((key, code, node))
-    message = None if all(code == ErrorCode.NONE for _, code, _ in answers) else NO_TRANSACTIONS
     if version >= 4:
         return R[version](throttle_time_ms=0, coordinators=[
             R.Coordinator(key=key, node_id=-1 if node is None else node.node_id, host="" if node is None else node.host,
-                          port=-1 if node is None else node.port, error_code=code,
-                          error_message=None if code == ErrorCode.NONE else NO_TRANSACTIONS)
+                          port=-1 if node is None else node.port, error_code=code, error_message=_why(code))
             for key, code, node in answers])
     key, code, node = answers[0]
-    return R[version](throttle_time_ms=0, error_code=code, error_message=message,
+    return R[version](throttle_time_ms=0, error_code=code, error_message=_why(code),
                       node_id=-1 if node is None else node.node_id, host="" if node is None else node.host,
                       port=-1 if node is None else node.port)
 
 
-def coordinated(ctx: Context, group_id: str) -> None:
-    """Refuse a group this broker does not coordinate: the client finds the right one."""
+def _why(code: int) -> str | None:
+    if code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
+        return "Describe on the group is not allowed"
+    return None if code == ErrorCode.NONE else NO_TRANSACTIONS
+
+
+def coordinated(ctx: Context, group_id: str, op: Operation = Operation.READ) -> None:
+    """Refuse a group the caller may not ``op`` (members Read it), or that this broker
+    does not coordinate: the client finds the right one."""
+    if not ctx.allows(op, ResourceType.GROUP, group_id):
+        raise GroupError(ErrorCode.GROUP_AUTHORIZATION_FAILED)
     try:
         check_group(group_id)
     except InvalidInput:
@@ -159,7 +169,9 @@ async def offset_commit(ctx: Context, req: Any) -> OffsetCommitResponse:
     except GroupError as exc:
         refused = exc.code
     wanted = [(t.name, p.partition_index, p.committed_offset) for t in req.topics for p in t.partitions]
-    codes = [refused] * len(wanted) if refused else await asyncio.to_thread(_commit, ctx, req.group_id, wanted, epoch)
+    denied = {t.name for t in req.topics if not refused and not ctx.allows(Operation.READ, ResourceType.TOPIC, t.name)}
+    codes = [refused] * len(wanted) if refused else await asyncio.to_thread(
+        _commit, ctx, req.group_id, wanted, epoch, denied)
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition, _offset), code in zip(wanted, codes, strict=True):
         by_topic.setdefault(topic, []).append(
@@ -168,10 +180,14 @@ async def offset_commit(ctx: Context, req: Any) -> OffsetCommitResponse:
         R.OffsetCommitResponseTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
 
 
-def _commit(ctx: Context, group: str, wanted: list[tuple[str, int, int]], epoch: GroupEpoch | None) -> list[int]:
+def _commit(ctx: Context, group: str, wanted: list[tuple[str, int, int]], epoch: GroupEpoch | None,
+            denied: set[str]) -> list[int]:
     offsets = GroupOffsets(ctx.broker.conn, group)
     codes: list[int] = []
     for topic, partition, offset in wanted:
+        if topic in denied:  # the caller may not Read it
+            codes.append(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            continue
         try:
             offsets.commit(topic, partition, offset, fence=Fence(epoch=epoch), member="kafka", reset=True)
             codes.append(ErrorCode.NONE)
@@ -185,10 +201,12 @@ def offset_fetch(ctx: Context, req: Any) -> OffsetFetchResponse:
     rows: list[tuple[str, int, int]] = []  # topic, partition, committed offset (-1: none)
     top: int = ErrorCode.NONE
     try:
+        ctx.check(Operation.DESCRIBE, ResourceType.GROUP, req.group_id)
         # One range read of the group's offsets, not a read per partition asked for.
         committed = {(c.topic, c.partition): c.offset for c in GroupOffsets(ctx.broker.conn, req.group_id).all()}
         if req.topics is None:
-            rows = [(topic, partition, offset) for (topic, partition), offset in committed.items()]
+            rows = [(topic, partition, offset) for (topic, partition), offset in committed.items()
+                    if ctx.allows(Operation.DESCRIBE, ResourceType.TOPIC, topic, audit=False)]
         else:
             rows = [(t.name, p, committed.get((t.name, p), -1)) for t in req.topics for p in t.partition_indexes]
     except InvalidInput:
@@ -196,9 +214,13 @@ def offset_fetch(ctx: Context, req: Any) -> OffsetFetchResponse:
     except LlogError as exc:
         top = error_code(exc)
     by_topic: dict[str, list[Any]] = {}
+    described: dict[str, bool] = {}
     for topic, partition, offset in rows:
+        if topic not in described:
+            described[topic] = ctx.allows(Operation.DESCRIBE, ResourceType.TOPIC, topic)
         by_topic.setdefault(topic, []).append(R.OffsetFetchResponseTopic.OffsetFetchResponsePartition(
-            partition_index=partition, committed_offset=offset, committed_leader_epoch=-1, metadata="",
-            error_code=ErrorCode.NONE))
+            partition_index=partition, committed_offset=offset if described[topic] else -1,
+            committed_leader_epoch=-1, metadata="",
+            error_code=ErrorCode.NONE if described[topic] else ErrorCode.TOPIC_AUTHORIZATION_FAILED))
     return R[req.API_VERSION](throttle_time_ms=0, error_code=top, topics=[
         R.OffsetFetchResponseTopic(name=t, partitions=ps) for t, ps in by_topic.items()])

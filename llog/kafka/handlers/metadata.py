@@ -7,8 +7,9 @@ from typing import Any
 
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 
+from llog.auth.acls import Operation, ResourceType
 from llog.codec.etcd_values import TopicMeta
-from llog.errors import LlogError
+from llog.errors import LlogError, NotAuthorized, UnknownTopic
 from llog.kafka.api_spec import Api
 from llog.kafka.context import ZERO_TOPIC_ID, Context, leader_of
 from llog.kafka.errors import error_code
@@ -33,8 +34,10 @@ def metadata(ctx: Context, req: Any) -> MetadataResponse:
     leaders = ctx.registry.live(max_age_s=0)
     nodes = ctx.registry.registered(max_age_s=float("inf"))  # the list just read
     names = None if req.topics is None else [t.name for t in req.topics]
-    if names is None:
-        metas: list[tuple[str, TopicMeta | LlogError]] = [(m.name, m) for m in Topics(broker.conn).list()]
+    if names is None:  # every topic the caller may describe, quietly leaving out the others
+        metas: list[tuple[str, TopicMeta | LlogError]] = [
+            (m.name, m) for m in Topics(broker.conn).list()
+            if ctx.allows(Operation.DESCRIBE, ResourceType.TOPIC, m.name, audit=False)]
     else:
         metas = [(name, _topic(ctx, name, req.allow_auto_topic_creation)) for name in names]
     R = MetadataResponse
@@ -61,6 +64,14 @@ def metadata(ctx: Context, req: Any) -> MetadataResponse:
 
 def _topic(ctx: Context, name: str, allow_create: bool) -> TopicMeta | LlogError:
     try:
-        return ctx.broker.topic(name, create=allow_create, refresh=True)
+        # Whether or not it exists: a caller who may not describe it learns neither.
+        ctx.check(Operation.DESCRIBE, ResourceType.TOPIC, name)
+        return ctx.broker.topic(name, create=allow_create and ctx.may_create(name), refresh=True)
+    except UnknownTopic as exc:
+        # Would have been created but for the caller's rights: Kafka's answer is a
+        # refusal, which a producer gives up on at once instead of waiting for the topic.
+        if allow_create and ctx.broker.config.auto_create_topics and not ctx.may_create(name):
+            return NotAuthorized(ctx.caller.principal if ctx.caller else "?", "Create", "Topic", name)
+        return exc
     except LlogError as exc:
         return exc

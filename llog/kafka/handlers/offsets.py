@@ -8,6 +8,7 @@ from typing import Any
 
 from kafka.protocol.consumer import ListOffsetsResponse
 
+from llog.auth.acls import Operation, ResourceType
 from llog.errors import LlogError
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
@@ -26,6 +27,7 @@ def list_offsets(ctx: Context, req: Any) -> ListOffsetsResponse:
         for p in t.partitions:
             code, timestamp, offset = ErrorCode.NONE, -1, -1
             try:
+                ctx.check(Operation.DESCRIBE, ResourceType.TOPIC, t.name)
                 low, high = ctx.broker.reader.high_watermark(t.name, p.partition_index)
                 if p.timestamp == EARLIEST:
                     offset = low

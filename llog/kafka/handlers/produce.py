@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.producer import ProduceResponse
 
+from llog.auth.acls import Operation, ResourceType
 from llog.codec.kafka_body import KafkaBatchError
 from llog.errors import BackPressure, LlogError
 from llog.kafka.context import Context
@@ -41,10 +42,13 @@ async def produce(ctx: Context, req: Any) -> Awaitable[ProduceResponse | None]:
     submitted: list[tuple[str, list[tuple[int, _Outcome]]]] = []
     for topic in req.topic_data:
         parts: list[tuple[int, _Outcome]] = []
+        allowed = ctx.allows(Operation.WRITE, ResourceType.TOPIC, topic.name)
         for pd in topic.partition_data:
             outcome: _Outcome = ErrorCode.CORRUPT_MESSAGE  # no records at all
             if pd.records:
-                outcome = await _submit(ctx, topic.name, pd.index, next(checked))
+                batches = next(checked)
+                outcome = (await _submit(ctx, topic.name, pd.index, batches) if allowed
+                           else ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             parts.append((pd.index, outcome))
         submitted.append((topic.name, parts))
     if req.acks == 0:
@@ -88,7 +92,7 @@ def _send_blocking(
     epoch: int | None,
 ) -> Future[AppendResult]:
     broker = ctx.broker
-    broker.topic(topic)  # created here when auto-creation is on
+    broker.topic(topic, create=ctx.may_create(topic))  # created here when auto-creation is on
     fut = broker.producer.send_group(topic, partition, records, producer_id=producer_id, sequence=sequence,
                                      producer_epoch=epoch)
     broker.validated.add((topic, partition))

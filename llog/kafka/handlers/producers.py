@@ -15,6 +15,7 @@ from typing import Any
 from kafka.protocol.admin import DescribeProducersResponse
 from kafka.protocol.producer import InitProducerIdResponse
 
+from llog.auth.acls import Operation, ResourceType
 from llog.codec.etcd_values import MetaFormatError, ProducerState
 from llog.errors import CorruptMetadata, LlogError
 from llog.kafka.context import Context
@@ -29,6 +30,11 @@ def init_producer_id(ctx: Context, req: Any) -> InitProducerIdResponse:
     R = InitProducerIdResponse[req.API_VERSION]
     if req.transactional_id is not None:  # non-retriable: a transactional init fails at once
         return R(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1,
+                 producer_epoch=-1)
+    # KIP-679: IdempotentWrite on the cluster, or Write on some topic.
+    if not (ctx.allows_any(Operation.WRITE, ResourceType.TOPIC)
+            or ctx.allows(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)):
+        return R(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED, producer_id=-1,
                  producer_epoch=-1)
     pid, epoch = getattr(req, "producer_id", -1), getattr(req, "producer_epoch", -1)
     if pid >= 0 and 0 <= epoch < MAX_EPOCH:
@@ -50,6 +56,7 @@ def describe_producers(ctx: Context, req: Any) -> DescribeProducersResponse:
         parts = []
         for p in t.partition_indexes:
             try:
+                ctx.check(Operation.READ, ResourceType.TOPIC, t.name)
                 active = _producers(ctx, t.name, p)
                 parts.append(P(partition_index=p, error_code=0, error_message=None, active_producers=[
                     P.ProducerState(producer_id=pid, producer_epoch=st.epoch,

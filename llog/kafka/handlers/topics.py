@@ -16,6 +16,7 @@ from kafka.protocol.admin import (
     DeleteTopicsResponse,
 )
 
+from llog.auth.acls import Operation, ResourceType
 from llog.codec.etcd_values import TopicMeta
 from llog.connection import Connection
 from llog.errors import InvalidInput, InvalidPartition, InvalidTopicName, LlogError, UnknownTopic
@@ -48,6 +49,9 @@ def _create(ctx: Context, t: Any, validate_only: bool, settings: dict[str, Any])
     """Create (or only check) topic ``t``; the topic settings it asks for go into
     ``settings`` (the fields of llog's topic definition)."""
     conn = ctx.broker.conn
+    if not (ctx.allows(Operation.CREATE, ResourceType.CLUSTER, audit=False)
+            or ctx.allows(Operation.CREATE, ResourceType.TOPIC, t.name)):
+        return ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"Create of topic {t.name!r} is not allowed", -1
     partitions = ctx.broker.config.default_partitions if t.num_partitions == -1 else t.num_partitions
     for c in t.configs:
         if c.name == CLEANUP_POLICY and c.value is not None:
@@ -102,6 +106,7 @@ def _grow(ctx: Context, t: Any, validate_only: bool) -> tuple[int, str | None]:
     if t.assignments:
         return ErrorCode.INVALID_REQUEST, "replica assignments do not apply: every broker serves every partition"
     try:
+        ctx.check(Operation.ALTER, ResourceType.TOPIC, t.name)
         now = ctx.broker.topic(t.name, create=False, refresh=True).partitions
     except LlogError as exc:
         return error_code(exc), str(exc)
@@ -135,8 +140,17 @@ def delete_topics(ctx: Context, req: Any) -> DeleteTopicsResponse:
     for name, topic_id in asked:
         if name is None:
             name = by_id.get(topic_id)
-        code, message = (ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has the id {topic_id}") if name is None else (
-            _delete_topic(conn, name))
+            # Named by id, a topic the caller may not describe is one it cannot name.
+            if name is not None and not ctx.allows(Operation.DESCRIBE, ResourceType.TOPIC, name):
+                name = None
+        code: int
+        message: str | None
+        if name is None:
+            code, message = ErrorCode.UNKNOWN_TOPIC_ID, f"no topic has the id {topic_id}"
+        elif not ctx.allows(Operation.DELETE, ResourceType.TOPIC, name):
+            code, message = ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"Delete of topic {name!r} is not allowed"
+        else:
+            code, message = _delete_topic(conn, name)
         result = R.DeletableTopicResult(name=name, error_code=code)
         if version >= 5:
             result.error_message = message
@@ -164,8 +178,10 @@ def delete_records(ctx: Context, req: Any) -> DeleteRecordsResponse:
     out = []
     for t in req.topics:
         parts = []
+        allowed = ctx.allows(Operation.DELETE, ResourceType.TOPIC, t.name)
         for p in t.partitions:
-            code, low = _delete_before(topics, t.name, p.partition_index, p.offset)
+            code, low = (_delete_before(topics, t.name, p.partition_index, p.offset) if allowed
+                         else (ErrorCode.TOPIC_AUTHORIZATION_FAILED, -1))
             parts.append(R.DeleteRecordsTopicResult.DeleteRecordsPartitionResult(
                 partition_index=p.partition_index, low_watermark=low, error_code=code))
         out.append(R.DeleteRecordsTopicResult(name=t.name, partitions=parts))
