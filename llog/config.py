@@ -40,10 +40,22 @@ class LlogConfig:
     #: Seconds between gRPC keepalive pings on an idle etcd connection (a watch's);
     #: etcd refuses pings more often than its ``--grpc-keepalive-min-time`` (5 s).
     etcd_keepalive_s: float = 6.0
+    #: etcd over TLS: the CA that signed the members' certificates (unset: plain gRPC).
+    etcd_ca_file: str | None = None
+    #: ... and a client certificate and its key (PEM), for members that require one.
+    etcd_cert_file: str | None = None
+    etcd_key_file: str | None = None
+    #: etcd's own authentication (``etcdctl user add``): a user and its password.
+    etcd_user: str | None = None
+    etcd_password: str | None = None
     #: ``s3://bucket[/prefix]`` or ``file:///path`` (or a plain path).
     object_store: str = "file://./llog-data"
     s3_endpoint_url: str | None = None
     s3_region: str | None = None
+    #: S3 server-side encryption of every object llog writes: ``AES256`` (SSE-S3) or
+    #: ``aws:kms`` (SSE-KMS, with ``s3_sse_kms_key_id`` or the bucket's default key).
+    s3_sse: str | None = None
+    s3_sse_kms_key_id: str | None = None
     #: Retries the S3 client makes on throttling and 5xx before raising.
     s3_max_attempts: int = 5
     #: Seconds an S3 request may wait to connect, and between bytes of its answer,
@@ -106,6 +118,13 @@ class LlogConfig:
     broker_host: str = "127.0.0.1"
     broker_port: int = 8080
     broker_token: str | None = None
+    #: TLS on the HTTP API: a PEM certificate chain and its key (the broker then serves
+    #: ``https://`` only, on its workers' private ports too).
+    broker_tls_cert_file: str | None = None
+    broker_tls_key_file: str | None = None
+    #: The CA brokers check each other's HTTPS certificates against (peer reads); unset:
+    #: their own certificate (one certificate for every broker of a deployment).
+    broker_tls_ca_file: str | None = None
     #: Clients authenticate as users (``llog users``; Kafka: SASL SCRAM-SHA-256/512, PLAIN).
     auth_users: bool = False
     #: The authorizer: every Kafka request and HTTP route is checked against the ACLs
@@ -138,6 +157,9 @@ class LlogConfig:
     #: (``SSL``, or ``SASL_SSL`` with ``broker_token``).
     kafka_tls_cert_file: str | None = None
     kafka_tls_key_file: str | None = None
+    #: Mutual TLS: every Kafka client presents a certificate this CA signed (Kafka's
+    #: ``ssl.client.auth=required``); its subject is the principal unless SASL names one.
+    kafka_tls_client_ca_file: str | None = None
     #: Largest request frame the Kafka listener reads from an authenticated client
     #: (Kafka's ``socket.request.max.bytes``); a larger one closes the connection.
     kafka_max_frame_bytes: int = 100 * 1024 * 1024
@@ -314,11 +336,7 @@ def _validate(cfg: LlogConfig) -> None:
                  "iceberg_sync_interval_s", "put_hedge_min_ms", "gc_threshold", "broker_put_rate"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name} must be >= 0, got {getattr(cfg, name)!r}")
-    for principal in filter(None, (p.strip() for p in cfg.auth_super_users.replace(",", ";").split(";"))):
-        if not principal.partition(":")[2] or principal.startswith(":"):
-            raise ConfigError(f"auth_super_users: {principal!r} is not Type:name (User:admin)")
-    if (cfg.kafka_tls_cert_file is None) != (cfg.kafka_tls_key_file is None):
-        raise ConfigError("kafka_tls_cert_file and kafka_tls_key_file go together")
+    _validate_security(cfg)
     if cfg.kafka_port is not None and not 0 <= cfg.kafka_port <= 65535:
         raise ConfigError(f"kafka_port must be in [0, 65535], got {cfg.kafka_port!r}")
     if cfg.kafka_port and cfg.kafka_port + cfg.broker_workers > 65536:  # worker i: kafka_port + i
@@ -337,6 +355,30 @@ def _validate(cfg: LlogConfig) -> None:
         raise ConfigError(f"compact_min_dirty_ratio must be in [0, 1], got {cfg.compact_min_dirty_ratio}")
     if cfg.compact_target_bytes > 1024**3:
         raise ConfigError("compact_target_bytes must be <= 1 GiB (one compacted body)")
+
+
+
+def _validate_security(cfg: LlogConfig) -> None:
+    """The TLS, credential and encryption settings: pairs given together, known values."""
+    for principal in filter(None, (p.strip() for p in cfg.auth_super_users.split(";"))):
+        if not principal.partition(":")[2] or principal.startswith(":"):
+            raise ConfigError(f"auth_super_users: {principal!r} is not Type:name (User:admin)")
+    if (cfg.broker_tls_cert_file is None) != (cfg.broker_tls_key_file is None):
+        raise ConfigError("broker_tls_cert_file and broker_tls_key_file go together")
+    if (cfg.etcd_cert_file is None) != (cfg.etcd_key_file is None):
+        raise ConfigError("etcd_cert_file and etcd_key_file go together")
+    if cfg.etcd_cert_file is not None and cfg.etcd_ca_file is None:
+        raise ConfigError("etcd_cert_file needs etcd_ca_file (a client certificate is a TLS thing)")
+    if (cfg.etcd_user is None) != (cfg.etcd_password is None):
+        raise ConfigError("etcd_user and etcd_password go together")
+    if cfg.s3_sse not in (None, "AES256", "aws:kms"):
+        raise ConfigError(f"s3_sse must be AES256 or aws:kms, got {cfg.s3_sse!r}")
+    if cfg.s3_sse_kms_key_id is not None and cfg.s3_sse != "aws:kms":
+        raise ConfigError("s3_sse_kms_key_id needs s3_sse=aws:kms")
+    if (cfg.kafka_tls_cert_file is None) != (cfg.kafka_tls_key_file is None):
+        raise ConfigError("kafka_tls_cert_file and kafka_tls_key_file go together")
+    if cfg.kafka_tls_client_ca_file is not None and cfg.kafka_tls_cert_file is None:
+        raise ConfigError("kafka_tls_client_ca_file needs kafka_tls_cert_file (client certificates are TLS)")
 
 
 def _split_endpoints(text: str) -> tuple[str, ...]:

@@ -11,13 +11,14 @@ import threading
 from llog.codec.etcd_values import MetaFormatError, TopicMeta
 from llog.config import LlogConfig
 from llog.errors import CorruptMetadata, UnknownPartition, UnknownTopic
-from llog.etcd import KV, Etcd
+from llog.etcd import KV, Etcd, EtcdSecurity
 from llog.keys import KeyLayout
 from llog.metrics import Metrics
 from llog.names import check_partition, check_topic
 from llog.store import ObjectStore, open_store
 from llog.store.blob_cache import BlobCache
 from llog.store.peers import PeerBlobs
+from llog.tls import peer_context
 
 
 class Connection:
@@ -40,7 +41,7 @@ class Connection:
         self.etcd = etcd if etcd is not None else Etcd(
             self.config.etcd_endpoints, timeout=self.config.etcd_timeout_s,
             attempt_timeout=self.config.etcd_attempt_timeout_s, keepalive_s=self.config.etcd_keepalive_s,
-            metrics=self.metrics,
+            metrics=self.metrics, security=EtcdSecurity.of(self.config),
         )
         try:
             self.store = store if store is not None else open_store(self.config, self.metrics)
@@ -55,7 +56,7 @@ class Connection:
         # SDK, Spark, the compactor) reads storage, at no etcd cost per writer session.
         peers = None if not (cfg.read_peers and cfg.peer_url) else PeerBlobs(
             self.etcd, self.keys, self.metrics, own_url=cfg.peer_url, timeout_s=cfg.read_peer_timeout_s,
-            token=cfg.broker_token or peer_token,
+            token=cfg.broker_token or peer_token, tls=peer_context(cfg),
         )
         #: Chunks of shared WAL blobs, for every reader of this connection.
         self.blob_cache = BlobCache(

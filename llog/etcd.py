@@ -6,6 +6,18 @@ failover across endpoints. Requests are built from etcd's own protobuf messages 
 transaction returns its header revision (the new ``mod_revision`` of what it wrote),
 which callers cache to make their next compare-and-swap without a read. Maintenance
 (compaction, defragmentation, alarms) is :mod:`llog.etcd_maintenance`.
+
+Failover (:class:`Etcd`): with several members each attempt has a short deadline
+(``attempt_timeout``), each call a budget (``timeout``): a member that stops answering —
+paused, partitioned, dead — costs a call one attempt before it moves on, and is passed
+over for :data:`Etcd.SUSPECT_S`. A lone member gets the whole budget for each attempt.
+Reads, read-only transactions and lease calls are tried again on another member; a
+write is sent again only when it provably never reached a member (no connection, or a
+member without a leader, or etcd refused its token: :class:`_Tokens`). Any other failure
+of a write is an unknown outcome (:class:`CoordinationError`), which the caller resolves
+by reading (spec §8.5), never by a blind resend. Watches move with the members: a watch
+whose member failed is opened again on another from the revision after the last it
+delivered.
 """
 
 from __future__ import annotations
@@ -17,7 +29,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any, Literal
 
@@ -26,6 +38,7 @@ import etcd3.watch
 import grpc
 from etcd3 import etcdrpc
 
+from llog.config import LlogConfig
 from llog.errors import CoordinationError, EtcdSpaceExhausted, HistoryCompacted
 from llog.metrics import Metrics
 
@@ -35,6 +48,33 @@ if not hasattr(etcd3.watch, "six"):
     etcd3.watch.six = SimpleNamespace(itervalues=lambda d: iter(d.values()))
 
 log = logging.getLogger(__name__)
+
+
+class _WatchRefused(Exception):
+    """etcd created a watch and cancelled it at once (an expired token), or ended one."""
+
+
+def _handle_watch_response(self: Any, rs: Any) -> None:
+    """python3-etcd3 takes a watch etcd refused (``created`` and ``canceled``: its token
+    expired) for one it made, and drops a watch etcd ended without a word: both become
+    errors here, so a waiting :meth:`add_callback` raises and a live watch's callback
+    hears of it (and the watch is opened again)."""
+    if not rs.canceled or rs.compact_revision:  # a compacted start: python3-etcd3's own error
+        _plain_handle_watch_response(self, rs)
+        return
+    refused = _WatchRefused(rs.cancel_reason or "cancelled by etcd")
+    with self._lock:
+        if rs.created and self._new_watch is not None:
+            self._new_watch.err = refused
+            self._new_watch_cond.notify_all()
+            return
+        callback = self._callbacks.pop(rs.watch_id, None)
+    if callback is not None:
+        etcd3.watch._safe_callback(callback, refused)
+
+
+_plain_handle_watch_response = etcd3.watch.Watcher._handle_response
+etcd3.watch.Watcher._handle_response = _handle_watch_response
 
 _RETRYABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 #: Reads per get_and_count transaction: two operations each, within etcd's default
@@ -231,6 +271,12 @@ class _Watch:
     #: The revision of the last change delivered (0: none yet).
     revision: int = 0
     cancelled: bool = False
+    #: The python3-etcd3 watcher (one gRPC stream) it runs on, which cancels it.
+    watcher: Any = None
+
+
+class _AuthenticationFailed(Exception):
+    """A member could not be asked for a token (unreachable): try another."""
 
 
 class _Watches:
@@ -258,10 +304,16 @@ class _Watches:
         last: Exception | None = None
         for _ in self._etcd.endpoints:
             m = self._etcd._member()
-            add = m.client.add_watch_prefix_callback if w.prefix else m.client.add_watch_callback
             w.member = m  # before the first event can arrive
             try:
-                w.watch_id = add(w.key, functools.partial(self._event, w, m), start_revision=start)
+                try:
+                    held = self._etcd.tokens.ensure(m, self._etcd.attempt_timeout)
+                    self._add(w, m, start)
+                except Exception as exc:
+                    if not _Tokens.refused(exc):
+                        raise
+                    self._etcd.tokens.ensure(m, self._etcd.attempt_timeout, stale=held)  # a new token, a new stream
+                    self._add(w, m, start)
             except Exception as exc:  # python3-etcd3 raises its own kinds, and gRPC's
                 w.member = None
                 last = exc
@@ -269,6 +321,13 @@ class _Watches:
                 continue
             return
         raise CoordinationError(f"etcd watch of {w.key} failed on every member: {last}")
+
+    def _add(self, w: _Watch, m: _Member, start: int | None) -> None:
+        watcher = m.client.watcher
+        ranged = {"range_end": etcd3.utils.prefix_range_end(etcd3.utils.to_bytes(w.key))} if w.prefix else {}
+        w.watch_id = watcher.add_callback(w.key, functools.partial(self._event, w, m), start_revision=start,
+                                          **ranged)
+        w.watcher = watcher
 
     def _event(self, w: _Watch, m: _Member, response: Any) -> None:
         """A watch response, or the error that ended ``w``'s stream on member ``m``."""
@@ -303,11 +362,11 @@ class _Watches:
         threading.Thread(target=self._reopen, args=(w,), name="llog-etcd-watch-move", daemon=True).start()
 
     def _reopen(self, w: _Watch) -> None:
-        old, old_id = w.member, w.watch_id
+        old, old_id = w.watcher, w.watch_id
         w.member = None  # events still in flight from the old member are dropped
         if old is not None:
             with contextlib.suppress(Exception):
-                old.client.cancel_watch(old_id)
+                old.cancel(old_id)
         missed = w.revision == 0  # nothing delivered yet: no revision to resume from
         delay = 0.05
         try:
@@ -330,16 +389,38 @@ class _Watches:
         w.cancelled = True
         with self._lock:
             self._all.discard(w)
-        m = w.member
-        if m is not None:
+        if w.watcher is not None:
             with contextlib.suppress(Exception):
-                m.client.cancel_watch(w.watch_id)
+                w.watcher.cancel(w.watch_id)
 
     def close(self) -> None:
         with self._lock:
             ws = list(self._all)
         for w in ws:
             self._cancel(w)
+
+
+@dataclass(frozen=True)
+class EtcdSecurity:
+    """How llog proves itself to etcd and checks etcd's certificate: TLS (a CA to trust,
+    optionally a client certificate and key) and etcd's own users (a name and password,
+    exchanged for a token per member)."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    user: str | None = None
+    password: str | None = field(default=None, repr=False)
+
+    @property
+    def tls(self) -> bool:
+        return self.ca_file is not None
+
+    @classmethod
+    def of(cls, config: LlogConfig) -> EtcdSecurity:
+        """``LLOG_ETCD_CA_FILE``, ``..._CERT_FILE``, ``..._KEY_FILE``, ``..._USER``, ``..._PASSWORD``."""
+        return cls(config.etcd_ca_file, config.etcd_cert_file, config.etcd_key_file, config.etcd_user,
+                   config.etcd_password)
 
 
 @dataclass(eq=False)
@@ -350,6 +431,80 @@ class _Member:
     client: Any
     #: Until when (``time.monotonic``) the member is passed over after failing.
     suspect_until: float = 0.0
+    #: With etcd users: which token the client holds (0: none yet; :class:`_Tokens`).
+    token: int = 0
+    token_lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class _Tokens:
+    """etcd's users: a token per member, asked for when the member is first used and
+    again when etcd refuses the one held — expired, or (JWT tokens) issued before a
+    change of etcd's users and roles. One thread asks at a time per member; the others
+    wait and use its token. A request etcd refused for its token was not run, so it is
+    sent again, whatever it is (etcd's Go client does the same). python3-etcd3 would
+    authenticate only when a client is built (failing for a member that is down then)
+    and never again."""
+
+    def __init__(self, security: EtcdSecurity, metrics: Metrics) -> None:
+        self._security = security
+        self._metrics = metrics
+
+    @staticmethod
+    def refused(exc: BaseException) -> bool:
+        """Whether etcd refused a request (or a watch) for its token."""
+        if isinstance(exc, _WatchRefused):
+            return "token" in str(exc) or "auth" in str(exc)
+        if not isinstance(exc, grpc.RpcError) or not hasattr(exc, "code"):
+            return False
+        detail = str(exc.details() if hasattr(exc, "details") else "")
+        # An expired token; a JWT issued before a change of users and roles; none at all
+        # (taken without one while etcd's auth was off, and it is on now).
+        return exc.code() == grpc.StatusCode.UNAUTHENTICATED or any(why in detail for why in (
+            "auth revision is old", "revision in header is old", "revision of auth store is old",
+            "user name is empty"))
+
+    def ensure(self, m: _Member, deadline: float, *, stale: int | None = None) -> int:
+        """The token ``m``'s client holds (its number; 0 without etcd users), a new one
+        first if it has none or still holds ``stale``. A new token also gets a new watch
+        stream: etcd checks a stream's token when a watch is added to it (the watches on
+        the old stream carry on)."""
+        user = self._security.user
+        if user is None:
+            return 0
+        with m.token_lock:
+            if m.token and m.token != stale:
+                return m.token
+            self._metrics.etcd_ops.labels("authenticate").inc()
+            try:
+                resp = m.client.authstub.Authenticate(
+                    etcdrpc.AuthenticateRequest(name=user, password=self._security.password or ""), deadline)
+            except grpc.RpcError as exc:
+                code = exc.code() if hasattr(exc, "code") else None
+                detail = str(exc.details() if hasattr(exc, "details") else exc)
+                if code in _RETRYABLE:
+                    raise _AuthenticationFailed(f"authenticating to {m.endpoint}: {code}") from exc
+                if "authentication is not enabled" not in detail:
+                    raise CoordinationError(f"etcd refused user {user!r} at {m.endpoint}: {detail}") from exc
+                # Users configured before etcd's auth is turned on: carry on without a
+                # token (as etcd's Go client does), so either can be changed first.
+                log.info("etcd at %s has authentication off; using it without a token", m.endpoint)
+                m.token += 1
+                return m.token
+            m.client.metadata = (("token", resp.token), ("hasleader", "true"))
+            m.client._stubs.pop("watcher", None)  # made afresh, with the new token, for the next watch
+            m.token += 1
+            return m.token
+
+    def call(self, m: _Member, deadline: float, fn: Callable[[Any], Any]) -> Any:
+        """``fn(client)`` with a token, and once more with a new one if etcd refused it."""
+        held = self.ensure(m, deadline)
+        try:
+            return fn(m.client)
+        except grpc.RpcError as exc:
+            if not (held and self.refused(exc)):
+                raise
+        self.ensure(m, deadline, stale=held)
+        return fn(m.client)
 
 
 class _Members:
@@ -392,12 +547,16 @@ class _Members:
         return newly
 
 
-def _member_client(endpoint: str, attempt_timeout: float, keepalive_s: float) -> Any:
-    """A python3-etcd3 client of the member at ``endpoint`` only."""
+def _member_client(endpoint: str, attempt_timeout: float, keepalive_s: float, security: EtcdSecurity) -> Any:
+    """A python3-etcd3 client of the member at ``endpoint`` only (over TLS when
+    ``security`` has a CA; its users' token is llog's business: :meth:`Etcd._ensure_token`)."""
     host, _, port = endpoint.rpartition(":")
     client = etcd3.client(
         host=host,
         port=int(port),
+        ca_cert=security.ca_file,
+        cert_key=security.key_file,
+        cert_cert=security.cert_file,
         timeout=attempt_timeout,  # what python3-etcd3's own calls (watch creation) wait
         grpc_options={
             "grpc.enable_http_proxy": 0,
@@ -427,20 +586,9 @@ def _member_client(endpoint: str, attempt_timeout: float, keepalive_s: float) ->
 
 class Etcd:
     """One connection to an etcd cluster: a client per member, requests on one member
-    at a time, moving to another when it fails. Thread-safe; close it (or use ``with``).
-
-    With several members each attempt has a short deadline (``attempt_timeout``), each
-    call a budget (``timeout``): a member that stops answering — paused, partitioned,
-    dead — costs a call one attempt before it moves on, and is passed over for
-    :data:`SUSPECT_S`. A lone member gets the whole budget for each attempt.
-    Reads, read-only transactions and lease calls are tried again on another member; a
-    write is sent again only when it provably never reached a member (no connection, or
-    a member without a leader). Any other failure of a write is an unknown outcome
-    (:class:`CoordinationError`), which the caller resolves by reading (spec §8.5),
-    never by a blind resend. Watches move with the members: a watch whose member failed
-    is opened again on another from the revision after the last it delivered.
-    ``first_member``: the index of the member to start on (default: one at random, so
-    the clients of a cluster spread over its members)."""
+    at a time, moving to another when it fails (the module doc says how). Thread-safe;
+    close it (or use ``with``). ``first_member``: the index of the member to start on
+    (default: one at random, so the clients of a cluster spread over its members)."""
 
     #: Seconds a member that failed an attempt is passed over.
     SUSPECT_S = 5.0
@@ -455,6 +603,7 @@ class Etcd:
         metrics: Metrics | None = None,
         read_retries: int = 5,
         first_member: int | None = None,
+        security: EtcdSecurity | None = None,
     ) -> None:
         if not endpoints:
             raise CoordinationError("no etcd endpoints given")
@@ -463,8 +612,11 @@ class Etcd:
         self.attempt_timeout = min(attempt_timeout, timeout)
         self.metrics = metrics if metrics is not None else Metrics()
         self.read_retries = read_retries
+        self.security = security if security is not None else EtcdSecurity()
+        self.tokens = _Tokens(self.security, self.metrics)
         self._members = _Members(
-            [_Member(ep, _member_client(ep, self.attempt_timeout, keepalive_s)) for ep in self.endpoints],
+            [_Member(ep, _member_client(ep, self.attempt_timeout, keepalive_s, self.security))
+             for ep in self.endpoints],
             self.SUSPECT_S, first_member,
         )
         self._watches = _Watches(self)
@@ -482,28 +634,37 @@ class Etcd:
 
     def _call(self, op: str, fn: Callable[[Any, float], Any], *, retry: bool, revision: int = 0) -> Any:
         """``fn(client, deadline)`` on a member, moving to another when it fails (see the
-        class doc); ``retry``: the call is safe to send again (no write)."""
+        module doc); ``retry``: the call is safe to send again (no write)."""
         budget_end = time.monotonic() + self.timeout
         attempt = 0
+        stale: int | None = None  # a token etcd refused: renewed before the next attempt
         while True:
             m = self._member()
             remaining = budget_end - time.monotonic()
             # A lone member gets the whole budget: there is nowhere else to go.
-            deadline = remaining if len(self._members) == 1 else min(self.attempt_timeout, remaining)
+            deadline = max(remaining if len(self._members) == 1 else min(self.attempt_timeout, remaining), 0.001)
             self.metrics.etcd_ops.labels(op).inc()
             t0 = time.perf_counter()
+            held = 0
             try:
-                result = fn(m.client, max(deadline, 0.001))
-            except grpc.RpcError as exc:
-                code = exc.code() if hasattr(exc, "code") else None
-                if code not in _RETRYABLE:
+                held, stale = self.tokens.ensure(m, deadline, stale=stale), None
+                result = fn(m.client, deadline)
+            except (grpc.RpcError, _AuthenticationFailed) as exc:
+                rpc = isinstance(exc, grpc.RpcError)
+                if rpc and held and _Tokens.refused(exc) and time.monotonic() + 0.05 < budget_end:
+                    stale, attempt = held, attempt + 1  # refused before it ran: a new token, the same request
+                    continue
+                code = exc.code() if rpc and hasattr(exc, "code") else None
+                if rpc and code not in _RETRYABLE:
                     raise _error(op, exc, revision) from exc
-                self._failed(m, str(code))
+                self._failed(m, str(code or exc))
                 attempt += 1
-                resend = retry or _never_sent(exc)
+                # A request whose member gave no token was never sent.
+                resend = retry or not rpc or _never_sent(exc)
                 if not resend or time.monotonic() + 0.05 >= budget_end or (retry and attempt >= self.read_retries
                                                                           and len(self._members) == 1):
-                    raise _error(op, exc, revision) from exc
+                    raise (_error(op, exc, revision) if rpc else CoordinationError(f"etcd {op} failed: {exc}")) \
+                        from exc
                 time.sleep(min(_pause(attempt, len(self._members)), max(0.0, budget_end - time.monotonic())))
                 continue
             finally:
@@ -705,7 +866,9 @@ class Etcd:
         m = self._members.all[self.endpoints.index(endpoint)]
         self.metrics.etcd_ops.labels(op).inc()
         try:
-            return fn(m.client)
+            return self.tokens.call(m, self.attempt_timeout, fn)
+        except _AuthenticationFailed as exc:
+            raise CoordinationError(f"{op} on {endpoint}: {exc}") from exc
         except grpc.RpcError as exc:
             raise _error(f"{op} on {endpoint}", exc) from exc
 

@@ -29,6 +29,10 @@ class Metrics:
             "llog_kafka_authentications", "Kafka SASL authentications by mechanism and result (ok, failed)",
             ["mechanism", "result"], registry=r,
         )
+        self.http_authentications = Counter(
+            "llog_http_authentications", "HTTP Basic password checks by result (ok, failed; a success is then "
+            "remembered for 5 s), and requests answered 401 (result refused)", ["result"], registry=r,
+        )
         self.authorization_denials = Counter(
             "llog_authorization_denials", "Requests the authorizer (LLOG_AUTH_ACLS) refused, by operation, "
             "resource type and listener (kafka, http)", ["operation", "resource_type", "listener"], registry=r,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.client
 import json
 import signal
+import ssl
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -30,6 +31,8 @@ class BrokerProcess:
         self.killed = False
         #: Sent with every request (credentials, for a broker that asks for them).
         self.headers: dict[str, str] = {}
+        #: How an ``https://`` broker's certificate is checked (set it to trust the test's).
+        self.tls: ssl.SSLContext | None = None
         parts = urlsplit(url)
         self.host, self.port = parts.hostname or "127.0.0.1", parts.port or 80
 
@@ -47,7 +50,9 @@ class BrokerProcess:
     ) -> tuple[int, dict[str, str], Any]:
         """:meth:`request` with the response headers (names in lower case) too."""
         data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
-        conn = http.client.HTTPConnection(self.host, self.port, timeout=timeout)
+        conn = (http.client.HTTPSConnection(self.host, self.port, timeout=timeout, context=self.tls)
+                if self.url.startswith("https://") else http.client.HTTPConnection(self.host, self.port,
+                                                                                   timeout=timeout))
         try:
             conn.request(method, path, body=data,
                          headers={"content-type": "application/json", **self.headers, **(headers or {})})

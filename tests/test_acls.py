@@ -34,8 +34,9 @@ from llog.auth.users import Users
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import InvalidInput
+from llog.reader import Reader
 from llog.topics import Topics
-from tests.broker_harness import conn_with_topic_t  # noqa: F401 (the fixture conn, with topic t)
+from tests.broker_harness import broker_process, conn_with_topic_t  # noqa: F401 (the fixture conn, with topic t)
 from tests.conftest import config_env
 from tests.test_kafka import KafkaBroker, kafka_broker
 
@@ -120,7 +121,7 @@ def test_invalid_acls_and_names_are_refused() -> None:
     assert parse_enum(Operation, "describe-configs") == Op.DESCRIBE_CONFIGS
     with pytest.raises(InvalidInput, match="unknown operation 'Steal'"):
         parse_enum(Operation, "Steal")
-    assert parse_super_users("User:admin; User:ops,User:x") == {"User:admin", "User:ops", "User:x"}
+    assert parse_super_users("User:admin; User:CN=ops,O=acme") == {"User:admin", "User:CN=ops,O=acme"}
     with pytest.raises(InvalidInput):
         parse_super_users("admin")
 
@@ -185,12 +186,14 @@ def _client_conf(kb: KafkaBroker, user: str, mechanism: str = "SCRAM-SHA-512") -
             "sasl.username": user, "sasl.password": PASSWORDS[user]}
 
 
-def _produce(kb: KafkaBroker, user: str, topic: str, mechanism: str = "SCRAM-SHA-512") -> str | None:
-    """Produce one record; the error's name, or None when it was stored."""
+def _produce(kb: KafkaBroker, user: str, topic: str, mechanism: str = "SCRAM-SHA-512",
+             conf: dict[str, Any] | None = None) -> str | None:
+    """Produce one record (as ``user``, or with the client settings ``conf``); the
+    error's name, or None when it was stored."""
     from confluent_kafka import Producer
 
     errors: list[str] = []
-    producer = Producer({**_client_conf(kb, user, mechanism), "message.timeout.ms": 10_000, "retries": 0})
+    producer = Producer({**(conf or _client_conf(kb, user, mechanism)), "message.timeout.ms": 10_000, "retries": 0})
     producer.produce(topic, b"x", partition=0,
                      on_delivery=lambda err, _msg: errors.append(err.name()) if err is not None else None)
     producer.flush(30)
@@ -380,6 +383,11 @@ def test_http_users_and_acls(config: LlogConfig, conn: Connection) -> None:
         assert _http(url, "/offsets?group=readers", None, "alice")[0] == 200  # Read implies Describe
         assert _http(url, "/offsets?group=readers", None, "bob")[0] == 403
         assert _http(url, "/health")[0] == 200  # public
+        kb.http.headers = _basic("admin")
+        assert kb.http.metric("llog_http_authentications_total", result="failed") >= 1
+        assert kb.http.metric("llog_http_authentications_total", result="ok") >= 3  # bob, alice, admin
+        assert kb.http.metric("llog_http_authentications_total", result="refused") >= 2
+        assert kb.http.metric("llog_authorization_denials_total", listener="http") >= 3
 
 
 # -- Kafka's own tools and the Java client ----------------------------------------------
@@ -493,3 +501,67 @@ def test_scram_user_apis_without_the_authorizer_are_for_the_token_only(config: L
             "dave"].result(10)
         assert list(Users(conn).credentials("dave")) == ["SCRAM-SHA-512"]
         assert Users(conn).verify("dave", "dave's")
+
+
+def _certificate(tmp_path: Path) -> tuple[Path, Path]:
+    cert, key = tmp_path / "http.crt", tmp_path / "http.key"
+    subprocess.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
+                    "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
+                   check=True, capture_output=True)
+    return cert, key
+
+
+def test_http_over_tls_with_users_acls_and_workers(config: LlogConfig, conn: Connection, tmp_path: Path) -> None:
+    import ssl
+
+    cert, key = _certificate(tmp_path)
+    Topics(conn).create("a", 1)
+    AclStore(conn).add([_acl(T, "a", Op.WRITE, "User:bob")])
+    Users(conn).add("bob", PASSWORDS["bob"], iterations=4096)
+    tls = {"LLOG_BROKER_TLS_CERT_FILE": str(cert), "LLOG_BROKER_TLS_KEY_FILE": str(key)}
+    with broker_process(config, "--workers", "2", LLOG_AUTH_USERS="true", LLOG_AUTH_ACLS="true", **tls) as b:
+        assert b.url.startswith("https://127.0.0.1:"), b.url
+        b.tls = ssl.create_default_context(cafile=str(cert))  # the client checks the broker's certificate
+        produce = {"topic_partitions": [{"topic": "a", "partition": 0, "records": ["eA=="]}]}
+        assert b.post("/produce", produce)[0] == 401
+        b.headers = _basic("bob")
+        status, body = b.post("/produce", produce)
+        assert status == 200, body
+        # Both workers' metrics, the other one's fetched over HTTPS with the workers' secret.
+        assert b.metric("llog_broker_worker_up") == 2
+        with pytest.raises(ssl.SSLError):  # a client that does not trust the certificate
+            b.tls = ssl.create_default_context()
+            b.request("GET", "/health")
+        plain = urllib.request.Request(b.url.replace("https://", "http://") + "/health")
+        with pytest.raises((urllib.error.URLError, ConnectionError)):
+            urllib.request.urlopen(plain, timeout=10)
+
+    refused = subprocess.run([sys.executable, "-m", "llog", "broker", "--port", "0"], capture_output=True, text=True,
+                             env={**config_env(config), "LLOG_BROKER_TLS_CERT_FILE": str(key),
+                                  "LLOG_BROKER_TLS_KEY_FILE": str(key)}, timeout=60)
+    assert refused.returncode != 0 and "broker TLS certificate" in refused.stderr, refused.stderr
+
+
+def test_mutual_tls_names_the_principal(config: LlogConfig, conn: Connection, tmp_path: Path) -> None:
+    from kafka import KafkaProducer
+    from kafka.errors import KafkaError
+
+    from tests.test_etcd_security import _pki
+
+    pki = _pki(tmp_path)  # the client certificate's subject: CN=llog-client
+    Topics(conn).create("a", 1)
+    Topics(conn).create("b", 1)
+    AclStore(conn).add([_acl(T, "a", Op.WRITE, "User:CN=llog-client")])
+    tls = {"LLOG_KAFKA_TLS_CERT_FILE": str(pki.server_cert), "LLOG_KAFKA_TLS_KEY_FILE": str(pki.server_key),
+           "LLOG_KAFKA_TLS_CLIENT_CA_FILE": str(pki.ca)}
+    with kafka_broker(config, LLOG_AUTH_ACLS="true", **tls) as kb:
+        conf = {"bootstrap.servers": kb.bootstrap, "security.protocol": "SSL", "ssl.ca.location": str(pki.ca),
+                "ssl.certificate.location": str(pki.client_cert), "ssl.key.location": str(pki.client_key)}
+        assert _produce(kb, "", "a", conf=conf) is None
+        assert _produce(kb, "", "b", conf=conf) == "TOPIC_AUTHORIZATION_FAILED"
+        with pytest.raises(KafkaError):  # no client certificate: no connection
+            KafkaProducer(bootstrap_servers=kb.bootstrap, security_protocol="SSL", ssl_cafile=str(pki.ca),
+                          max_block_ms=5000, api_version=(2, 6)).send("a", b"no", partition=0).get(
+                timeout=10)
+    with Reader(conn) as r:
+        assert [x.value for x in r.scan("a", 0)] == [b"x"]

@@ -73,6 +73,8 @@ def test_each_field_reads_its_own_variable() -> None:
             raw, want = "other", "other"
         elif f.name == "put_hedge_quantile":  # a quantile: below 1
             raw, want = "0.5", 0.5
+        elif f.name == "s3_sse":
+            raw, want = "aws:kms", "aws:kms"
         elif f.name == "auth_super_users":  # principals
             raw, want = "User:admin;User:ops", "User:admin;User:ops"
         elif f.name == "kafka_max_batch_inflated_bytes":  # at least max_record_bytes
@@ -90,6 +92,14 @@ def test_each_field_reads_its_own_variable() -> None:
         env = {f"LLOG_{f.name.upper()}": raw}
         if f.name.startswith("kafka_tls_"):  # the certificate and its key go together
             env = {"LLOG_KAFKA_TLS_CERT_FILE": "other", "LLOG_KAFKA_TLS_KEY_FILE": "other", **env}
+        if f.name.startswith("broker_tls_"):
+            env = {"LLOG_BROKER_TLS_CERT_FILE": "other", "LLOG_BROKER_TLS_KEY_FILE": "other", **env}
+        if f.name.startswith(("etcd_cert", "etcd_key")):  # a client certificate needs a CA
+            env = {"LLOG_ETCD_CA_FILE": "ca", "LLOG_ETCD_CERT_FILE": "other", "LLOG_ETCD_KEY_FILE": "other", **env}
+        if f.name in ("etcd_user", "etcd_password"):
+            env = {"LLOG_ETCD_USER": "other", "LLOG_ETCD_PASSWORD": "other", **env}
+        if f.name.startswith("s3_sse"):
+            env = {"LLOG_S3_SSE": "aws:kms", **env} if f.name == "s3_sse_kms_key_id" else env
         cfg = LlogConfig.from_env(env)
         assert getattr(cfg, f.name) == want, f.name
 

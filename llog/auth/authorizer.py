@@ -62,9 +62,30 @@ def client_host(address: str) -> str:
     return str(mapped) if mapped is not None else address
 
 
+#: Attribute names as RFC 2253 (and Java's ``X500Principal``, Kafka's) writes them.
+_RDN_NAMES = {"commonName": "CN", "organizationName": "O", "organizationalUnitName": "OU", "countryName": "C",
+              "localityName": "L", "stateOrProvinceName": "ST", "streetAddress": "STREET",
+              "domainComponent": "DC", "userId": "UID"}
+
+
+def certificate_principal(subject: tuple[tuple[tuple[str, str], ...], ...]) -> str:
+    """A client certificate's principal as Kafka's default ``ssl.principal.mapping.rules``
+    names it: ``User:`` and the subject's distinguished name, most specific part first
+    (``User:CN=alice,OU=payments,O=acme``). ``subject`` as :meth:`ssl.SSLSocket.getpeercert`
+    gives it."""
+
+    def escaped(value: str) -> str:
+        out = "".join("\\" + c if c in ',+"\\<>;=' else c for c in value)
+        return "\\" + out if out.startswith(("#", " ")) else out
+
+    rdns = ["+".join(f"{_RDN_NAMES.get(k, k)}={escaped(v)}" for k, v in rdn) for rdn in reversed(subject)]
+    return "User:" + ",".join(rdns)
+
+
 def parse_super_users(text: str) -> frozenset[str]:
-    """``LLOG_AUTH_SUPER_USERS``: principals separated by ``;`` or ``,`` (Kafka's ``super.users``)."""
-    return frozenset(check_principal(p.strip()) for p in text.replace(",", ";").split(";") if p.strip())
+    """``LLOG_AUTH_SUPER_USERS``: principals separated by ``;``, as Kafka's ``super.users``
+    (a certificate's principal holds commas: ``User:CN=ops,O=acme``)."""
+    return frozenset(check_principal(p.strip()) for p in text.split(";") if p.strip())
 
 
 class AclIndex:

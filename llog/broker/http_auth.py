@@ -17,6 +17,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import logging
 import time
 
 import anyio.to_thread
@@ -28,6 +29,8 @@ from llog.auth.authorizer import Caller, client_host
 from llog.auth.users import Users
 from llog.broker.state import Broker
 from llog.errors import NotAuthorized
+
+log = logging.getLogger(__name__)
 
 #: Seconds a verified user's password is taken as good without deriving it again.
 VERIFIED_S = 5.0
@@ -45,6 +48,7 @@ class HttpAuth:
 
     def __init__(self, broker: Broker) -> None:
         cfg = broker.config
+        self._metrics = broker.conn.metrics
         self._users = Users(broker.conn) if cfg.auth_users else None
         #: Whether users authenticate (HTTP Basic).
         self.users = self._users is not None
@@ -68,12 +72,15 @@ class HttpAuth:
             if scheme == b"bearer" and any(hmac.compare_digest(cred, t) for t in self._tokens):
                 return Caller("User:token", host, "http", token=True)
             if scheme == b"basic" and self._users is not None:
-                user = await self._basic(cred)
+                user = await self._basic(cred, host)
                 if user is not None:
                     return Caller(f"User:{user}", host, "http")
-        return None if self.required else Caller(ANONYMOUS, host, "http")
+        if self.required:
+            self._metrics.http_authentications.labels("refused").inc()
+            return None
+        return Caller(ANONYMOUS, host, "http")
 
-    async def _basic(self, cred: bytes) -> str | None:
+    async def _basic(self, cred: bytes, host: str) -> str | None:
         try:
             user, sep, password = base64.b64decode(cred, validate=True).decode().partition(":")
         except (binascii.Error, UnicodeDecodeError):
@@ -88,7 +95,10 @@ class HttpAuth:
         users = self._users
         assert users is not None
         if not await anyio.to_thread.run_sync(users.verify, user, password):
+            self._metrics.http_authentications.labels("failed").inc()
+            log.info("HTTP client %s failed Basic authentication as %r", host, user)
             return None
+        self._metrics.http_authentications.labels("ok").inc()
         if len(self._verified) >= _VERIFIED_ENTRIES:
             self._verified.clear()
         self._verified[memo_key] = (user, now + VERIFIED_S)

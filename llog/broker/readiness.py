@@ -21,7 +21,7 @@ from botocore.config import Config
 
 from llog.config import LlogConfig
 from llog.errors import LlogError
-from llog.etcd import Etcd
+from llog.etcd import Etcd, EtcdSecurity
 from llog.metrics import Metrics
 from llog.store import ObjectStore
 from llog.store.s3 import S3Store
@@ -40,7 +40,8 @@ class Readiness:
         # One try per endpoint: a dead member fails over to the next within one probe.
         self._etcd = Etcd(config.etcd_endpoints, timeout=timeout_s, metrics=metrics,
                           attempt_timeout=timeout_s / len(config.etcd_endpoints),
-                          keepalive_s=config.etcd_keepalive_s, read_retries=len(config.etcd_endpoints))
+                          keepalive_s=config.etcd_keepalive_s, read_retries=len(config.etcd_endpoints),
+                          security=EtcdSecurity.of(config))
         self._store = _probe_store(config, store, metrics, timeout_s)
         # Never written, in etcd or the store: "absent" is the cheapest answer either gives.
         self._probe_key = f"{root}/ready-probe"

@@ -16,6 +16,7 @@ from llog.broker.sockets import OnReady, listening_socket
 from llog.broker.state import WorkerPlace, listen_url
 from llog.config import LlogConfig
 from llog.errors import ConfigError
+from llog.tls import check_server_files
 
 
 class _Server(uvicorn.Server):
@@ -71,8 +72,9 @@ def serve_sockets(
         from llog.kafka.listener import tls_context  # llog.kafka builds on llog.broker
 
         kafka_tls = None if kafka_sock is None else tls_context(config)  # a bad certificate fails here
+        check_server_files(config)  # a bad certificate fails here, before anything starts
         bound_host, bound_port = sock.getsockname()[:2]
-        url = listen_url(bound_host, bound_port)
+        url = listen_url(bound_host, bound_port, tls=config.broker_tls_cert_file is not None)
         app = create_app(
             config,
             on_ready=None if on_ready is None else (lambda b: on_ready(url, b.kafka_port)),
@@ -85,7 +87,7 @@ def serve_sockets(
         server = _Server(uvicorn.Config(
             app, log_level="warning", lifespan="on", timeout_graceful_shutdown=10, access_log=False,
             # Nothing reads client addresses: skip the X-Forwarded-* rewrite on every request.
-            proxy_headers=False,
+            proxy_headers=False, ssl_certfile=config.broker_tls_cert_file, ssl_keyfile=config.broker_tls_key_file,
         ))
 
         def stop(sig: int, _frame: FrameType | None) -> None:

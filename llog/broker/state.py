@@ -49,7 +49,7 @@ class Broker:
 
     def __init__(self, config: LlogConfig, *, host: str, port: int, place: WorkerPlace | None = None) -> None:
         if config.read_peers and config.peer_url is None:
-            config = replace(config, peer_url=peer_url_of(host, port))
+            config = replace(config, peer_url=peer_url_of(host, port, tls=config.broker_tls_cert_file is not None))
         self.config = config
         #: Where the broker listens, as ``/health`` reports it.
         self.host, self.port = host, port
@@ -153,9 +153,9 @@ def broker_of(request: Request) -> Broker:
     return cast(Broker, request.scope[BROKER_SCOPE_KEY])
 
 
-def listen_url(host: str, port: int) -> str:
-    """``http://host:port``, an IPv6 address in brackets."""
-    return f"http://{url_host(host)}:{port}"
+def listen_url(host: str, port: int, *, tls: bool = False) -> str:
+    """``http://host:port`` (``https`` with ``tls``), an IPv6 address in brackets."""
+    return f"{'https' if tls else 'http'}://{url_host(host)}:{port}"
 
 
 def url_host(host: str) -> str:
@@ -163,7 +163,7 @@ def url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
 
 
-def peer_url_of(host: str, port: int) -> str:
+def peer_url_of(host: str, port: int, *, tls: bool = False) -> str:
     """The URL other brokers reach a broker listening on ``host:port`` at: a wildcard
     address stands for this host's name."""
-    return listen_url(socket.gethostname() if host in ("", "0.0.0.0", "::") else host, port)
+    return listen_url(socket.gethostname() if host in ("", "0.0.0.0", "::") else host, port, tls=tls)

@@ -7,12 +7,11 @@ totals; a sibling that does not answer within ``timeout_s`` is left out, not wai
 from __future__ import annotations
 
 import asyncio
-import http.client
 import json
 import logging
+import ssl
 from collections.abc import Iterable
 from typing import Any
-from urllib.parse import urlsplit
 
 import anyio.to_thread
 from prometheus_client import CollectorRegistry, generate_latest
@@ -20,6 +19,7 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
 from llog.broker.state import Broker
+from llog.tls import connection, peer_context
 
 log = logging.getLogger(__name__)
 
@@ -28,9 +28,8 @@ WORKER_SCOPE = "worker"
 UP = "llog_broker_worker_up"
 
 
-def _get(url: str, path: str, token: str | None, timeout_s: float) -> bytes | None:
-    parts = urlsplit(url)
-    conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port, timeout=timeout_s)
+def _get(url: str, path: str, token: str | None, timeout_s: float, tls: ssl.SSLContext | None) -> bytes | None:
+    conn = connection(url, timeout_s, tls)
     try:
         conn.request("GET", f"{path}?scope={WORKER_SCOPE}",
                      headers={} if token is None else {"authorization": f"Bearer {token}"})
@@ -48,11 +47,12 @@ async def gather(b: Broker, path: str, own: bytes) -> list[tuple[int, bytes | No
     """``(worker index, its metrics body or None)`` for every worker, this one's ``own``."""
     assert b.place is not None
     place, token, timeout = b.place, b.place.secret or None, b.config.read_peer_timeout_s
+    tls = peer_context(b.config)
 
     async def one(i: int, url: str) -> tuple[int, bytes | None]:
         if i == place.index:
             return i, own
-        return i, await anyio.to_thread.run_sync(_get, url, path, token, timeout)
+        return i, await anyio.to_thread.run_sync(_get, url, path, token, timeout, tls)
 
     return list(await asyncio.gather(*(one(i, u) for i, u in enumerate(place.urls))))
 

@@ -121,8 +121,9 @@ def serve_workers(config: LlogConfig, *, host: str, port: int, on_ready: OnReady
                 kport = config.kafka_port + i if config.kafka_port else 0
                 kafkas.append(listening_socket(config.kafka_host or host, kport, f"Kafka listener of worker {i}"))
             sockets += kafkas
-        private_urls = [peer_url_of(*s.getsockname()[:2]) for s in privates]
-        place_urls = tuple(listen_url(*s.getsockname()[:2]) for s in privates)
+        tls = config.broker_tls_cert_file is not None
+        private_urls = [peer_url_of(*s.getsockname()[:2], tls=tls) for s in privates]
+        place_urls = tuple(listen_url(*s.getsockname()[:2], tls=tls) for s in privates)
         broker_id, secret = uuid.uuid4().hex[:16], secrets.token_urlsafe(24)
         configs = worker_configs(config, private_urls)
         workers = [
@@ -134,7 +135,7 @@ def serve_workers(config: LlogConfig, *, host: str, port: int, on_ready: OnReady
             )
             for i in range(n)
         ]
-        return _Supervisor(workers).run(listen_url(*sockets[0].getsockname()[:2]), on_ready)
+        return _Supervisor(workers).run(listen_url(*sockets[0].getsockname()[:2], tls=tls), on_ready)
     finally:
         for s in sockets:
             s.close()

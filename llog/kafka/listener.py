@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest
 
-from llog.auth.authorizer import client_host
+from llog.auth.authorizer import certificate_principal, client_host
 from llog.auth.users import Users
 from llog.config import LlogConfig
 from llog.errors import ConfigError
@@ -146,7 +146,9 @@ class KafkaListener:
         task = asyncio.current_task()
         assert task is not None
         metrics.kafka_connections.inc()
-        sasl = SaslState(self.broker.config.broker_token, self._users, metrics, client_host(address))
+        cert = writer.get_extra_info("peercert")  # mutual TLS: checked by the handshake already
+        sasl = SaslState(self.broker.config.broker_token, self._users, metrics, client_host(address),
+                         certificate_principal(cert["subject"]) if cert else None)
         assert self.context is not None
         conn = _Connection(peer, writer, sasl, asyncio.Queue(self.broker.config.kafka_max_inflight_requests),
                            dataclasses.replace(self.context, sasl=sasl))
@@ -307,6 +309,12 @@ def tls_context(config: LlogConfig) -> ssl.SSLContext | None:
     except (OSError, ssl.SSLError) as exc:
         raise ConfigError(f"Kafka TLS certificate {config.kafka_tls_cert_file!r} / key "
                           f"{config.kafka_tls_key_file!r}: {exc}") from exc
+    if config.kafka_tls_client_ca_file is not None:  # mutual TLS: no certificate, no connection
+        try:
+            ctx.load_verify_locations(config.kafka_tls_client_ca_file)
+        except (OSError, ssl.SSLError) as exc:
+            raise ConfigError(f"Kafka TLS client CA {config.kafka_tls_client_ca_file!r}: {exc}") from exc
+        ctx.verify_mode = ssl.CERT_REQUIRED
     return ctx
 
 

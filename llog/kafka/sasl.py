@@ -37,14 +37,15 @@ class SaslState:
     client that gave the broker token is a super user)."""
 
     def __init__(self, token: str | None, users: Users | None = None, metrics: Metrics | None = None,
-                 host: str = "") -> None:
+                 host: str = "", certificate: str | None = None) -> None:
         self._token = None if token is None else token.encode()
         self._users = users
         self._metrics = metrics
         self.authenticated = token is None and users is None
         #: Who the client authenticated as (the PLAIN user name with the token).
         self.principal: str | None = None
-        self.caller = Caller(ANONYMOUS, host)
+        # A client certificate's subject names the client unless SASL names it after.
+        self.caller = Caller(certificate or ANONYMOUS, host)
         self.mechanisms = [PLAIN, *(MECHANISMS if users is not None else ())]
         self._mechanism: str | None = None
         self._scram: ScramServer | None = None

@@ -33,6 +33,8 @@ def open_store(config: LlogConfig, metrics: Metrics | None = None) -> ObjectStor
             max_attempts=config.s3_max_attempts,
             timeout_s=config.s3_timeout_s,
             metrics=metrics,
+            sse=config.s3_sse,
+            sse_kms_key_id=config.s3_sse_kms_key_id,
         )
     if uri.startswith("file://"):
         return LocalStore(uri[len("file://") :], metrics=metrics)

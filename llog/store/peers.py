@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import http.client
 import logging
+import ssl
 import threading
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 import msgpack
 
@@ -24,6 +25,7 @@ from llog.bounded import BoundedCache
 from llog.etcd import Etcd
 from llog.keys import KeyLayout
 from llog.metrics import Metrics
+from llog.tls import connection
 
 log = logging.getLogger(__name__)
 
@@ -38,9 +40,10 @@ class PeerBlobs:
 
     def __init__(
         self, etcd: Etcd, keys: KeyLayout, metrics: Metrics, *, own_url: str | None, timeout_s: float,
-        token: str | None,
+        token: str | None, tls: ssl.SSLContext | None = None,
     ) -> None:
         self._etcd = etcd
+        self._tls = tls
         self._keys = keys
         self._own = own_url
         self._timeout_s = timeout_s
@@ -62,6 +65,8 @@ class PeerBlobs:
         url = self._owner(key)
         if url is None or url == self._own:
             return None
+        if self._tls is not None and not url.startswith("https://"):
+            return None  # with TLS on, the token never crosses to a peer in clear
         try:
             data = self._get(url, key, offset, length)
         except (OSError, http.client.HTTPException, _Refused) as exc:
@@ -97,8 +102,7 @@ class PeerBlobs:
         return url
 
     def _get(self, url: str, key: str, offset: int, length: int) -> bytes | None:
-        parts = urlsplit(url)
-        conn = http.client.HTTPConnection(parts.hostname or "127.0.0.1", parts.port or 80, timeout=self._timeout_s)
+        conn = connection(url, self._timeout_s, self._tls)
         try:
             conn.request("GET", f"/blobs?key={quote(key, safe='')}&offset={offset}&length={length}",
                          headers=self._headers)

@@ -36,7 +36,9 @@ def _expect_continue_for_large_bodies(request: Any, **_: Any) -> None:
 
 class S3Store(ObjectStore):
     """``s3://bucket/prefix``. Credentials come from the standard AWS chain
-    (environment, profile, instance role); retries use botocore's standard mode."""
+    (environment, profile, instance role); retries use botocore's standard mode. ``sse``:
+    server-side encryption asked for on every PUT (``AES256``, or ``aws:kms`` with
+    ``sse_kms_key_id`` or the bucket's default key)."""
 
     def __init__(
         self,
@@ -50,8 +52,13 @@ class S3Store(ObjectStore):
         max_pool_connections: int = 32,
         metrics: Metrics | None = None,
         client: Any = None,
+        sse: str | None = None,
+        sse_kms_key_id: str | None = None,
     ) -> None:
         super().__init__(metrics)
+        self._sse: dict[str, str] = {} if sse is None else {"ServerSideEncryption": sse}
+        if sse_kms_key_id is not None:
+            self._sse["SSEKMSKeyId"] = sse_kms_key_id
         self.bucket = bucket
         self.max_attempts = max_attempts
         self.prefix = f"{prefix.strip('/')}/" if prefix.strip("/") else ""
@@ -93,7 +100,7 @@ class S3Store(ObjectStore):
         return StoreError(f"S3 {op} of s3://{self.bucket}/{self._k(key)} failed: {exc}")
 
     def put(self, key: str, data: bytes, *, crc32: int | None = None) -> None:
-        extra: dict[str, Any] = {}
+        extra: dict[str, Any] = dict(self._sse)
         if crc32 is not None:
             extra["ChecksumCRC32"] = base64.b64encode(crc32.to_bytes(4, "big")).decode()
         with self._measure("put"):
