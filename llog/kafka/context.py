@@ -59,11 +59,13 @@ class Context:
             return True
         return self.sasl is not None and authz.allows_any(self.sasl.caller, op, rtype)
 
-    def may_create(self, topic: str) -> bool:
-        """Create on the cluster or on the topic: what auto-creating ``topic`` takes
-        (not audited: a client that may not create an unknown topic is told it is unknown)."""
-        return self.allows(Operation.CREATE, ResourceType.CLUSTER, audit=False) or self.allows(
-            Operation.CREATE, ResourceType.TOPIC, topic, audit=False)
+    def may_create(self, topic: str, *, audit: bool = False) -> bool:
+        """What creating ``topic`` takes (:meth:`Authorizer.may_create`); auto-creation
+        does not audit a refusal: a client that may not create an unknown topic is told so."""
+        authz = self.broker.authorizer
+        if authz is None:
+            return True
+        return self.sasl is not None and authz.may_create(self.sasl.caller, topic, audit=audit)
 
     @property
     def caller(self) -> Caller | None:

@@ -49,8 +49,7 @@ def _create(ctx: Context, t: Any, validate_only: bool, settings: dict[str, Any])
     """Create (or only check) topic ``t``; the topic settings it asks for go into
     ``settings`` (the fields of llog's topic definition)."""
     conn = ctx.broker.conn
-    if not (ctx.allows(Operation.CREATE, ResourceType.CLUSTER, audit=False)
-            or ctx.allows(Operation.CREATE, ResourceType.TOPIC, t.name)):
+    if not ctx.may_create(t.name, audit=True):
         return ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"Create of topic {t.name!r} is not allowed", -1
     partitions = ctx.broker.config.default_partitions if t.num_partitions == -1 else t.num_partitions
     for c in t.configs:
