@@ -36,7 +36,8 @@ from compactor.planner import WalRun, WalSlice, read_cursor, select_run
 from compactor.recovery import Recovered, finish_interrupted
 from compactor.revision_clock import RevisionClock
 from compactor.stages import WRITING_COMPACTED_INDEX, StageHook, StageRunner
-from llog.codec import batch, bodies, parquet_body
+from compactor.typed_columns import TypedColumns
+from llog.codec import batch, bodies
 from llog.codec.etcd_values import (
     PARQUET_ENCODING,
     CompactionCursor,
@@ -114,6 +115,7 @@ class Compactor:
             etcd=conn.etcd, store=conn.store, metrics=conn.metrics,
         )
         self._reader = Reader(self._read_conn, settle_pending=False)
+        self._typed = TypedColumns(conn)
         self._sessions = Sessions(conn, "compactor")
         self._cleaner = Cleaner(conn, self._reader, self._sessions, self.clock, self.metrics, hook)
 
@@ -252,11 +254,14 @@ class Compactor:
         cursor, cursor_rev = read_cursor(conn, topic, partition)
         lso = st.control.log_start_offset
         start = lso if cursor is None else max(cursor, lso)
+        min_age_ms = cfg.compact_min_age_ms
+        if conn.topic(topic).table is not None:  # the table's freshness bounds the wait
+            min_age_ms = min(min_age_ms, round(cfg.iceberg_freshness_s * 500))
         run = select_run(
             conn, topic, partition, start,
             target_bytes=cfg.compact_target_bytes,
             max_records=cfg.compact_max_records,
-            aged_revision=self.clock.aged_revision(cfg.compact_min_age_ms),
+            aged_revision=self.clock.aged_revision(min_age_ms),
         )
         return run, cursor_rev
 
@@ -286,10 +291,10 @@ class Compactor:
                 f"run [{run.start_offset}, {run.end_offset}] read back {len(values)} records",
             )
         # The topic's format as it is now: a change applies from the next compaction.
-        parquet = conn.topic(topic, refresh=True).compacted_format == "parquet"
+        meta = conn.topic(topic, refresh=True)
         with m.time("encode"):
-            if parquet:
-                body, crc = parquet_body.encode((stamps, keys, values, headers), partition, run.start_offset), None
+            if meta.compacted_format == "parquet":
+                body, crc = self._typed.encode(meta, (stamps, keys, values, headers), partition, run.start_offset), None
             else:
                 encoded = batch.encode_columns((stamps, keys, values, headers))
                 body, crc = encoded.tobytes(), encoded.full_crc()
@@ -307,7 +312,7 @@ class Compactor:
             max_timestamp=max_ts,
             created_at_ms=now_ms(),
             owner=claim.token if claim is not None else f"{process_owner()}/unclaimed",
-            encoding=PARQUET_ENCODING if parquet else None,
+            encoding=PARQUET_ENCODING if meta.compacted_format == "parquet" else None,
         )
 
     def close(self) -> None:

@@ -34,8 +34,9 @@ A table topic's Parquet files are also named by its Iceberg table, which follows
 index through syncs (:mod:`llog.table.sync`). Before (d) deletes any of them, vacuum
 runs a fencing sync of that table: its commit drops the files the index no longer
 names and makes every sync that read the table earlier fail, so no sync can put a
-deleted file back. Files the fenced table still holds are kept; if the catalog
-cannot be reached, every file of that topic is kept for a later pass.
+deleted file back. Files any snapshot the table keeps still names are kept (time travel
+to each kept snapshot reads every file it names); if the catalog cannot be reached, or
+holds another table under the name, every file of that topic is kept for a later pass.
 
 Objects whose key has no session segment (written before sessions existed) keep the
 old age rule: deleted only if unreferenced and older than ``vacuum_grace_s``, the
@@ -207,29 +208,32 @@ def _triage(
 def _spare_table_files(
     conn: Connection, doomed: list[ObjectInfo], dry_run: bool
 ) -> tuple[list[ObjectInfo], int]:
-    """``(doomed without the files a table topic's table may still hold, how many
-    were kept)``: a fencing sync per table topic with doomed files first (module doc).
-    A dry run does not commit to a catalog: it keeps every table topic's file."""
+    """``(doomed without the files a kept snapshot of a table topic's table names, how
+    many were kept)``: a fencing sync of every table topic first (module doc; the fence
+    also deletes the table's orphaned metadata). A dry run does not commit to a
+    catalog: it keeps every table topic's file."""
     by_topic: dict[str, list[ObjectInfo]] = {}
     for o in doomed:
         topic = conn.keys.topic_of_compacted(o.key)
         if topic is not None:
             by_topic.setdefault(topic, []).append(o)
-    tables = [t for t in by_topic if _has_table(conn, t)]
+    tables = sorted({m.name for m in Topics(conn).list() if m.table is not None} | set(by_topic))
+    tables = [t for t in tables if _has_table(conn, t)]
     if not tables:
         return doomed, 0
     spared: set[str] = set()
     if dry_run:
-        spared = {o.key for t in tables for o in by_topic[t]}
+        spared = {o.key for t in tables for o in by_topic.get(t, [])}
     else:
         with TableCatalog(conn) as catalog:
             for t in tables:
+                mine = by_topic.get(t, [])
                 try:
-                    files = sync_table(catalog, t, fence=True).files
+                    files = sync_table(catalog, t, fence=True).kept
                 except LlogError as exc:
                     log.warning("vacuum keeps the files of table topic %s: %s", t, exc)
-                    files = frozenset(conn.store.object_uri(o.key) for o in by_topic[t])
-                spared |= {o.key for o in by_topic[t] if conn.store.object_uri(o.key) in files}
+                    files = frozenset(conn.store.object_uri(o.key) for o in mine)
+                spared |= {o.key for o in mine if conn.store.object_uri(o.key) in files}
     return [o for o in doomed if o.key not in spared], len(spared)
 
 

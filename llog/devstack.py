@@ -320,6 +320,8 @@ class LocalStack:
                 etcd_endpoints=tuple(m.endpoint for m in self.etcds),
                 object_store=f"s3://{self.bucket}/data",
                 s3_endpoint_url=self.s3_endpoint_url,
+                # One host: every process of the stack shares this file.
+                iceberg_catalog_uri=f"sqlite:///{self.workdir / 'iceberg.db'}",
             )
             from llog.store import open_store
             from llog.store.s3 import S3Store
@@ -357,6 +359,8 @@ class LocalStack:
         }
         if cfg.s3_endpoint_url:
             out["LLOG_S3_ENDPOINT_URL"] = cfg.s3_endpoint_url
+        if cfg.iceberg_catalog_uri:
+            out["LLOG_ICEBERG_CATALOG_URI"] = cfg.iceberg_catalog_uri
         return out
 
     @property

@@ -26,7 +26,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import ClassVar
 
-from llog.name_rules import TOPIC_NAME_PATTERN
+from llog.name_rules import NAME_PATTERN
 
 
 class LlogError(Exception):
@@ -42,7 +42,7 @@ class InvalidInput(LlogError, ValueError):
 
 class InvalidTopicName(InvalidInput):
     def __init__(self, topic: object) -> None:
-        super().__init__(f"invalid topic name {topic!r}: must match {TOPIC_NAME_PATTERN}")
+        super().__init__(f"invalid topic name {topic!r}: must match {NAME_PATTERN}")
         self.topic = topic
 
 
@@ -55,6 +55,16 @@ class InvalidPartition(InvalidInput):
 
 class InvalidRecord(InvalidInput):
     """A record's value/key/headers/timestamp has the wrong type or shape."""
+
+
+class SchemaViolation(InvalidRecord):
+    """A produced value that the topic's schema refuses (``value_validation = refuse``,
+    spec §14.1); nothing of the batch was stored."""
+
+    def __init__(self, topic: str, partition: int, index: int, reason: str, bad: int, count: int) -> None:
+        super().__init__(f"{topic}/{partition}: record {index} of the batch does not match the schema of "
+                         f"subject {topic}-value ({reason}); {bad} of {count} refused, none stored")
+        self.topic, self.partition, self.index, self.reason = topic, partition, index, reason
 
 
 class KeyRequired(InvalidRecord):
@@ -184,6 +194,105 @@ class TableError(LlogError):
         super().__init__(f"Iceberg table of topic {topic!r}: {reason}")
         self.topic = topic
         self.reason = reason
+
+
+class SchemaRegistryError(LlogError):
+    """A schema registry refusal (llog/registry/), with Confluent's ``error_code``: its
+    first three digits are the HTTP status the registry's REST API answers with."""
+
+    error_code = 50001
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+
+    @property
+    def http_status(self) -> int:
+        return int(str(self.error_code)[:3])
+
+
+class SubjectNotFound(SchemaRegistryError):
+    error_code = 40401
+
+    def __init__(self, subject: str) -> None:
+        super().__init__(f"Subject '{subject}' not found.")
+        self.subject = subject
+
+
+class VersionNotFound(SchemaRegistryError):
+    error_code = 40402
+
+    def __init__(self, subject: str, version: int | str) -> None:
+        super().__init__(f"Version {version} not found for subject '{subject}'.")
+        self.subject, self.version = subject, version
+
+
+class SchemaNotFound(SchemaRegistryError):
+    error_code = 40403
+
+
+class SubjectSoftDeleted(SchemaRegistryError):
+    """A soft delete of a subject whose versions are all soft-deleted already."""
+
+    error_code = 40404
+
+
+class SubjectNotSoftDeleted(SchemaRegistryError):
+    """A permanent delete of a subject that was not soft-deleted first."""
+
+    error_code = 40405
+
+
+class VersionSoftDeleted(SchemaRegistryError):
+    """A soft delete of a version that is soft-deleted already."""
+
+    error_code = 40406
+
+
+class VersionNotSoftDeleted(SchemaRegistryError):
+    """A permanent delete of a version that was not soft-deleted first."""
+
+    error_code = 40407
+
+
+class SubjectConfigNotFound(SchemaRegistryError):
+    error_code = 40408
+
+    def __init__(self, subject: str) -> None:
+        super().__init__(f"Subject '{subject}' does not have subject-level compatibility configured")
+        self.subject = subject
+
+
+class IncompatibleSchema(SchemaRegistryError):
+    """The schema breaks the subject's compatibility level; ``messages`` say how."""
+
+    error_code = 409
+
+    def __init__(self, subject: str, level: str, messages: list[str]) -> None:
+        super().__init__(f"Schema being registered is incompatible with an earlier schema for subject "
+                         f"'{subject}' ({level}): " + "; ".join(messages))
+        self.subject, self.level, self.messages = subject, level, messages
+
+
+class InvalidSchema(SchemaRegistryError):
+    error_code = 42201
+
+
+class InvalidVersion(SchemaRegistryError):
+    error_code = 42202
+
+    def __init__(self, version: str) -> None:
+        super().__init__(f"The specified version '{version}' is not a valid version id. Allowed values are "
+                         "between [1, 2^31-1] and the string \"latest\"")
+
+
+class InvalidCompatibilityLevel(SchemaRegistryError):
+    error_code = 42203
+
+
+class ReferenceExists(SchemaRegistryError):
+    """A schema other schemas reference cannot be deleted."""
+
+    error_code = 42206
 
 
 class CorruptMetadata(LlogError):

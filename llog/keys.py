@@ -22,6 +22,7 @@ BROKERS = "_brokers"
 USERS = "_users"
 #: Reserved name under the root that holds the access control lists.
 ACLS = "_acls"
+SCHEMAS = "_schemas"
 
 
 @dataclass(frozen=True)
@@ -134,6 +135,37 @@ class KeyLayout:
         """A user's SCRAM credentials (the name percent-encoded: any string is a name)."""
         return f"{self.users_prefix()}{quote(name, safe='')}"
 
+    # -- the schema registry (under the reserved name "_schemas", spec §14) ---------
+    def schemas_prefix(self) -> str:
+        return f"{self.root}/{SCHEMAS}/"
+
+    def schema(self, schema_id: int) -> str:
+        return f"{self.schemas_prefix()}ids/{schema_id:010d}"
+
+    def schema_ids_prefix(self) -> str:
+        return f"{self.schemas_prefix()}ids/"
+
+    def schema_fingerprint(self, fingerprint: str) -> str:
+        return f"{self.schemas_prefix()}fingerprints/{fingerprint}"
+
+    def schema_next_id(self) -> str:
+        return f"{self.schemas_prefix()}next-id"
+
+    def schema_subjects_prefix(self) -> str:
+        return f"{self.schemas_prefix()}subjects/"
+
+    def schema_subject_prefix(self, subject: str) -> str:
+        return f"{self.schema_subjects_prefix()}{quote(subject, safe='')}/"
+
+    def schema_subject_version(self, subject: str, version: int) -> str:
+        return f"{self.schema_subject_prefix(subject)}{version:010d}"
+
+    def schema_config(self, subject: str | None = None) -> str:
+        """The compatibility level of ``subject``, or the registry's (``None``)."""
+        if subject is None:
+            return f"{self.schemas_prefix()}config"
+        return f"{self.schemas_prefix()}subject-config/{quote(subject, safe='')}"
+
     # -- ACLs (under the reserved name "_acls") ---------------------------------
     def acls_prefix(self) -> str:
         return f"{self.root}/{ACLS}/"
@@ -176,6 +208,11 @@ class KeyLayout:
         """Where a table topic's Iceberg metadata lives (its data files stay where the
         compactor put them, under ``compacted_prefix``)."""
         return f"{self.root}/{topic}/table"
+
+    def table_identity(self, topic: str) -> str:
+        """The UUID of the table topic's Iceberg table, recorded when the table is
+        created: a catalog holding another table under the name is refused (spec §10.1)."""
+        return f"{self.root}/{topic}/meta/table"
 
     def topic_of_compacted(self, object_key: str) -> str | None:
         """The topic of a compacted object's key; ``None`` for any other key."""

@@ -40,6 +40,10 @@ class Metrics:
         self.acls = Gauge("llog_acls", "ACLs the broker's authorizer holds (LLOG_AUTH_ACLS)", registry=r)
         self.acl_reloads = Counter("llog_acl_reloads", "Times the authorizer re-read the ACLs after a change, "
                                    "by result (ok; failed: tried again with back-off)", ["result"], registry=r)
+        self.schema_refusals = Counter(
+            "llog_schema_refusals", "Produced values a topic's schema refused (value_validation), by what "
+            "became of them (refuse: their batch was refused; dlq: dead-lettered)", ["validation"], registry=r,
+        )
 
     def _declare_stores(self, r: CollectorRegistry) -> None:
         self.etcd_ops = Counter("llog_etcd_ops", "etcd RPCs by operation", ["op"], registry=r)

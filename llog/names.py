@@ -4,10 +4,12 @@ every entry point."""
 from __future__ import annotations
 
 from llog.errors import InvalidInput, InvalidPartition, InvalidTopicName
-from llog.name_rules import MAX_PARTITIONS, RESERVED_TOPICS, TOPIC_NAME_PATTERN, TOPIC_NAME_RE
+from llog.name_rules import MAX_PARTITIONS, NAME_PATTERN, NAME_RE, RESERVED_TOPICS, TOPIC_NAME_PATTERN, TOPIC_NAME_RE
 
 __all__ = [
     "MAX_PARTITIONS",
+    "NAME_PATTERN",
+    "NAME_RE",
     "RESERVED_TOPICS",
     "TOPIC_NAME_PATTERN",
     "TOPIC_NAME_RE",
@@ -30,13 +32,13 @@ def check_topic(topic: object) -> str:
     return topic
 
 
-GROUP_NAME_RE = TOPIC_NAME_RE
+GROUP_NAME_RE = NAME_RE
 
 
 def check_group(group: object) -> str:
     """Consumer group names follow the topic naming rule."""
     if not isinstance(group, str) or GROUP_NAME_RE.fullmatch(group) is None or group in (".", ".."):
-        raise InvalidInput(f"invalid group name {group!r}: must match {TOPIC_NAME_PATTERN}")
+        raise InvalidInput(f"invalid group name {group!r}: must match {NAME_PATTERN}")
     return group
 
 

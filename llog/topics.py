@@ -14,6 +14,8 @@ from llog.codec.etcd_values import (
     FENCED,
     OPEN,
     TABLE_FORMATS,
+    VALUE_SCHEMA_MODES,
+    VALUE_VALIDATIONS,
     CompactionCursor,
     Control,
     DamagedRange,
@@ -21,6 +23,7 @@ from llog.codec.etcd_values import (
     Pending,
     TopicMeta,
 )
+from llog.config import LlogConfig
 from llog.connection import Connection, topic_of
 from llog.control import ControlState, decode_control, decode_index, now_ms, read_control
 from llog.errors import CasConflict, CorruptMetadata, InvalidInput, TopicConflict
@@ -74,6 +77,23 @@ def parse_cleanup_policy(value: object) -> str | None:
     if joined not in CLEANUP_POLICIES:
         raise InvalidInput(f"cleanup policy must be 'delete', 'compact' or 'compact,delete', got {value!r}")
     return joined
+
+
+def _check_catalog(cfg: LlogConfig, table: str | None) -> None:
+    """A table needs a catalog every process reaches: an S3 store has no default."""
+    if table is not None and cfg.object_store.startswith("s3://") and not cfg.iceberg_catalog_uri:
+        raise InvalidInput("a table topic on an S3 store needs LLOG_ICEBERG_CATALOG_URI, a catalog every llog "
+                           "process of the deployment reaches (Postgres, a REST catalog, or SQLite on a path all "
+                           "of them share)")
+
+
+def _check_value_schema(mode: str | None, validation: str | None = None) -> None:
+    if mode is not None and mode not in VALUE_SCHEMA_MODES:
+        raise InvalidInput(f"value_schema must be None or one of {VALUE_SCHEMA_MODES}, got {mode!r}")
+    if validation is not None and validation not in VALUE_VALIDATIONS:
+        raise InvalidInput(f"value_validation must be None or one of {VALUE_VALIDATIONS}, got {validation!r}")
+    if validation is not None and mode is None:
+        raise InvalidInput("value_validation needs a value_schema: the values must name their schema")
 
 
 def _check_format(compacted_format: str | None, table: str | None) -> None:
@@ -137,6 +157,8 @@ class Topics:
         cleanup_policy: str | None = None,
         min_compaction_lag_ms: int | None = None,
         delete_retention_ms: int | None = None,
+        value_schema: str | None = None,
+        value_validation: str | None = None,
     ) -> TopicMeta:
         """Create a topic. Idempotent: creating an existing topic with the same
         partition count returns it; a different count raises :class:`TopicConflict`.
@@ -149,17 +171,23 @@ class Topics:
         ``compacted_format="parquet"``: the compactor writes compacted ranges as
         Parquet files (spec §7.6) instead of ``bytes-batch-v1`` bodies.
         ``table="iceberg"`` (implies Parquet): those files also form an Iceberg table
-        the compactor service keeps in step with the index (:mod:`llog.table`)."""
+        the compactor service keeps in step with the index (:mod:`llog.table`).
+        ``value_schema`` (``"schema-id"`` or ``"latest"``): values name their schema in
+        the registry (subject ``{topic}-value``), and a table has them as typed columns;
+        ``value_validation`` (``"refuse"`` or ``"dlq"``, with a ``value_schema``): brokers
+        check produced values against it (spec §14.1)."""
         check_topic(name)
+        _check_value_schema(value_schema, value_validation)
         _check_partitions(partitions)
         _check_limits(retention_ms=retention_ms, retention_bytes=retention_bytes)
         if table is not None and compacted_format is None:
             compacted_format = "parquet"
         _check_format(compacted_format, table)
+        _check_catalog(self.conn.config, table)
         policy = parse_cleanup_policy(cleanup_policy)
         _check_durations(min_compaction_lag_ms=min_compaction_lag_ms, delete_retention_ms=delete_retention_ms)
         meta = TopicMeta(name, partitions, now_ms(), retention_ms, retention_bytes, compacted_format, table, policy,
-                         min_compaction_lag_ms, delete_retention_ms)
+                         min_compaction_lag_ms, delete_retention_ms, value_schema, value_validation)
         _check_compaction(meta)
         key = self.conn.keys.topic_meta(name)
         r = self.conn.etcd.txn([absent(key)], [Put(key, meta.encode())], [Get(key)])
@@ -201,10 +229,19 @@ class Topics:
         """Give the topic an Iceberg table (``"iceberg"``, which also makes its
         compacted format Parquet) or stop maintaining it (``None``; the caller drops
         the catalog's table: ``llog topics alter --table none`` does)."""
+        _check_catalog(self.conn.config, table)
+
         def change(m: TopicMeta) -> TopicMeta:
             fmt = "parquet" if table is not None else m.compacted_format
             return replace(m, table=table, compacted_format=fmt)
         return self._alter(name, change)
+
+    def set_value_schema(self, name: str, value_schema: str | None, value_validation: str | None = None) -> TopicMeta:
+        """How the topic's values name their schema (``"schema-id"``, ``"latest"``, or
+        ``None``: opaque bytes; from the next compaction on) and whether brokers check
+        them at produce (``"refuse"``, ``"dlq"``; within seconds)."""
+        _check_value_schema(value_schema, value_validation)
+        return self._alter(name, lambda m: replace(m, value_schema=value_schema, value_validation=value_validation))
 
     def add_partitions(self, name: str, partitions: int) -> TopicMeta:
         """Grow ``name`` to ``partitions`` partitions (never fewer: records in a

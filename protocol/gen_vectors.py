@@ -375,6 +375,12 @@ def meta_vectors() -> list[Vector]:
          {"topic": "events"}, TopicMeta("events", 8, T0 - 86_400_000, None, None, "parquet")),
         ("topic-table", "topic record of a table topic: Parquet files kept as an Iceberg table", "topic_meta",
          {"topic": "events"}, TopicMeta("events", 8, T0 - 86_400_000, None, None, "parquet", "iceberg")),
+        ("topic-typed-table", "topic record of a table topic whose values carry a schema id (typed columns)",
+         "topic_meta", {"topic": "clicks"},
+         TopicMeta("clicks", 4, T0 - 86_400_000, None, None, "parquet", "iceberg", value_schema="schema-id")),
+        ("topic-validated", "topic record whose produced values are checked, the bad ones dead-lettered",
+         "topic_meta", {"topic": "orders"},
+         TopicMeta("orders", 4, T0 - 86_400_000, value_schema="schema-id", value_validation="dlq")),
         ("topic-compacted", "a compacted topic's record: cleanup_policy compact,delete with retention, "
          "min_compaction_lag_ms and delete_retention_ms",
          "topic_meta", {"topic": "users"},

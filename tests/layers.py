@@ -59,9 +59,11 @@ LAYERS: tuple[Layer, ...] = (
     ), "the write path `llog/write/` (§8: W0 checks and the uncompacted-keys gate, W1 staging, W2 commits, "
        "unknown outcomes, W3 acknowledgement) behind the `Writer` façade; the read path `llog/scan/` (§9) "
        "behind the `Reader` façade; time lookups; topic admin and fencing"),
-    Layer("4. clients and tables", ("llog/producer/*", "llog/groups/*", "llog/table/*", "llog/auth/*"),
+    Layer("4. clients and tables", ("llog/producer/*", "llog/groups/*", "llog/table/*", "llog/auth/*",
+                                    "llog/registry/*"),
           "the batching producer (accumulator → sender), committed offsets, membership, the `Consumer`; "
-          "table topics' Iceberg catalog and sync (§10.1); users and their SCRAM credentials, ACLs and the authorizer"),
+          "table topics' Iceberg catalog and sync (§10.1); users and their SCRAM credentials, ACLs and the authorizer; "
+          "the schema registry (§14)"),
     Layer("5. services", (
         "llog/broker/*", "llog/kafka/*", "llog/spark/*", "llog/__init__.py",
     ), "the HTTP broker and its Kafka listener, the Spark source and sink, the package's public names"),

@@ -390,6 +390,31 @@ def test_http_users_and_acls(config: LlogConfig, conn: Connection) -> None:
         assert kb.http.metric("llog_authorization_denials_total", listener="http") >= 3
 
 
+def test_the_schema_registry_with_users_and_acls(config: LlogConfig, conn: Connection) -> None:
+    """Reading schemas needs a user; registering under ``{topic}-value`` needs Write on
+    the topic, under another subject Alter on the cluster; levels, AlterConfigs."""
+    from confluent_kafka.schema_registry import Schema, SchemaRegistryClient, SchemaRegistryError
+
+    AclStore(conn).add([_acl(T, "a", Op.WRITE)])
+    schema = Schema('{"type": "string"}', "AVRO")
+    with _secured(config, conn) as (kb,):
+        def client(user: str) -> SchemaRegistryClient:
+            return SchemaRegistryClient({"url": kb.http.url, "basic.auth.user.info": f"{user}:{PASSWORDS[user]}"})
+
+        def refused(fn: Callable[[], object]) -> tuple[int, int]:
+            with pytest.raises(SchemaRegistryError) as err:
+                fn()
+            return err.value.http_status_code, err.value.error_code
+
+        assert client("alice").register_schema("a-value", schema) >= 1
+        assert refused(lambda: client("bob").register_schema("a-value", schema)) == (403, 40301)
+        assert refused(lambda: client("alice").register_schema("com.example.Click", schema)) == (403, 40301)
+        assert client("bob").get_latest_version("a-value").version == 1  # reading: any user
+        assert _http(kb.http.url, "/subjects")[0] == 401  # but a user
+        assert refused(lambda: client("alice").set_compatibility("a-value", "NONE")) == (403, 40301)
+        assert client("admin").set_compatibility("a-value", "NONE") == {"compatibility": "NONE"}
+
+
 # -- Kafka's own tools and the Java client ----------------------------------------------
 
 ACL_COMMAND = "org.apache.kafka.tools.AclCommand"

@@ -120,8 +120,11 @@ def test_read_topic_equals_the_source_and_uses_spark_s_parquet_reader(
     assert [r[2] for r in cut if r[1] == 0] == list(range(25, 75))
 
 
-def test_on_s3_without_s3a_every_range_goes_through_the_source(spark: SparkSession, config: LlogConfig) -> None:
-    cfg = replace(config, root_prefix=f"t-{uuid.uuid4().hex[:12]}")
+def test_on_s3_without_s3a_every_range_goes_through_the_source(
+    spark: SparkSession, config: LlogConfig, tmp_path: Path
+) -> None:
+    cfg = replace(config, root_prefix=f"t-{uuid.uuid4().hex[:12]}",
+                  iceberg_catalog_uri=f"sqlite:///{tmp_path / 'catalog.db'}")
     _fill(cfg)
     df = read_topic(spark, TOPIC, _options(cfg))
     assert _all(df) == _all(_source(spark, cfg))

@@ -106,7 +106,7 @@ def test_the_table_holds_exactly_the_compacted_records(tconn: Connection, tables
     assert rows == _compacted_rows(tconn, "events", 2) and len(rows) == 700
     info = tables.describe("events")
     assert info is not None
-    assert (info.files, info.rows, info.identifier) == (3, 700, "llog.events")
+    assert (info.files, info.rows, info.identifier) == (3, 700, f"{tconn.keys.root}.events")
     assert info.location == tconn.store.object_uri(tconn.keys.table_location("events"))
     # The data files are the compactor's objects, not copies.
     table = tables.table("events")
@@ -160,6 +160,14 @@ def test_retention_drops_files_from_the_table_before_vacuum_deletes_them(
     # Retention changed the index only: the table still names the expired file, so a
     # vacuum now must first drop it from the table, then delete it.
     assert tables.describe("ret").files == 2  # type: ignore[union-attr]
+    report = vacuum(tconn)
+    # The fence dropped it from the current snapshot, but the snapshots kept for time
+    # travel still name it: it stays until they are expired.
+    assert expired not in report.deleted and report.table_files == 1
+    one_kept = replace(tconn.config, iceberg_snapshots_kept=1)
+    with Connection(one_kept, etcd=tconn.etcd, store=tconn.store) as oconn, TableCatalog(oconn) as one:
+        assert sync_table(one, "ret", fence=True).kept == {
+            tconn.store.object_uri(e.data_key) for e in _entries(tconn, "ret", 0)}
     report = vacuum(tconn)
     assert expired in report.deleted and tconn.store.head(expired) is None
     table = tables.table("ret")
@@ -255,7 +263,7 @@ def test_the_cli_creates_describes_and_drops_a_table(tconn: Connection) -> None:
     out = json.loads(llog_cli(cfg, "topics", "describe", "cli-tb", "--json", "--sync-table").stdout)
     assert (out["table"]["files"], out["table"]["rows"]) == (1, 40)
     text = llog_cli(cfg, "topics", "describe", "cli-tb").stdout
-    assert "table: llog.cli-tb" in text
+    assert f"table: {cfg.root_prefix}.cli-tb" in text
     out = llog_cli(cfg, "topics", "alter", "cli-tb", "--table", "none")
     assert "dropped" in out.stdout
     assert json.loads(llog_cli(cfg, "topics", "describe", "cli-tb", "--json").stdout)["table"] is None

@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
-from llog.names import RESERVED_TOPICS, TOPIC_NAME_PATTERN
+from llog.names import NAME_PATTERN, RESERVED_TOPICS, TOPIC_NAME_PATTERN
 
 MAX_TOPIC_PARTITIONS = 10_000  # items of one request's array, and records per partition
 MAX_WAIT_MS = 60_000
@@ -25,8 +25,9 @@ DEFAULT_MAX_BYTES = 16 * 1024 * 1024
 MAX_MEMBER_CHARS = 256
 MAX_INT64 = 2**63 - 1
 
-_NAME = f"^{TOPIC_NAME_PATTERN}$"  # topics, groups and producer ids share one rule
-Topic = Annotated[str, Meta(pattern=_NAME, extra_json_schema={"not": {"enum": sorted(RESERVED_TOPICS)}})]
+_NAME = f"^{NAME_PATTERN}$"  # groups and producer ids: Kafka's rule
+Topic = Annotated[str, Meta(pattern=f"^{TOPIC_NAME_PATTERN}$",
+                            extra_json_schema={"not": {"enum": sorted(RESERVED_TOPICS)}})]
 Group = Annotated[str, Meta(pattern=_NAME, extra_json_schema={"not": {"enum": [".", ".."]}})]
 ProducerId = Annotated[str, Meta(pattern=_NAME)]
 Partition = Annotated[int, Meta(ge=0, le=MAX_INT64)]

@@ -27,7 +27,8 @@ from starlette.types import Message, Receive, Scope, Send
 from llog.broker.exception_handlers import error_answer
 from llog.broker.http_auth import CALLER_SCOPE_KEY, HttpAuth
 from llog.broker.responses import error_response
-from llog.broker.routes import ENDPOINTS, ROUTES, Endpoint
+from llog.broker.routes import ENDPOINTS, REGISTRY, ROUTES, Endpoint
+from llog.broker.routes.schema_registry import ROOTS as REGISTRY_ROOTS
 from llog.broker.state import BROKER_SCOPE_KEY, Broker, WorkerPlace
 from llog.config import LlogConfig
 
@@ -64,6 +65,8 @@ class BrokerApp:
     async def _http(self, scope: Scope, receive: Receive, send: Send) -> None:
         path = scope["path"]
         endpoint = self.routes.get(path)
+        if endpoint is None and path.split("/", 2)[1] in REGISTRY_ROOTS:
+            endpoint = REGISTRY
         status = 500
 
         async def send_wrapper(message: Message) -> None:
@@ -82,6 +85,8 @@ class BrokerApp:
             if self.broker is not None:
                 m = self.broker.conn.metrics
                 route = path if endpoint is not None else "other"
+                if endpoint is REGISTRY:  # one label per API, not per subject
+                    route = "/" + path.split("/", 2)[1]
                 m.http_requests.labels(route, str(status)).inc()
                 m.http_latency.labels(route).observe(time.perf_counter() - start)
 
@@ -104,7 +109,7 @@ class BrokerApp:
             if other in self.routes:  # as Starlette's router did: 307 keeps method and body
                 return RedirectResponse(str(request.url.replace(path=other)), status_code=307)
             return error_response(404, "NotFound", f"Not Found: {method} {path}")
-        if method != endpoint.method and not (method == "HEAD" and endpoint.method == "GET"):
+        if endpoint.method != "*" and method != endpoint.method and not (method == "HEAD" and endpoint.method == "GET"):
             resp = error_response(405, "MethodNotAllowed", f"Method Not Allowed: {method} {endpoint.path}")
             resp.headers["allow"] = endpoint.method
             return resp

@@ -10,6 +10,7 @@ import uuid
 from dataclasses import dataclass, replace
 from typing import cast
 
+import anyio
 from starlette.requests import Request
 
 from llog.auth.authorizer import Authorizer, parse_super_users
@@ -17,6 +18,7 @@ from llog.broker.filecache import FileTailCache
 from llog.broker.loop_inbox import LoopInbox
 from llog.broker.readiness import Readiness
 from llog.broker.remote_commits import RemoteCommits
+from llog.broker.screening import Screening
 from llog.broker.tailcache import TailCache
 from llog.broker.wakeup import PartitionTails
 from llog.codec.etcd_values import TopicMeta
@@ -27,6 +29,7 @@ from llog.names import TopicPartition
 from llog.producer import BatchingProducer
 from llog.reader import Reader
 from llog.records import Record
+from llog.registry import SchemaRegistry
 from llog.topics import Topics
 from llog.writer import AppendResult
 
@@ -80,10 +83,16 @@ class Broker:
         #: Set when ``auth_acls`` is on: decides every request by the ACLs (:meth:`start` reads them).
         self.authorizer = (Authorizer(self.conn, parse_super_users(config.auth_super_users))
                            if config.auth_acls else None)
+        #: Confluent's Schema Registry, served under ``/subjects``, ``/schemas``, ... (spec §12).
+        self.registry = SchemaRegistry(self.conn)
+        #: Bounds the registry's requests on threads (llog/broker/routes/schema_registry.py).
+        self.registry_limiter: anyio.CapacityLimiter | None = None
         self.producer = BatchingProducer(
             self.conn, send_timeout_s=config.broker_send_timeout_s, on_commit=self._committed,
             put_rate=config.broker_put_rate, put_burst=config.broker_put_burst,
         )
+        #: Checks produced values against their topic's schema (``value_validation``).
+        self.screening = Screening(self.conn, self.registry, self.producer)
         if self.authorizer is not None:  # last: what failed before it leaves no watch behind
             try:
                 self.authorizer.start()

@@ -8,6 +8,7 @@ from typing import Any
 
 from llog.cli import values
 from llog.cli.common import connection_from_args, print_json
+from llog.codec.etcd_values import VALUE_SCHEMA_MODES, VALUE_VALIDATIONS
 from llog.connection import Connection
 from llog.errors import InvalidInput, LlogError
 from llog.table import TableCatalog, delete_topic, sync_table
@@ -66,6 +67,8 @@ def _register_create(tsub: Any) -> None:
     p.add_argument("--cleanup-policy", choices=POLICIES, default="delete", help=POLICY_HELP)
     p.add_argument("--min-compaction-lag-ms", type=values.non_negative_int, help=LAG_HELP)
     p.add_argument("--delete-retention-ms", type=values.non_negative_int, help=TOMBSTONE_HELP)
+    p.add_argument("--value-schema", choices=VALUE_SCHEMA_MODES, help=VALUE_SCHEMA_HELP)
+    p.add_argument("--value-validation", choices=VALUE_VALIDATIONS, help=VALIDATION_HELP)
     p.set_defaults(func=_create)
 
 
@@ -86,7 +89,21 @@ def _register_alter(tsub: Any) -> None:
     p.add_argument("--table", choices=("iceberg", "none"),
                    help="iceberg: start an Iceberg table of the compacted Parquet files; none: stop and drop it "
                         "from the catalog (the files stay, the index still names them)")
+    p.add_argument("--value-schema", choices=(*VALUE_SCHEMA_MODES, "none"), help=VALUE_SCHEMA_HELP)
+    p.add_argument("--value-validation", choices=(*VALUE_VALIDATIONS, "none"),
+                   help=VALIDATION_HELP + " (with --value-schema; none: stop checking)")
     p.set_defaults(func=_alter)
+
+
+VALIDATION_HELP = ("check produced values against the schema: refuse a batch with a bad value, or move bad "
+                   "values to the dead-letter topic TOPIC~dlq")
+VALUE_SCHEMA_HELP = ("how values name their schema in the registry (subject TOPIC-value): schema-id "
+                     "(Confluent's serializers' wire format) or latest (no prefix); a table then has typed columns")
+
+
+def _value_schema(mode: str | None) -> str:
+    return {"schema-id": "carry a schema id", "latest": "use the subject's latest schema"}.get(
+        mode or "", "are opaque bytes")
 
 
 def _create(args: argparse.Namespace) -> int:
@@ -101,6 +118,8 @@ def _create(args: argparse.Namespace) -> int:
             cleanup_policy=args.cleanup_policy,
             min_compaction_lag_ms=args.min_compaction_lag_ms,
             delete_retention_ms=args.delete_retention_ms,
+            value_schema=args.value_schema,
+            value_validation=args.value_validation,
         )
     print(f"topic {meta.name}: {meta.partitions} partition(s)" + (f", {meta.table} table" if meta.table else "")
           + (f", cleanup.policy {meta.cleanup_policy}" if meta.cleanup_policy else ""))
@@ -112,9 +131,11 @@ def _alter(args: argparse.Namespace) -> int:
                                                        "delete_retention_ms") if getattr(args, name) is not UNCHANGED}
     if args.cleanup_policy is not None:
         settings["cleanup_policy"] = args.cleanup_policy
-    if args.compacted_format is None and args.table is None and not settings and args.partitions is None:
+    if (args.compacted_format is None and args.table is None and args.value_schema is None
+            and args.value_validation is None and not settings and args.partitions is None):
         raise InvalidInput("give --partitions, --retention-ms, --retention-bytes, --cleanup-policy, "
-                           "--min-compaction-lag-ms, --delete-retention-ms, --compacted-format or --table")
+                           "--min-compaction-lag-ms, --delete-retention-ms, --compacted-format, --table or "
+                           "--value-schema")
     with connection_from_args(args) as conn:
         topics = Topics(conn)
         if args.partitions is not None:
@@ -138,6 +159,14 @@ def _alter(args: argparse.Namespace) -> int:
             print(f"topic {meta.name}: {meta.table} table from the next sync on")
         if args.compacted_format is not None:
             meta = topics.set_compacted_format(args.topic, _format(args.compacted_format))
+        if args.value_schema is not None or args.value_validation is not None:
+            current = conn.topic(args.topic, refresh=True)
+            mode = current.value_schema if args.value_schema is None else args.value_schema
+            check = current.value_validation if args.value_validation is None else args.value_validation
+            meta = topics.set_value_schema(args.topic, None if mode == "none" else mode,
+                                           None if check == "none" or mode == "none" else check)
+            print(f"topic {meta.name}: values {_value_schema(meta.value_schema)}"
+                  + (f", checked at produce ({meta.value_validation})" if meta.value_validation else ""))
     if args.compacted_format is not None or args.table is not None:
         print(f"topic {meta.name}: compacted ranges are written as {meta.compacted_format or 'bytes-batch-v1'} "
               "from the next compaction on")

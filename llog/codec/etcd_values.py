@@ -216,6 +216,17 @@ class IndexEntry:
 COMPACTED_FORMATS = ("parquet",)
 #: Values of ``meta/topic``'s ``table`` (absent: no table); a table needs Parquet files.
 TABLE_FORMATS = ("iceberg",)
+#: Values of ``meta/topic``'s ``value_schema`` (absent: values are opaque bytes): how a
+#: value names its schema in the registry (subject ``{topic}-value``): Confluent's wire
+#: format (a zero byte, the 4-byte schema id, the encoded value), or none (the
+#: subject's latest schema).
+VALUE_SCHEMA_MODES = ("schema-id", "latest")
+#: Values of ``meta/topic``'s ``value_validation`` (absent: values are not checked at
+#: produce): a batch with a value its schema refuses is refused whole, or its bad
+#: values go to the dead-letter topic ``{topic}~dlq`` (spec §14.1).
+VALUE_VALIDATIONS = ("refuse", "dlq")
+#: The suffix of a topic's dead-letter topic.
+DLQ_SUFFIX = "~dlq"
 #: A topic's ``cleanup_policy`` as stored (absent: ``delete``, retention only).
 CLEANUP_POLICIES = ("compact", "compact,delete")
 #: Kafka's default ``delete.retention.ms``: a day.
@@ -254,6 +265,12 @@ class TopicMeta:
     #: Kafka's ``delete.retention.ms`` (None: :data:`DELETE_RETENTION_MS`): how long a
     #: tombstone is kept once key compaction has passed it.
     delete_retention_ms: int | None = None
+    #: How values name their schema (:data:`VALUE_SCHEMA_MODES`; ``None``: they do not):
+    #: a table topic's table then has the decoded values as typed columns.
+    value_schema: str | None = None
+    #: What a broker does with a produced value its schema refuses
+    #: (:data:`VALUE_VALIDATIONS`; ``None``: it does not check); needs ``value_schema``.
+    value_validation: str | None = None
     #: The ``create_revision`` of the record's key when read from etcd (0: not read):
     #: which incarnation of the name this is. Commits compare it (the topic guard,
     #: spec §4.5), so nothing is written under a deleted topic's keys. Not encoded.
@@ -295,6 +312,10 @@ class TopicMeta:
             m["min_compaction_lag_ms"] = self.min_compaction_lag_ms
         if self.delete_retention_ms is not None:
             m["delete_retention_ms"] = self.delete_retention_ms
+        if self.value_schema is not None:
+            m["value_schema"] = self.value_schema
+        if self.value_validation is not None:
+            m["value_validation"] = self.value_validation
         return _pack(m)
 
     @classmethod
@@ -320,6 +341,13 @@ class TopicMeta:
         policy = m.get("cleanup_policy")
         if policy is not None and policy not in CLEANUP_POLICIES:
             raise MetaFormatError(f"cleanup_policy {policy!r} is not one of {CLEANUP_POLICIES}")
+        mode = m.get("value_schema")
+        if mode is not None and mode not in VALUE_SCHEMA_MODES:
+            raise MetaFormatError(f"value_schema {mode!r} is not one of {VALUE_SCHEMA_MODES}")
+        validation = m.get("value_validation")
+        if validation is not None and (validation not in VALUE_VALIDATIONS or mode is None):
+            raise MetaFormatError(f"value_validation {validation!r} is not one of {VALUE_VALIDATIONS} "
+                                  "with a value_schema")
         return cls(
             name=_field(m, "name", str),
             partitions=_field(m, "partitions", int),
@@ -331,6 +359,8 @@ class TopicMeta:
             cleanup_policy=policy,
             min_compaction_lag_ms=lag,
             delete_retention_ms=drm,
+            value_schema=mode,
+            value_validation=validation,
             revision=revision,
         )
 

@@ -246,9 +246,14 @@ def _parse(framing: Iterable[tuple[int, memoryview]]) -> kafka_records.KafkaReco
     return cols
 
 
+def records_of(batches: KafkaBatches) -> kafka_records.KafkaRecords:
+    """The records of ``batches`` (checked by :func:`check_batches`), as columns."""
+    return _parse(iter_batches(memoryview(batches.data)))
+
+
 def has_null_key(batches: KafkaBatches) -> bool:
     """Whether a record of ``batches`` (checked by :func:`check_batches`) has no key."""
-    return None in _parse(iter_batches(memoryview(batches.data))).keys
+    return None in records_of(batches).keys
 
 
 def decode(body: bytes | memoryview, *, verify: bool = True) -> batch.Batch:

@@ -87,9 +87,12 @@ def schema() -> pa.Schema:
     ])
 
 
-def encode(cols: batch.RecordColumns, partition: int, start_offset: int) -> bytes:
+def encode(cols: batch.RecordColumns, partition: int, start_offset: int,
+           extra: dict[str, Any] | None = None) -> bytes:
     """Records given as columns (timestamps, keys or None, values, headers or None),
-    the first at ``start_offset``, as one Parquet file."""
+    the first at ``start_offset``, as one Parquet file. ``extra``: more columns after
+    those (Arrow arrays, one row per record): a table topic's typed values (§7.6),
+    which llog's readers never read."""
     pa = _pa()
     stamps, keys, values, headers = cols
     n = len(values)
@@ -104,6 +107,8 @@ def encode(cols: batch.RecordColumns, partition: int, start_offset: int) -> byte
         "headers": pa.array([[] for _ in range(n)] if headers is None else
                             [[{"key": k, "value": v} for k, v in h] for h in headers], schema().field("headers").type),
     }, schema=schema())
+    for name, column in (extra or {}).items():
+        table = table.append_column(name, column)
     size = sum(len(v) for v in values if v is not None) + sum(len(k) for k in keys or () if k is not None)
     rows = max(1, min(n, n * ROW_GROUP_BYTES // max(1, size)))
     sink = pa.BufferOutputStream()

@@ -28,6 +28,7 @@ from llog.errors import (
     ProducerClosed,
     ProducerFenced,
     RecordTooLarge,
+    SchemaViolation,
     SequenceError,
     SessionExpired,
     StaleEpoch,
@@ -121,7 +122,7 @@ _CODES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Error
     ((AmbiguousCommit, BackPressure, CoordinationError, StoreError, SessionExpired), ErrorCode.REQUEST_TIMED_OUT),
     (UnsupportedCompression, ErrorCode.UNSUPPORTED_COMPRESSION_TYPE),
     (UnsupportedMessageFormat, ErrorCode.UNSUPPORTED_FOR_MESSAGE_FORMAT),
-    ((InvalidRecordBatch, KeyRequired), ErrorCode.INVALID_RECORD),
+    ((InvalidRecordBatch, KeyRequired, SchemaViolation), ErrorCode.INVALID_RECORD),
     (KafkaBatchError, ErrorCode.CORRUPT_MESSAGE),
     (InvalidInput, ErrorCode.INVALID_REQUEST),
 )

@@ -1,9 +1,11 @@
 """The Iceberg catalog of table topics: open it, create and load a topic's table.
 
 One table per topic whose ``meta/topic`` has ``table = "iceberg"``, named
-``{iceberg_namespace}.{topic}``, at ``{store}/{root}/{topic}/table`` (metadata only:
-the data files are the compactor's Parquet files, added where they are). Its schema is
-the Parquet file's (spec §7.6), partitioned by llog partition (identity).
+``{namespace}.{topic}`` (the namespace defaults to the root prefix), at
+``{store}/{root}/{topic}/table`` (metadata only: the data files are the compactor's
+Parquet files, added where they are). Its schema is the Parquet file's (spec §7.6),
+partitioned by llog partition (identity). A table loaded by name must be this
+deployment's (:mod:`llog.table.identity`). The pyiceberg catalog's name is ``llog``.
 
 pyiceberg is an optional dependency (``pip install 'llog[table]'``); without it the
 table calls raise :class:`TableUnavailable` naming the fix.
@@ -13,12 +15,15 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from typing import TYPE_CHECKING, Any
 
 from llog.connection import Connection
 from llog.errors import LlogError, TableError
 from llog.store import LocalStore
+from llog.table import identity
+from llog.table.snapshots import ManifestLists
 
 if TYPE_CHECKING:
     from pyiceberg.catalog import Catalog
@@ -33,8 +38,15 @@ TABLE_PROPERTIES = {
     "commit.retry.num-retries": "0",
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "20",
+    # Appends merge small manifests, so planning reads a bounded number of them however
+    # many syncs the table has seen.
+    "commit.manifest-merge.enabled": "true",
+    "commit.manifest.min-count-to-merge": "16",
     "llog.managed": "true",
 }
+
+#: The name pyiceberg gives the catalog (``load_catalog("llog", ...)`` in engines' docs).
+CATALOG_NAME = "llog"
 
 
 class TableUnavailable(LlogError):
@@ -51,14 +63,19 @@ def _pyiceberg() -> None:
         raise TableUnavailable() from None
 
 
-def catalog_uri(conn: Connection) -> str:
-    """The configured catalog, or the default: SQLite beside a local store's data, or
-    in the working directory for an S3 store."""
+def catalog_uri(conn: Connection) -> str | None:
+    """The configured catalog, or the default: SQLite beside a local store's data. An S3
+    store has none: every process of the deployment must reach one catalog, and no
+    file on one host (let alone one working directory) is that."""
     if conn.config.iceberg_catalog_uri:
         return conn.config.iceberg_catalog_uri
     store = conn.store
-    path = store.root / "iceberg.db" if isinstance(store, LocalStore) else os.path.abspath("llog-iceberg.db")
-    return f"sqlite:///{path}"
+    return f"sqlite:///{store.root / 'iceberg.db'}" if isinstance(store, LocalStore) else None
+
+
+def namespace(conn: Connection) -> str:
+    """The catalog namespace of the deployment's tables: configured, or the root prefix."""
+    return conn.config.iceberg_namespace or conn.keys.root
 
 
 def io_properties(conn: Connection) -> dict[str, str]:
@@ -136,8 +153,18 @@ class TableCatalog:
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.uri = catalog_uri(conn)
+        self.configured_uri = catalog_uri(conn)
+        self.manifest_lists = ManifestLists()
         self._catalog: Catalog | None = None
+
+    @property
+    def uri(self) -> str:
+        """The catalog's URI; :class:`TableError` if the deployment has none."""
+        if self.configured_uri is None:
+            raise TableError("*", "table topics on an S3 store need LLOG_ICEBERG_CATALOG_URI: a catalog every "
+                                  "llog process of the deployment reaches (Postgres, a REST catalog, or SQLite "
+                                  "on a path all of them share)")
+        return self.configured_uri
 
     @property
     def catalog(self) -> Catalog:
@@ -152,24 +179,28 @@ class TableCatalog:
             if self.uri.startswith(("http://", "https://")):
                 from pyiceberg.catalog.rest import RestCatalog
 
-                return RestCatalog("llog", uri=self.uri, **props)
+                return RestCatalog(CATALOG_NAME, uri=self.uri, **props)
             from pyiceberg.catalog.sql import SqlCatalog
 
             if self.uri.startswith("sqlite:///"):
                 os.makedirs(os.path.dirname(self.uri[len("sqlite:///"):]) or ".", exist_ok=True)
-            return SqlCatalog("llog", uri=self.uri, **props)
+            return SqlCatalog(CATALOG_NAME, uri=self.uri, **props)
+        except LlogError:
+            raise
         except Exception as exc:  # the catalog's driver raises its own types
             raise TableError("*", f"cannot open the catalog {self.uri}: {exc}") from exc
 
     def identifier(self, topic: str) -> str:
-        return f"{self.conn.config.iceberg_namespace}.{topic}"
+        return f"{namespace(self.conn)}.{topic}"
 
     def location(self, topic: str) -> str:
         return self.conn.store.object_uri(self.conn.keys.table_location(topic))
 
     def table(self, topic: str, *, create: bool = True) -> Table | None:
         """The topic's table, created if missing (``create``), else ``None`` if absent.
-        Its commit properties are put back if someone changed them."""
+        Its commit properties are put back if someone changed them. :class:`TableError`
+        if the catalog's table is not this deployment's, or the deployment's table is
+        in another catalog (:mod:`llog.table.identity`)."""
         from pyiceberg.exceptions import NoSuchTableError
         from pyiceberg.partitioning import PartitionField, PartitionSpec
         from pyiceberg.transforms import IdentityTransform
@@ -179,15 +210,19 @@ class TableCatalog:
             try:
                 table = self.catalog.load_table(ident)
             except NoSuchTableError:
+                uuid = identity.recorded(self.conn, topic)
+                if uuid is not None:
+                    raise identity.refuse_missing(topic, ident, self.uri, uuid) from None
                 if not create:
                     return None
-                self.catalog.create_namespace_if_not_exists(self.conn.config.iceberg_namespace)
+                self.catalog.create_namespace_if_not_exists(namespace(self.conn))
                 spec = PartitionSpec(PartitionField(1, 1000, IdentityTransform(), "partition"))
                 table = self.catalog.create_table_if_not_exists(
                     ident, schema=iceberg_schema(), partition_spec=spec,
                     location=self.location(topic), properties=TABLE_PROPERTIES,
                 )
                 log.info("created Iceberg table %s at %s", ident, table.location())
+            identity.check(self.conn, topic, table, self.location(topic), self.uri)
             drift = {k: v for k, v in TABLE_PROPERTIES.items() if table.properties.get(k) != v}
             if drift:
                 with table.transaction() as tx:
@@ -231,14 +266,19 @@ class TableCatalog:
             table = self.catalog.load_table(ident) if metadata else None
             self.catalog.drop_table(ident)
         except NoSuchTableError:
+            identity.forget(self.conn, topic)
             return False
+        identity.forget(self.conn, topic)
         if table is not None:
-            # Through the store, not the table's FileIO: pyarrow's S3 file system
-            # leaves an empty "directory" object behind each deletion.
-            uri, key = self.location(topic), self.conn.keys.table_location(topic)
-            files = _metadata_files(table)
-            self.conn.store.delete(sorted(key + f[len(uri):] for f in files if f.startswith(uri + "/")))
+            self.delete_metadata(topic, _metadata_files(table))
         return True
+
+    def delete_metadata(self, topic: str, uris: Iterable[str]) -> None:
+        """Delete the topic's table metadata files ``uris`` (others are ignored).
+        Through the store, not the table's FileIO: pyarrow's S3 file system leaves an
+        empty "directory" object behind each deletion."""
+        uri, key = self.location(topic), self.conn.keys.table_location(topic)
+        self.conn.store.delete(sorted(key + f[len(uri):] for f in uris if f.startswith(uri + "/")))
 
     def close(self) -> None:
         engine = getattr(self._catalog, "engine", None)

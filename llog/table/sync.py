@@ -20,14 +20,14 @@ one it read fails; one whose read came after the removal commit also read the in
 after the file left it, and references never return (spec §11). Vacuum relies on this
 with ``fence=True``: it commits a snapshot (empty if nothing changed) after its
 reference scan, so every sync that read the table earlier fails, and then deletes only
-files that the fenced snapshot does not hold.
+files that no snapshot the table keeps names (:mod:`llog.table.snapshots`): time travel
+to any kept snapshot reads every file it names.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
 from llog.codec.etcd_values import COMPACTED, PARQUET_ENCODING
@@ -35,10 +35,12 @@ from llog.connection import Connection
 from llog.control import decode_index
 from llog.errors import LlogError, TableError
 from llog.table.catalog import TableCatalog
+from llog.table.orphans import delete_orphans
+from llog.table.snapshots import expire, files_of_snapshots
 
 if TYPE_CHECKING:
     from pyiceberg.manifest import DataFile
-    from pyiceberg.table import Table
+    from pyiceberg.table import Table, Transaction
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +51,8 @@ MAX_ATTEMPTS = 16
 @dataclass(frozen=True)
 class SyncResult:
     """One sync: files ``added`` and ``removed``, the table's ``files`` (object URIs)
-    after it, its snapshot, and whether a snapshot was committed."""
+    after it, its snapshot, and whether a snapshot was committed. A fencing sync also
+    gives ``kept``: every file a snapshot the table keeps names (what vacuum spares)."""
 
     topic: str
     added: int
@@ -57,6 +60,7 @@ class SyncResult:
     files: frozenset[str]
     snapshot_id: int | None
     committed: bool
+    kept: frozenset[str] = frozenset()
 
 
 def indexed_files(conn: Connection, topic: str) -> set[str]:
@@ -114,6 +118,7 @@ def _attempt(tables: TableCatalog, topic: str, fence: bool) -> SyncResult | None
             for f in remove:
                 overwrite.delete_data_file(f)
     if add:
+        evolve_schema(tx, table, add)
         tx.add_files(add, snapshot_properties=props, check_duplicate_files=False)
     if not add and not remove:
         with tx.update_snapshot(snapshot_properties=props).fast_append():
@@ -123,22 +128,50 @@ def _attempt(tables: TableCatalog, topic: str, fence: bool) -> SyncResult | None
     except CommitFailedException as exc:
         log.info("table sync of %s raced another commit (%s); again", topic, exc)
         return None
-    _expire(tables, table)
     if add or remove:
         log.info("table of %s: +%d -%d files", topic, len(add), len(remove))
-    snap = table.current_snapshot()
-    return SyncResult(topic, len(add), len(remove), frozenset(wanted), snap.snapshot_id if snap else None, True)
+    return _after_commit(tables, topic, table, SyncResult(topic, len(add), len(remove), frozenset(wanted),
+                                                          None, True), fence)
 
 
-def _expire(tables: TableCatalog, table: Table) -> None:
-    """Keep the newest ``iceberg_snapshots_kept`` snapshots (metadata only: a file
-    leaves storage by vacuum, never here)."""
-    keep = tables.conn.config.iceberg_snapshots_kept
-    snaps = sorted(table.metadata.snapshots, key=lambda s: s.timestamp_ms)
-    old = [s.snapshot_id for s in snaps[:-keep]]
-    if not old:
+def evolve_schema(tx: Transaction, table: Table, files: list[str]) -> None:
+    """Widen the table's schema to the typed columns of ``files`` (spec §7.6): a field
+    added keeps the ids of those before it, a type promoted (int to long, float to
+    double) keeps its own, so every file the table had still reads."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from llog.registry.columns import FIELDS, FIELDS_ERROR
+
+    typed = []
+    for uri in files:
+        with table.io.new_input(uri).open() as f:
+            schema = pq.read_schema(f)
+        if FIELDS in schema.names:
+            typed.append(pa.schema([schema.field(FIELDS), schema.field(FIELDS_ERROR)]))
+    if not typed:
         return
-    from pyiceberg.exceptions import CommitFailedException
+    try:
+        with tx.update_schema() as update:
+            update.union_by_name(pa.unify_schemas(typed, promote_options="permissive"))
+    except (ValueError, TypeError, pa.ArrowException) as exc:  # pyiceberg's refusals are ValueErrors
+        topic = table.name()[-1]
+        raise TableError(topic, f"the typed columns of new files cannot widen the table's schema ({exc}): Iceberg "
+                                "promotes only int to long, float to double and decimal precision; the files wait "
+                                "in the index (vacuum keeps them) until the table is re-created "
+                                "(llog topics alter --table none, then --table iceberg)") from exc
 
-    with contextlib.suppress(CommitFailedException):  # another commit won; the next sync expires them
-        table.maintenance.expire_snapshots().by_ids(old).commit()
+
+def _after_commit(tables: TableCatalog, topic: str, table: Table, result: SyncResult, fence: bool) -> SyncResult:
+    """Expire snapshots; for a fence, also the files kept snapshots name (read after the
+    fence committed: a later snapshot names only files the index names, and the fence
+    refused every sync that read the table before it) and orphaned metadata."""
+    snap = table.current_snapshot()
+    fence_metadata = table.metadata_location
+    expire(table, tables.conn.config.iceberg_snapshots_kept, tables.manifest_lists,
+           lambda uris: tables.delete_metadata(topic, uris))
+    kept = frozenset[str]()
+    if fence:
+        kept = files_of_snapshots(table)
+        delete_orphans(tables.conn, topic, table, fence_metadata, tables.manifest_lists)
+    return replace(result, snapshot_id=snap.snapshot_id if snap else None, kept=kept)

@@ -12,7 +12,7 @@ from typing import cast
 from llog.codec import batch, kafka_body
 from llog.connection import Connection
 from llog.errors import InvalidInput, InvalidRecord, KeyRequired, RecordTooLarge
-from llog.names import TOPIC_NAME_PATTERN, TOPIC_NAME_RE, check_partition, check_topic
+from llog.names import NAME_PATTERN, NAME_RE, check_partition, check_topic
 from llog.records import AppendGroup, Headers, KafkaBatches, Record
 
 #: What an append takes per group: an :class:`AppendGroup` or ``(topic, partition, records)``.
@@ -115,9 +115,9 @@ def check_producer(
     if producer_id is None and sequence is None and epoch is None:
         return None
     # The id becomes an etcd key segment, so it follows the topic naming rule.
-    if not isinstance(producer_id, str) or TOPIC_NAME_RE.fullmatch(producer_id) is None:
+    if not isinstance(producer_id, str) or NAME_RE.fullmatch(producer_id) is None:
         raise InvalidInput(
-            f"producer_id for {topic}/{partition} must match {TOPIC_NAME_PATTERN}, got {producer_id!r}"
+            f"producer_id for {topic}/{partition} must match {NAME_PATTERN}, got {producer_id!r}"
         )
     if isinstance(sequence, bool) or not isinstance(sequence, int) or not 0 <= sequence < 2**63:
         raise InvalidInput(f"sequence for {topic}/{partition} must be an int >= 0 with a producer_id, got {sequence!r}")

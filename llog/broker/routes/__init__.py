@@ -14,6 +14,7 @@ from llog.broker.routes.consume import consume
 from llog.broker.routes.groups import commit, offsets
 from llog.broker.routes.meta import blob_range, health, metrics_json, metrics_prometheus, openapi, ready
 from llog.broker.routes.produce import produce
+from llog.broker.routes.schema_registry import registry
 
 
 @dataclass(frozen=True)
@@ -21,6 +22,7 @@ class Endpoint:
     """One route of the broker."""
 
     path: str
+    #: ``*``: any method (the handler answers the ones it serves).
     method: str
     handler: Callable[[Request], Awaitable[Response]]
     #: Answered without the bearer token (probes and the API description).
@@ -39,5 +41,8 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("/openapi.json", "GET", openapi, public=True),
     Endpoint("/blobs", "GET", blob_range),
 )
+#: Confluent's Schema Registry API: every path under ``/subjects``, ``/schemas``,
+#: ``/config``, ``/compatibility``, ``/mode`` and ``/contexts``.
+REGISTRY = Endpoint("/subjects", "*", registry)
 #: Every path; others are counted in the request metrics as ``other``.
 ROUTES: frozenset[str] = frozenset(e.path for e in ENDPOINTS)

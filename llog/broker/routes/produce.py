@@ -15,6 +15,7 @@ from llog.broker.http_auth import Access
 from llog.broker.request_body import read_body
 from llog.broker.responses import results_response
 from llog.broker.schemas import ProducePartition, parse_produce
+from llog.broker.screening import Records
 from llog.broker.state import Broker, broker_of
 from llog.broker.statuses import partition_error
 from llog.errors import BackPressure, LlogError
@@ -69,14 +70,17 @@ def submit(
         key = (tp.topic, tp.partition)
         # Not on the loop: a partition not seen yet, or a topic this broker forgot (it
         # was deleted: reading it again is etcd I/O).
-        if fast and (key not in broker.validated or broker.conn.cached_topic(tp.topic) is None):
+        if fast and (key not in broker.validated or broker.conn.cached_topic(tp.topic) is None
+                     or not broker.screening.fast(tp.topic)):
             break
         try:
+            records: Records = tp.records
             if not fast:
                 # Created here when auto-creation is on (and the caller may create it).
                 broker.topic(tp.topic, create=access is None or access.may_create(tp.topic))
+                records = broker.screening.screen(tp.topic, tp.partition, records)
             out.append(broker.producer.send_group(
-                tp.topic, tp.partition, tp.records, producer_id=tp.producer_id, sequence=tp.sequence,
+                tp.topic, tp.partition, records, producer_id=tp.producer_id, sequence=tp.sequence,
                 producer_epoch=tp.producer_epoch,
                 timeout=0 if fast else None,
             ))

@@ -76,7 +76,8 @@ async def _submit(ctx: Context, topic: str, partition: int, batches: KafkaBatche
     meta = broker.conn.cached_topic(topic)
     try:
         # A compacted topic's records are parsed for keys (KeyRequired): off the loop.
-        if (topic, partition) in broker.validated and meta is not None and not meta.compacted:
+        if ((topic, partition) in broker.validated and meta is not None and not meta.compacted
+                and broker.screening.fast(topic)):
             try:  # on the event loop while nothing blocks, like the HTTP route
                 return broker.producer.send_group(topic, partition, batches, producer_id=producer_id,
                                                   sequence=sequence, producer_epoch=epoch, timeout=0)
@@ -93,7 +94,8 @@ def _send_blocking(
 ) -> Future[AppendResult]:
     broker = ctx.broker
     broker.topic(topic, create=ctx.may_create(topic))  # created here when auto-creation is on
-    fut = broker.producer.send_group(topic, partition, records, producer_id=producer_id, sequence=sequence,
+    checked = broker.screening.screen(topic, partition, records)
+    fut = broker.producer.send_group(topic, partition, checked, producer_id=producer_id, sequence=sequence,
                                      producer_epoch=epoch)
     broker.validated.add((topic, partition))
     return fut

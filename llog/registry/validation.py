@@ -1,0 +1,141 @@
+"""Checking produced values against a topic's schema (``value_validation``, spec §14.1).
+
+A value of a ``schema-id`` topic must carry Confluent's prefix (byte 0, a 4-byte id)
+naming a schema registered under the topic's subject ``{topic}-value``, and decode with
+it; a value of a ``latest`` topic must decode with the subject's latest schema. Avro
+values must decode to their last byte (fastavro); JSON values must parse and validate
+(jsonschema); Protobuf values must parse as the message the prefix's message indexes
+name. A null value (a tombstone) always passes.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import struct
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from llog.errors import LlogError
+from llog.registry import protobuf_messages
+from llog.registry.columns import subject_of
+from llog.registry.model import AVRO, JSON_SCHEMA
+from llog.registry.store import SchemaRegistry
+
+#: Seconds a topic's subject ids are trusted before an unknown id reads them again.
+SUBJECT_IDS_TTL_S = 5.0
+#: Characters of a reason kept (it travels in a header and an error message).
+MAX_REASON = 300
+
+Check = Callable[[bytes], None]
+
+
+class ValueValidator:
+    """Finds the values a topic's schema refuses; thread-safe, caches per schema id."""
+
+    def __init__(self, registry: SchemaRegistry) -> None:
+        self.registry = registry
+        self._checks: dict[int, Check] = {}
+        self._subject_ids: dict[str, tuple[float, frozenset[int], int | None]] = {}
+        self._lock = threading.Lock()
+
+    def problems(self, topic: str, mode: str, values: Sequence[bytes | None]) -> list[tuple[int, str]]:
+        """``(index, reason)`` of each value of ``values`` the schema refuses."""
+        out: list[tuple[int, str]] = []
+        for i, v in enumerate(values):
+            if v is None:
+                continue
+            try:
+                self._check(topic, mode, v)
+            except Exception as exc:  # decoders raise their own types for bad input
+                out.append((i, f"{type(exc).__name__}: {exc}"[:MAX_REASON]))
+        return out
+
+    def _check(self, topic: str, mode: str, value: bytes) -> None:
+        if mode == "latest":
+            latest = self._ids(topic, refresh=False)[1]
+            if latest is None:
+                raise LookupError(f"no schema is registered under {subject_of(topic)}")
+            self._checker(latest)(value)
+            return
+        if len(value) < 5 or value[0] != 0:
+            raise ValueError("no schema id: the value does not start with byte 0 and a 4-byte id")
+        schema_id = struct.unpack(">I", value[1:5])[0]
+        if schema_id not in self._ids(topic, refresh=False)[0] and schema_id not in self._ids(topic, refresh=True)[0]:
+            raise LookupError(f"schema id {schema_id} is not registered under {subject_of(topic)}")
+        self._checker(schema_id)(value[5:])
+
+    def _ids(self, topic: str, *, refresh: bool) -> tuple[frozenset[int], int | None]:
+        """The ids of the subject's versions not deleted, and the latest's."""
+        with self._lock:
+            got = self._subject_ids.get(topic)
+        if got is not None and not refresh and time.monotonic() - got[0] < SUBJECT_IDS_TTL_S:
+            return got[1], got[2]
+        subject = subject_of(topic)
+        ids: list[int] = []
+        try:
+            for v in self.registry.versions(subject):
+                ids.append(self.registry.version(subject, v).schema_id)
+        except LlogError as exc:
+            if type(exc).__name__ != "SubjectNotFound":
+                raise
+        entry = (time.monotonic(), frozenset(ids), ids[-1] if ids else None)
+        with self._lock:
+            self._subject_ids[topic] = entry
+        return entry[1], entry[2]
+
+    def _checker(self, schema_id: int) -> Check:
+        with self._lock:
+            got = self._checks.get(schema_id)
+        if got is None:
+            parsed = self.registry.parsed(schema_id)
+            kind = parsed.schema.schema_type
+            if kind == AVRO:
+                got = _avro_check(self.registry, schema_id)
+            elif kind == JSON_SCHEMA:
+                got = _json_check(parsed.parsed)
+            else:
+                got = _protobuf_check(self.registry, schema_id)
+            with self._lock:
+                self._checks[schema_id] = got
+        return got
+
+
+def _avro_check(registry: SchemaRegistry, schema_id: int) -> Check:
+    import fastavro
+
+    named: dict[str, Any] = {}
+    schema = registry.schema(schema_id)
+    for ref in registry.resolve(schema.references):
+        fastavro.parse_schema(json.loads(ref.schema.text), named_schemas=named)
+    parsed = fastavro.parse_schema(json.loads(schema.text), named_schemas=named)
+
+    def check(payload: bytes) -> None:
+        buf = io.BytesIO(payload)
+        fastavro.schemaless_reader(buf, parsed, None)
+        if buf.tell() != len(payload):
+            raise ValueError(f"{len(payload) - buf.tell()} bytes after the Avro value")
+    return check
+
+
+def _json_check(doc: Any) -> Check:
+    import jsonschema.validators
+
+    validator = jsonschema.validators.validator_for(doc)(doc)
+
+    def check(payload: bytes) -> None:
+        error = jsonschema.exceptions.best_match(validator.iter_errors(json.loads(payload)))
+        if error is not None:
+            raise ValueError(f"{error.message} (at {'/'.join(map(str, error.absolute_path)) or 'the root'})")
+    return check
+
+
+def _protobuf_check(registry: SchemaRegistry, schema_id: int) -> Check:
+    file_desc = protobuf_messages.file_descriptor(registry, schema_id)
+
+    def check(payload: bytes) -> None:
+        indexes, pos = protobuf_messages.message_indexes(payload)
+        protobuf_messages.parse(protobuf_messages.message_descriptor(file_desc, indexes), payload[pos:])
+    return check
