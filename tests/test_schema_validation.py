@@ -13,14 +13,13 @@ from typing import Any
 
 import pytest
 
-from compactor import compact_once
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.reader import Reader
-from llog.table import TableCatalog, sync_table
+from llog.table import TableCatalog
 from llog.topics import Topics
 from tests.test_kafka import KafkaBroker
-from tests.test_typed_tables import kb_fixture, tcfg_fixture  # noqa: F401 (the fixtures kb and tcfg)
+from tests.test_typed_tables import _compact_and_sync, kb_fixture, tcfg_fixture  # noqa: F401 (fixtures kb, tcfg)
 
 sr = pytest.importorskip("confluent_kafka.schema_registry")
 
@@ -89,9 +88,7 @@ def test_dlq_moves_one_percent_malformed_values_and_the_table_keeps_up(kb: Kafka
             h = dict(x.headers)
             assert h["llog.dlq.topic"] == topic.encode() and h["llog.dlq.partition"] == b"0"
             assert b"schema id" in h["llog.dlq.reason"]
-        while compact_once(conn, topic, 0).outcome == "compacted":
-            pass
-        sync_table(tables, topic)
+        _compact_and_sync(conn, tables, topic)
         table = tables.table(topic)
         assert table is not None
         rows = table.scan().to_arrow()
@@ -102,9 +99,7 @@ def test_dlq_moves_one_percent_malformed_values_and_the_table_keeps_up(kb: Kafka
         # The dead letters of a table topic form a table too: the values and their reasons.
         dlq = f"{topic}~dlq"
         assert conn.topic(dlq, refresh=True).table == "iceberg"
-        while compact_once(conn, dlq, 0).outcome == "compacted":
-            pass
-        sync_table(tables, dlq)
+        _compact_and_sync(conn, tables, dlq)
         dead = tables.table(dlq)
         assert dead is not None
         letters_rows = dead.scan().to_arrow()

@@ -220,6 +220,17 @@ def _shape_json(value: Any, t: pa.DataType) -> Any:
 
 # -- decoding --------------------------------------------------------------------------
 
+def fastavro_schema(registry: SchemaRegistry, schema_id: int) -> Any:
+    """The Avro schema ``schema_id`` parsed by fastavro, with its references' named types."""
+    import fastavro
+
+    named: dict[str, Any] = {}
+    schema = registry.schema(schema_id)
+    for ref in registry.resolve(schema.references):
+        fastavro.parse_schema(json.loads(ref.schema.text), named_schemas=named)
+    return fastavro.parse_schema(json.loads(schema.text), named_schemas=named)
+
+
 class _Undecodable(Exception):
     pass
 
@@ -251,13 +262,7 @@ class ValueColumns:
     def _avro_schema(self, schema_id: int) -> Any:
         got = self._fastavro.get(schema_id)
         if got is None:
-            import fastavro
-
-            named: dict[str, Any] = {}
-            schema = self.registry.schema(schema_id)
-            for ref in self.registry.resolve(schema.references):
-                fastavro.parse_schema(json.loads(ref.schema.text), named_schemas=named)
-            got = self._fastavro[schema_id] = fastavro.parse_schema(json.loads(schema.text), named_schemas=named)
+            got = self._fastavro[schema_id] = fastavro_schema(self.registry, schema_id)
         return got
 
     def _payload(self, value: bytes) -> tuple[int, bytes]:

@@ -166,7 +166,7 @@ class SchemaRegistry:
         """Subjects with a version (soft-deleted ones too, with ``deleted``)."""
         return sorted({v.subject for v in self._all_versions(deleted) if v.subject.startswith(prefix)})
 
-    def _versions(self, subject: str) -> list[SubjectVersion]:
+    def subject_versions(self, subject: str) -> list[SubjectVersion]:
         """Every version of ``subject``, soft-deleted ones too, oldest first."""
         prefix = self.keys.schema_subject_prefix(subject)
         kvs = self.conn.etcd.range(prefix, prefix_range_end(prefix))
@@ -174,7 +174,7 @@ class SchemaRegistry:
 
     def versions(self, subject: str, *, deleted: bool = False) -> list[int]:
         """The subject's versions; :class:`SubjectNotFound` if it has none."""
-        out = [v.version for v in self._versions(subject) if deleted or not v.deleted]
+        out = [v.version for v in self.subject_versions(subject) if deleted or not v.deleted]
         if not out:
             raise SubjectNotFound(subject)
         return out
@@ -182,7 +182,7 @@ class SchemaRegistry:
     def version(self, subject: str, version: int | str = "latest", *, deleted: bool = False) -> RegisteredSchema:
         """One version of ``subject`` (``latest``: its highest not soft-deleted)."""
         wanted = parse_version(version)
-        all_versions = self._versions(subject)
+        all_versions = self.subject_versions(subject)
         live = [v for v in all_versions if deleted or not v.deleted]
         if not live:
             raise SubjectNotFound(subject)
@@ -203,7 +203,7 @@ class SchemaRegistry:
         new = self.read(text, schema_type, references)
         fp = fingerprint(new.schema)
         for _ in range(MAX_ATTEMPTS):
-            versions = self._versions(subject)
+            versions = self.subject_versions(subject)
             schema_id = self._id_of(fp)
             same = [v for v in versions if not v.deleted and v.schema_id == schema_id]
             if same:
@@ -246,7 +246,7 @@ class SchemaRegistry:
     def lookup(self, subject: str, text: str, schema_type: str = AVRO,
                references: Sequence[Reference] = (), *, deleted: bool = False) -> RegisteredSchema:
         """The version of ``subject`` that holds this schema (:class:`SchemaNotFound`)."""
-        versions = [v for v in self._versions(subject) if deleted or not v.deleted]
+        versions = [v for v in self.subject_versions(subject) if deleted or not v.deleted]
         if not versions:  # before parsing: a lookup under no subject costs no parse
             raise SubjectNotFound(subject)
         new = self.read(text, schema_type, references)
@@ -263,7 +263,7 @@ class SchemaRegistry:
         new = self.read(text, schema_type, references)
         level = self.compatibility(subject, fallback=True)
         if version is None:
-            live = [v for v in self._versions(subject) if not v.deleted]
+            live = [v for v in self.subject_versions(subject) if not v.deleted]
             return incompatibilities(level, new, [self.parsed(v.schema_id) for v in live])
         try:
             rs = self.version(subject, version)
@@ -290,7 +290,7 @@ class SchemaRegistry:
     def delete_subject(self, subject: str, *, permanent: bool = False) -> list[int]:
         """Soft-delete every version of ``subject`` (``permanent``: all soft-deleted
         versions for good, with its compatibility level); the versions deleted."""
-        every = self._versions(subject)
+        every = self.subject_versions(subject)
         if not every:
             raise SubjectNotFound(subject)
         versions = [v for v in every if permanent or not v.deleted]

@@ -18,9 +18,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from llog.errors import LlogError
 from llog.registry import protobuf_messages
-from llog.registry.columns import subject_of
+from llog.registry.columns import fastavro_schema, subject_of
 from llog.registry.model import AVRO, JSON_SCHEMA
 from llog.registry.store import SchemaRegistry
 
@@ -73,14 +72,7 @@ class ValueValidator:
             got = self._subject_ids.get(topic)
         if got is not None and not refresh and time.monotonic() - got[0] < SUBJECT_IDS_TTL_S:
             return got[1], got[2]
-        subject = subject_of(topic)
-        ids: list[int] = []
-        try:
-            for v in self.registry.versions(subject):
-                ids.append(self.registry.version(subject, v).schema_id)
-        except LlogError as exc:
-            if type(exc).__name__ != "SubjectNotFound":
-                raise
+        ids = [v.schema_id for v in self.registry.subject_versions(subject_of(topic)) if not v.deleted]
         entry = (time.monotonic(), frozenset(ids), ids[-1] if ids else None)
         with self._lock:
             self._subject_ids[topic] = entry
@@ -106,11 +98,7 @@ class ValueValidator:
 def _avro_check(registry: SchemaRegistry, schema_id: int) -> Check:
     import fastavro
 
-    named: dict[str, Any] = {}
-    schema = registry.schema(schema_id)
-    for ref in registry.resolve(schema.references):
-        fastavro.parse_schema(json.loads(ref.schema.text), named_schemas=named)
-    parsed = fastavro.parse_schema(json.loads(schema.text), named_schemas=named)
+    parsed = fastavro_schema(registry, schema_id)
 
     def check(payload: bytes) -> None:
         buf = io.BytesIO(payload)
