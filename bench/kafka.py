@@ -8,6 +8,11 @@ process with its Kafka listener, then measures, alternating runs:
   idempotent), against the same records through ``BatchingProducer.send_group`` in
   groups of 100, all in flight (the SDK in-process, no network).
   ``kafka_over_sdk_produce`` = Kafka / SDK records/s, median of per-run ratios.
+- transactions: the same confluent-kafka producer, transactional, committing
+  transactions of 1,000 and of 10 records over the 8 partitions (``--records``
+  records, a tenth of them at 10 a transaction); transactions/s and records/s, and
+  ``txn1000_over_kafka_produce`` = transactional / non-transactional records/s of
+  the same client in the same run.
 - fetch: a confluent-kafka consumer reading those records from the start (assign, no
   group; timed from its first record, after connecting), against ``Reader.scan_many``
   over the same partitions. ``kafka_over_sdk_consume``.
@@ -266,6 +271,31 @@ def convert_cost(size: int, records: int = 1000) -> tuple[float, float]:
     return decode, check
 
 
+def transactional_produce(bootstrap: str, topic: str, n: int, size: int, per_txn: int) -> float:
+    """Seconds to produce ``n`` records in committed transactions of ``per_txn``."""
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "linger.ms": 5,
+                                         "transactional.id": f"bench-{topic}-{per_txn}",
+                                         "queue.buffering.max.messages": 1_000_000})
+    value = b"x" * size
+    producer.init_transactions(60)
+    producer.begin_transaction()  # connecting and the first commit: not the rate
+    for p in range(PARTITIONS):
+        producer.produce(topic, value=value, partition=p)
+    producer.commit_transaction(60)
+    t0 = time.perf_counter()
+    for start in range(0, n, per_txn):
+        producer.begin_transaction()
+        for i in range(start, min(n, start + per_txn)):
+            while True:
+                try:
+                    producer.produce(topic, value=value, partition=i % PARTITIONS)
+                    break
+                except BufferError:
+                    producer.poll(0.01)
+        producer.commit_transaction(120)
+    return time.perf_counter() - t0
+
+
 def main() -> None:
     p = bench_args("Kafka listener produce and fetch against the SDK")
     p.add_argument("--records", type=int, default=None, help="records per run (default 50000, 20000 with --quick)")
@@ -290,6 +320,9 @@ def main() -> None:
     native_f: list[float] = []
     native_ratios: list[float] = []
     native_cpu: list[float] = []
+    txn_big: list[float] = []  # records/s at 1,000 records a transaction
+    txn_small: list[float] = []  # records/s at 10
+    txn_ratios: list[float] = []
     with LocalStack() as stack:
         cfg = stack.config("s3")
         with Connection(cfg) as conn, kafka_broker_process(cfg) as (bootstrap, url, broker):
@@ -312,6 +345,13 @@ def main() -> None:
                 http_p.append(n / h)
                 produce_ratios.append(kafka_p[-1] / sdk_p[-1])
                 http_ratios.append(kafka_p[-1] / http_p[-1])
+                Topics(conn).create(f"x{run}", PARTITIONS)
+                txn_big.append(n / transactional_produce(bootstrap, f"x{run}", n, args.size, 1000))
+                txn_small.append(n // 10 / transactional_produce(bootstrap, f"x{run}", n // 10, args.size, 10))
+                txn_ratios.append(txn_big[-1] / kafka_p[-1])
+                print(f"run {run}: transactional produce {txn_big[-1]:,.0f} rec/s at 1,000 a transaction "
+                      f"({txn_ratios[-1]:.2f}x the same client's), {txn_small[-1]:,.0f} rec/s at 10",
+                      file=sys.stderr)
                 kf = kafka_fetch(bootstrap, tk, n)
                 sf = sdk_fetch(conn, ts, n)
                 kafka_f.append(n / kf)
@@ -335,11 +375,17 @@ def main() -> None:
     rows.append(["produce rec/s", f"{median(kafka_p):,.0f}", f"{median(sdk_p):,.0f}", f"{median(http_p):,.0f}",
                  f"{median(produce_ratios):.2f}"])
     rows.append(["fetch rec/s", f"{median(kafka_f):,.0f}", f"{median(sdk_f):,.0f}", "", f"{median(fetch_ratios):.2f}"])
+    rows.append(["transactional produce rec/s, 1,000 a txn", f"{median(txn_big):,.0f}", "", "", ""])
+    rows.append(["transactions/s, 1,000 records each", f"{median(txn_big) / 1000:,.1f}", "", "", ""])
+    rows.append(["transactional produce rec/s, 10 a txn", f"{median(txn_small):,.0f}", "", "", ""])
+    rows.append(["transactions/s, 10 records each", f"{median(txn_small) / 10:,.1f}", "", "", ""])
     if native_p:
         rows.append(["produce rec/s, Java perf tool", f"{median(native_p):,.0f}", f"{median(sdk_p):,.0f}", "",
                      f"{median(native_ratios):.2f}"])
         rows.append(["fetch rec/s, Java perf tool", f"{median(native_f):,.0f}", f"{median(sdk_f):,.0f}", "", ""])
     print_table(["", "Kafka listener", "SDK", "HTTP API", "Kafka / SDK"], rows)
+    print(f"transactional (1,000 a transaction) / non-transactional produce, same client: "
+          f"{median(txn_ratios):.2f}", file=sys.stderr)
     print(f"latency at {args.rate:.0f} rec/s, linger.ms {args.linger_ms}: produce-ack p50 {pct(acks, 0.5):.1f} / "
           f"p99 {pct(acks, 0.99):.1f} ms; end to end p50 {pct(e2e, 0.5):.1f} / p99 {pct(e2e, 0.99):.1f} ms "
           f"({len(e2e)} of {len(acks)} seen)", file=sys.stderr)
@@ -353,6 +399,9 @@ def main() -> None:
         "kafka_over_http_produce": round(median(http_ratios), 3),
         "kafka_consume_rec_s": round(median(kafka_f)), "kafka_consume_mib_s": round(median(kafka_f) * mib, 2),
         "sdk_consume_rec_s": round(median(sdk_f)), "kafka_over_sdk_consume": round(median(fetch_ratios), 3),
+        "txn1000_produce_rec_s": round(median(txn_big)), "txn1000_txn_s": round(median(txn_big) / 1000, 2),
+        "txn10_produce_rec_s": round(median(txn_small)), "txn10_txn_s": round(median(txn_small) / 10, 1),
+        "txn1000_over_kafka_produce": round(median(txn_ratios), 3),
         "linger_ms": args.linger_ms, "rate": args.rate,
         "produce_p50_ms": round(pct(acks, 0.5), 2), "produce_p99_ms": round(pct(acks, 0.99), 2),
         "e2e_p50_ms": round(pct(e2e, 0.5), 2), "e2e_p99_ms": round(pct(e2e, 0.99), 2),

@@ -5,8 +5,8 @@ Candidates are shared WAL blobs (``wal-shared/{session}/{blob}``) and compacted 
 
 (a) list the objects;
 (b) AFTER the listing, read the live sessions (the keys under ``_sessions/``);
-(c) AFTER that, scan the references: every index entry, ``pending`` and compaction
-    record of every partition;
+(c) AFTER that, scan the references: every transaction's staged appends (spec §15.3),
+    then every compaction record, ``pending`` and index entry of every partition;
 (d) delete each listed object that the scan did not find AND whose session (from its
     key) was not live at (b).
 
@@ -59,6 +59,7 @@ from llog.keys import prefix_range_end
 from llog.store import ObjectInfo
 from llog.table import TableCatalog, sync_table
 from llog.topics import Topics
+from llog.txn.records import staged_data_keys
 
 log = logging.getLogger(__name__)
 
@@ -113,9 +114,11 @@ def data_objects(conn: Connection) -> Iterator[ObjectInfo]:
 
 
 def referenced_keys(conn: Connection) -> set[str]:
-    """Every object key a compaction record, a pending or an index entry names."""
+    """Every object key a transaction's staged append, a compaction record, a pending or
+    an index entry names."""
     etcd, keys = conn.etcd, conn.keys
-    refs: set[str] = set()
+    # First: a staged reference only ever moves from its transaction into a partition.
+    refs: set[str] = staged_data_keys(conn)
     for meta in Topics(conn).list():
         t = meta.name
         for p in range(meta.partitions):

@@ -277,6 +277,17 @@ class LlogConfig:
     #: The compactor service deletes producer-id state not updated for this long
     #: (seconds); 0 keeps it forever.
     producer_state_ttl_s: float = 86400.0
+    #: The longest ``transaction.timeout.ms`` a transactional producer may ask for (ms;
+    #: Kafka's ``transaction.max.timeout.ms``).
+    txn_max_timeout_ms: int = 900_000
+    #: How often each broker looks for transactions past their timeout (seconds).
+    txn_sweep_s: float = 5.0
+    #: A transactional id with no transaction open, unchanged for this long (seconds),
+    #: is forgotten (Kafka's ``transactional.id.expiration.ms``, 7 days).
+    txn_id_ttl_s: float = 604_800.0
+    #: Success ops a transaction's commit may take in its one etcd transaction (etcd's
+    #: ``--max-txn-ops``, 128 by default, less room for the record); spec §15.2.
+    txn_max_ops: int = 120
     #: Prices behind the S3 billing estimate (USD): PUT/LIST per 1000, GET/HEAD per 1000,
     #: storage per GiB-month.
     s3_price_put_per_1000: float = 0.005
@@ -334,7 +345,8 @@ def _validate(cfg: LlogConfig) -> None:
                  "kafka_max_queued_bytes", "kafka_max_connections", "kafka_max_connections_per_ip",
                  "kafka_max_inflight_requests", "kafka_idle_timeout_s", "kafka_frame_timeout_s",
                  "kafka_max_batch_records", "kafka_check_threads",
-                 "kafka_peer_timeout_s"):
+                 "kafka_peer_timeout_s", "txn_max_timeout_ms", "txn_sweep_s", "txn_max_ops",
+                 "txn_id_ttl_s"):
         if getattr(cfg, name) <= 0:
             raise ConfigError(f"{name} must be > 0, got {getattr(cfg, name)!r}")
     for name in ("compact_min_age_ms", "iceberg_freshness_s", "vacuum_grace_s", "vacuum_interval_s",

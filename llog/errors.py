@@ -523,3 +523,45 @@ class ClaimLost(LlogError):
         super().__init__(f"lost the compactor claim on {topic}/{partition}")
         self.topic = topic
         self.partition = partition
+
+
+class TransactionError(LlogError):
+    """A transactional step refused (protocol/README.md §15); names the transactional id."""
+
+    def __init__(self, transactional_id: str, message: str) -> None:
+        super().__init__(f"transaction {transactional_id!r}: {message}")
+        self.transactional_id = transactional_id
+
+
+class TransactionFenced(TransactionError):
+    """The producer's epoch is older than the transactional id's: a newer instance
+    called InitProducerId (or the transaction timed out), so this one is a zombie."""
+
+
+class InvalidTxnState(TransactionError):
+    """The step does not fit the transaction's state: a partition not added to it, an
+    end asked of a transaction that is not ongoing, or the other outcome than it had."""
+
+
+class InvalidTransactionTimeout(TransactionError, InvalidInput):
+    """The ``transaction.timeout.ms`` asked for is not in ``1..LLOG_TXN_MAX_TIMEOUT_MS``."""
+
+
+class InvalidProducerIdMapping(TransactionError):
+    """The producer id is not the one the transactional id holds."""
+
+
+class UnknownTransactionalId(TransactionError):
+    """No producer has initialized this transactional id."""
+
+
+class ConcurrentTransactions(TransactionError):
+    """The transaction cannot end now (a partition is fenced, or too many writers
+    contend): retry the end later."""
+
+    retriable = True
+
+
+class TransactionTooLarge(TransactionError):
+    """The transaction's commit does not fit one etcd transaction even with its batches
+    folded (protocol/README.md §15.2, "Size"); it was aborted."""

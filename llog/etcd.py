@@ -107,6 +107,13 @@ def mod_revision_is(key: str, revision: int) -> Compare:
     return Compare(key, "mod", "=", revision)
 
 
+def conflict_pause(attempt: int) -> None:
+    """After a CAS lost to another writer (spec §8.3): from the third attempt on, sleep a
+    jittered moment that grows with ``attempt``, so contending writers stop colliding."""
+    if attempt >= 2:
+        time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** min(attempt, 6))))
+
+
 def absent(key: str) -> Compare:
     return Compare(key, "version", "=", 0)
 
@@ -341,9 +348,21 @@ class _Watches:
             self._etcd._failed(m, f"watch stream: {type(response).__name__}")
             self._move(w)
             return
+        kvs = [_kv(ev) for ev in events]
+        stray = next((kv.key for kv in kvs if not (kv.key.startswith(w.key) if w.prefix else kv.key == w.key)), None)
+        if stray is not None:
+            # The client library paired this stream's watch ids with the wrong
+            # callbacks (a watch create that timed out and was answered late, under
+            # etcd failover): these changes are another key's. Never hand them on;
+            # open the watch again and have its owner re-read what it may have missed.
+            log.warning("etcd watch of %s was handed a change of %s: reopening it", w.key, stray)
+            self._etcd.metrics.etcd_watch_strays.inc()
+            w.callback(None)
+            self._move(w)
+            return
         w.revision = max(w.revision, int(response.header.revision))
-        for ev in events:
-            w.callback(_kv(ev) if type(ev).__name__ == "PutEvent" else None)
+        for ev, kv in zip(events, kvs, strict=True):
+            w.callback(kv if type(ev).__name__ == "PutEvent" else None)
 
     def move_off(self, m: _Member) -> None:
         """Member ``m`` failed: move its watches."""

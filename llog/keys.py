@@ -23,6 +23,8 @@ USERS = "_users"
 #: Reserved name under the root that holds the access control lists.
 ACLS = "_acls"
 SCHEMAS = "_schemas"
+#: Reserved name under the root that holds the transactional producers' records (spec §15).
+TRANSACTIONS = "_transactions"
 
 
 @dataclass(frozen=True)
@@ -111,6 +113,21 @@ class KeyLayout:
 
     def group_owner(self, group: str, topic: str, partition: int) -> str:
         return f"{self.group_owner_prefix(group)}{topic}/{partition}"
+
+    def group_transactions_prefix(self, group: str) -> str:
+        """The transactions with offsets of the group staged (spec §15.1)."""
+        return f"{self.group_prefix(group)}transactions/"
+
+    def group_transaction(self, group: str, transactional_id: str) -> str:
+        return f"{self.group_transactions_prefix(group)}{quote(transactional_id, safe='')}"
+
+    # -- transactions (under the reserved name "_transactions", spec §15) -------
+    def transactions_prefix(self) -> str:
+        return f"{self.root}/{TRANSACTIONS}/"
+
+    def transaction(self, transactional_id: str) -> str:
+        """A transactional id's record (any string is an id: percent-encoded)."""
+        return f"{self.transactions_prefix()}{quote(transactional_id, safe='')}"
 
     def revision_clock(self) -> str:
         """The compactor's persisted revision-to-time samples (compactor/revision_clock.py)."""

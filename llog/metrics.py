@@ -21,6 +21,7 @@ class Metrics:
         self._declare_stores(r)
         self._declare_write_read(r)
         self._declare_sessions_producer(r)
+        self._declare_transactions(r)
         self._declare_broker(r)
         self._declare_auth(r)
 
@@ -47,6 +48,10 @@ class Metrics:
 
     def _declare_stores(self, r: CollectorRegistry) -> None:
         self.etcd_ops = Counter("llog_etcd_ops", "etcd RPCs by operation", ["op"], registry=r)
+        self.etcd_watch_strays = Counter(
+            "llog_etcd_watch_strays", "watch streams that delivered another key's changes (reopened, the key re-read)",
+            registry=r,
+        )
         self.etcd_failovers = Counter(
             "llog_etcd_failovers", "etcd calls that failed on a member and moved on (or gave up)", registry=r
         )
@@ -129,6 +134,20 @@ class Metrics:
             "llog_producer_put_budget_hold_seconds",
             "how long a due batch waited for the PUT budget (llog/producer/put_budget.py)",
             buckets=_LATENCY_BUCKETS, registry=r,
+        )
+
+    def _declare_transactions(self, r: CollectorRegistry) -> None:
+        self.transactions = Counter(
+            "llog_transactions", "transactions ended, by outcome (commit, abort, expired, fenced: aborted by a "
+            "new producer instance)", ["outcome"], registry=r,
+        )
+        self.transaction_staged = Counter(
+            "llog_transaction_staged_batches", "batches staged in transactions, by outcome (staged, duplicate, "
+            "refused)", ["outcome"], registry=r,
+        )
+        self.transaction_folds = Counter(
+            "llog_transaction_folds", "transaction commits that folded their batches first (protocol §15.2)",
+            registry=r,
         )
 
     def _declare_broker(self, r: CollectorRegistry) -> None:

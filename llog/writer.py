@@ -192,6 +192,12 @@ class Writer:
         finally:
             self._sessions.release(staged.session)
 
+    def release_staged(self, staged: StagedBlob) -> None:
+        """Done with a staged blob that another protocol references instead of
+        :meth:`commit_staged` (a transaction's stage, spec §15.2 T2): its session may
+        end once nothing else of it is in flight."""
+        self._sessions.release(staged.session)
+
     def settle_all(self) -> int:
         """Materialize the pending appends this writer left behind; return how many.
         Called by :meth:`close` so a cleanly stopped writer leaves no pending."""

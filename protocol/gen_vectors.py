@@ -13,6 +13,7 @@ files, so a change to the wire format shows up as a failing test and a diff here
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import struct
 import sys
@@ -34,11 +35,21 @@ from llog.codec.etcd_values import (
     CompactionRecord,
     Control,
     DamagedRange,
+    GroupEpoch,
     IndexEntry,
     Pending,
     ProducerState,
     SequencedBatch,
     TopicMeta,
+)
+from llog.codec.txn_values import (
+    COMPLETE_COMMIT,
+    ONGOING,
+    PartitionSequences,
+    StagedAppend,
+    StagedBatch,
+    StagedOffset,
+    TxnRecord,
 )
 from llog.keys import KeyLayout
 from llog.records import Record
@@ -346,6 +357,10 @@ _COMPACTION = CompactionRecord(
 )
 
 
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
 def meta_vectors() -> list[Vector]:
     pending = _orders0_pending()
     cases: list[tuple[str, str, str, dict[str, Any], Any]] = [
@@ -400,6 +415,21 @@ def meta_vectors() -> list[Vector]:
                        T0 + 11, 2, _orders0_digest(),
                        (SequencedBatch(3, 30, 31, 0x1B3D5F71), SequencedBatch(4, 32, 34, 0x2A4C6E80),
                         SequencedBatch(5, 35, 35, 0x39517395), SequencedBatch(6, 36, 39, 0x4862A4B6)))),
+        ("transaction-ongoing", "a transactional id's record: transaction 3 ongoing over orders/0 and orders/1, "
+         "control-pending's slice staged for orders/0, an offset of group g staged, the producer's window on "
+         "orders/0", "transaction", {"transactional_id": "etl-1"},
+         TxnRecord(9001, 2, 60_000, ONGOING, 3, T0 + 5, (("orders", 0), ("orders", 1)), ("g",),
+                   (StagedAppend("orders", 0, 17, pending.append_id, pending.data_key, pending.byte_offset,
+                                 pending.byte_length, pending.msg_count, pending.created_at_ms,
+                                 pending.max_timestamp),),
+                   (StagedOffset("g", "clicks", 0, 120, _b64(GroupEpoch(7, "kafka-coordinator", T0).encode())),),
+                   (PartitionSequences("orders", 0, (StagedBatch(10, 3, 0x1B3D5F71),
+                                                     StagedBatch(13, 2, _orders0_digest()))),))),
+        ("transaction-committed", "the same id after its commit: the window kept, the rest emptied",
+         "transaction", {"transactional_id": "etl-1"},
+         TxnRecord(9001, 2, 60_000, COMPLETE_COMMIT, 3, T0 + 5,
+                   sequences=(PartitionSequences("orders", 0, (StagedBatch(10, 3, 0x1B3D5F71),
+                                                               StagedBatch(13, 2, _orders0_digest()))),))),
         ("damaged-range", "control-pending's append [40, 41] passed by compaction: its body does not decode",
          "damaged", {"topic": "orders", "partition": 0, "end_offset": 41},
          DamagedRange(pending.start_offset, pending.data_key, pending.byte_offset, pending.byte_length,

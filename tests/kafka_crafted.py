@@ -55,9 +55,12 @@ def batch(area: bytes, count: int, *, codec: int = 0, producer: tuple[int, int, 
     return raw[:17] + struct.pack(">I", crc) + raw[21:]
 
 
-def plain_batch(values: list[bytes], *, producer: tuple[int, int, int] = (-1, -1, -1)) -> bytes:
-    """An uncompressed batch of ``values`` (keyless, no headers)."""
-    return batch(b"".join(record(i, v) for i, v in enumerate(values)), len(values), producer=producer)
+def plain_batch(values: list[bytes], *, producer: tuple[int, int, int] = (-1, -1, -1),
+                transactional: bool = False) -> bytes:
+    """An uncompressed batch of ``values`` (keyless, no headers); ``transactional``
+    sets the attribute bit 4."""
+    return batch(b"".join(record(i, v) for i, v in enumerate(values)), len(values), producer=producer,
+                 attributes=16 if transactional else None)
 
 
 def _zeros(n: int, chunk: int = 1 << 20) -> Iterator[bytes]:

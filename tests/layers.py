@@ -60,8 +60,9 @@ LAYERS: tuple[Layer, ...] = (
        "unknown outcomes, W3 acknowledgement) behind the `Writer` façade; the read path `llog/scan/` (§9) "
        "behind the `Reader` façade; time lookups; topic admin and fencing"),
     Layer("4. clients and tables", ("llog/producer/*", "llog/groups/*", "llog/table/*", "llog/auth/*",
-                                    "llog/registry/*"),
+                                    "llog/registry/*", "llog/txn/*"),
           "the batching producer (accumulator → sender), committed offsets, membership, the `Consumer`; "
+          "transactions (§15: the record, staging, the one-etcd-transaction commit, expiry); "
           "table topics' Iceberg catalog and sync (§10.1); users and their SCRAM credentials, ACLs and the authorizer; "
           "the schema registry (§14)"),
     Layer("5. services", (

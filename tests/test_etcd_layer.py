@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import threading
+from types import SimpleNamespace
 
 from llog.connection import Connection
 from llog.etcd import Compare, Delete, Get, Put, absent, mod_revision_is, value_is
@@ -86,3 +87,39 @@ def test_children_forked_during_etcd_calls_start_cleanly(conn: Connection) -> No
         stop.set()
         t.join()
     assert [c for c in codes if c != (0, b"")] == []
+
+
+def test_a_watch_handed_another_keys_change_drops_it_and_reads_again(conn: Connection) -> None:
+    """Under etcd failover the client library can pair a stream's watch ids with the
+    wrong callbacks (a create that timed out, answered late): partition 1's watch was
+    then handed partition 6's control changes, and the broker served partition 6's
+    records as partition 1's. A change of another key is never handed on: the owner is
+    told to re-read (None) and the watch is opened again, after which it works."""
+    key, other = "llog/w/partitions/1/meta/control", "llog/w/partitions/6/meta/control"
+    got: list[object] = []
+    mine, reopened = threading.Event(), threading.Event()
+
+    def callback(kv: object) -> None:
+        got.append(kv)
+        if kv is not None:
+            mine.set()
+        elif got.count(None) == 2:  # the stray's "read again", then the reopened watch's
+            reopened.set()
+
+    cancel = conn.etcd.watch_kvs(key, callback)
+    try:
+        [w] = [w for w in conn.etcd._watches._all if w.key == key]
+        stray = SimpleNamespace(events=[SimpleNamespace(key=other.encode(), value=b"x", mod_revision=5,
+                                                        create_revision=5, version=1, lease=0)],
+                                header=SimpleNamespace(revision=5))
+        conn.etcd._watches._event(w, w.member, stray)
+        # Only "read it again": from the stray, then from the reopened watch (which had
+        # delivered nothing, so has no revision to resume from).
+        assert reopened.wait(10)
+        assert got == [None, None]
+        assert conn.metrics.value("llog_etcd_watch_strays_total") == 1
+        conn.etcd.put(key, b"mine")  # the reopened watch delivers the key's own changes
+        assert mine.wait(10)
+        assert [kv.key for kv in got if kv is not None] == [key]
+    finally:
+        cancel()

@@ -31,6 +31,7 @@ from llog.codec.etcd_values import (
     SequencedBatch,
     TopicMeta,
 )
+from llog.codec.txn_values import PartitionSequences, StagedAppend, StagedOffset, TxnRecord
 from llog.keys import KeyLayout
 from llog.records import Record
 
@@ -247,6 +248,12 @@ def _meta_object(kind: str, m: dict[str, Any]) -> Any:
         return Control(m["log_state"], m["next_offset"], m["log_start_offset"], pending)
     if kind == "ProducerState":
         return ProducerState(**{**m, "recent": tuple(SequencedBatch.from_array(b) for b in m["recent"])})
+    if kind == "TxnRecord":
+        return TxnRecord(**{
+            **m, "partitions": tuple(tuple(p) for p in m["partitions"]), "groups": tuple(m["groups"]),
+            "staged": tuple(StagedAppend.from_array(a) for a in m["staged"]),
+            "offsets": tuple(StagedOffset.from_array(o) for o in m["offsets"]),
+            "sequences": tuple(PartitionSequences.from_array(q) for q in m["sequences"])})
     classes: dict[str, Any] = {
         "IndexEntry": IndexEntry,
         "TopicMeta": TopicMeta,

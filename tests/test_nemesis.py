@@ -80,3 +80,22 @@ def test_network_partitions_lose_and_duplicate_nothing(tmp_path: Path) -> None:
     left = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True, check=True).stdout
     layout = json.loads((run_dir / "layout.json").read_text())
     assert not any(layout["network"]["tag"] in line for line in left.splitlines())
+
+
+@pytest.mark.timeout(420)
+def test_transactional_nemesis_has_no_anomaly(tmp_path: Path) -> None:
+    """``loadtest/scenarios/txn-ci.toml``: exactly-once consume-transform-produce
+    transactions through broker pauses and kills, the etcd leader's death and S3 faults."""
+    scenario = load_scenario(SCENARIOS / "txn-ci.toml")
+    _, summary = orchestrator.run(scenario, tmp_path)
+    v = summary["verdict"]
+    assert summary["drained"], summary
+    assert v["anomalies"] == {k: [] for k in ("lost", "duplicated", "unexpected", "aborted_read", "torn",
+                                               "out_of_order")}
+    assert v["input_records"] > 0 and v["output_records"] == {"out-a": v["input_records"],
+                                                                "out-b": v["input_records"]}
+    assert v["transactions"]["committed"] > 0
+    assert all(e["ok"] for e in summary["chaos"]), summary["chaos"]
+    injected = summary["faults_injected"]
+    for kind in ("pause:broker", "kill:broker", "kill:etcd", "pause:compactor", "faults:error_503", "faults:drop"):
+        assert injected.get(kind, 0) >= 1, (kind, injected)

@@ -68,8 +68,10 @@ class Screening:
             self._settings[topic] = (time.monotonic() + SETTING_TTL_S, meta)
         return meta
 
-    def screen(self, topic: str, partition: int, records: Records) -> Records:
-        """``records`` as they are to be stored (see the module doc)."""
+    def screen(self, topic: str, partition: int, records: Records, *, refuse_only: bool = False) -> Records:
+        """``records`` as they are to be stored (see the module doc). ``refuse_only``:
+        a ``dlq`` topic refuses too (a transaction's batch: its dead letters would be
+        written outside the transaction, visible even if it aborts)."""
         meta = self._meta(topic)
         if meta.value_validation is None or meta.value_schema is None:
             return records
@@ -79,7 +81,7 @@ class Screening:
             return records
         m = self.conn.metrics
         m.schema_refusals.labels(meta.value_validation).inc(len(bad))
-        if meta.value_validation == "refuse":
+        if meta.value_validation == "refuse" or refuse_only:
             first = min(bad)
             raise SchemaViolation(meta.name, partition, first, bad[first], len(bad), len(rows))
         dlq = self._dead_letter(meta, partition, rows, bad)

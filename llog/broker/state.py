@@ -31,6 +31,9 @@ from llog.reader import Reader
 from llog.records import Record
 from llog.registry import SchemaRegistry
 from llog.topics import Topics
+from llog.txn.coordinator import Coordinator
+from llog.txn.expiry import TxnExpiry
+from llog.txn.pipeline import StagePipeline
 from llog.writer import AppendResult
 
 
@@ -93,6 +96,11 @@ class Broker:
         )
         #: Checks produced values against their topic's schema (``value_validation``).
         self.screening = Screening(self.conn, self.registry, self.producer)
+        #: Kafka transactions' coordinator (any broker coordinates any id: spec §15).
+        self.transactions = Coordinator(self.conn)
+        self.txn_expiry = TxnExpiry(self.transactions, config.txn_sweep_s)
+        #: Transactional produce requests, staged in order per id, PUT in parallel.
+        self.txn_staging = StagePipeline(self.producer.writer)
         if self.authorizer is not None:  # last: what failed before it leaves no watch behind
             try:
                 self.authorizer.start()
@@ -112,6 +120,7 @@ class Broker:
             self.conn, self.inbox, owns=self.producer.owns,
             on_remote_commit=self.remote.add if self.remote is not None else lambda _tp, _p: False,
         )
+        self.txn_expiry.start()
 
     def topic(self, name: str, *, create: bool = True, refresh: bool = False) -> TopicMeta:
         """``name``'s definition. A topic that does not exist is created first, with
@@ -127,8 +136,11 @@ class Broker:
     def close(self) -> None:
         """Drain the producer, then release everything else."""
         try:
+            self.txn_staging.close()
             self.producer.close()  # drains: every accepted produce is answered
         finally:
+            self.txn_expiry.close()
+            self.transactions.close()
             if self.files is not None:
                 self.files.close()
             if self.tails is not None:

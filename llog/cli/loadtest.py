@@ -43,6 +43,8 @@ def _run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     run_dir, s = orchestrator.run(load_scenario(args.scenario), args.results,
                                   progress=lambda line: print(line, file=sys.stderr, flush=True))
+    if s.get("protocol") == "kafka-txn":
+        return _print_transactional(run_dir, s)
     v, c = s["verdict"], s["client"]
     lat = c["latency"]
     print(f"run directory: {run_dir} (report.html, charts, summary.json)")
@@ -72,6 +74,21 @@ def _run(args: argparse.Namespace) -> int:
               f"db size {st['start']['db_size']:,} -> {st['end']['db_size']:,} bytes")
     print(json.dumps(v))
     return 0 if v["all_acked_verified"] else 1
+
+
+def _print_transactional(run_dir: Path, s: dict[str, Any]) -> int:
+    v = s["verdict"]
+    print(f"run directory: {run_dir} (summary.json)")
+    print(f"input: {s['fed']} fed, {v['input_records']} stored; outputs: {v['output_records']}; "
+          f"drained: {s['drained']}; transactions: {v['transactions']}")
+    for e in s["chaos"]:
+        print(f"chaos: {e['action']} {e['target']} at {e['done_s']}s ok={e['ok']}")
+    print("anomalies: " + ", ".join(f"{k} {n}" for k, n in v["anomaly_counts"].items()))
+    for kind, examples in v["anomalies"].items():
+        for line in examples:
+            print(f"  {kind}: {line}")
+    print(json.dumps({"ok": v["ok"], **v["anomaly_counts"]}))
+    return 0 if v["ok"] and s["drained"] else 1
 
 
 def _up(args: argparse.Namespace) -> int:

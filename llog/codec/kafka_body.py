@@ -136,6 +136,8 @@ def check_batches(data: bytes, limits: BatchLimits = BatchLimits()) -> KafkaBatc
             raise TooManyRecords(f"batch at byte {pos} holds {n} records, over the limit of {limits.max_records}")
         if pid >= 0 and (pepoch < 0 or seq < 0):
             raise InvalidRecordBatch(f"batch at byte {pos}: producer {pid} with epoch {pepoch} and sequence {seq}")
+        if attrs & _TRANSACTIONAL and pid < 0:
+            raise InvalidRecordBatch(f"batch at byte {pos}: transactional without a producer id")
         _check_records(view[pos + BATCH_HEADER_SIZE:end], attrs, n, base_ts, batch_max_ts, pos, limits)
         if first is None:
             first = (pid, pepoch, seq, attrs & _TRANSACTIONAL)

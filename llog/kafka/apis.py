@@ -29,9 +29,11 @@ from kafka.protocol.admin import (
     DescribeConfigsRequest,
     DescribeGroupsRequest,
     DescribeProducersRequest,
+    DescribeTransactionsRequest,
     DescribeUserScramCredentialsRequest,
     IncrementalAlterConfigsRequest,
     ListGroupsRequest,
+    ListTransactionsRequest,
 )
 from kafka.protocol.api_header import ResponseClassRegistry
 from kafka.protocol.api_message import ApiMessage
@@ -52,6 +54,12 @@ from kafka.protocol.metadata import (
     MetadataRequest,
 )
 from kafka.protocol.producer import InitProducerIdRequest, ProduceRequest
+from kafka.protocol.producer.transaction import (
+    AddOffsetsToTxnRequest,
+    AddPartitionsToTxnRequest,
+    EndTxnRequest,
+    TxnOffsetCommitRequest,
+)
 from kafka.protocol.sasl import (
     SaslAuthenticateRequest,
     SaslHandshakeRequest,
@@ -73,6 +81,7 @@ from llog.kafka.handlers import (
     producers,
     scram_users,
     topics,
+    transactions,
 )
 
 __all__ = ["API_BY_KEY", "SASL_AUTHENTICATE", "SASL_HANDSHAKE", "Api", "Context", "unsupported_response"]
@@ -97,6 +106,15 @@ API_BY_KEY: dict[int, Api] = {api.request.API_KEY: api for api in (
     Api(DeleteRecordsRequest, 0, 2, topics.delete_records, runs="blocking"),
     Api(InitProducerIdRequest, 0, 4, producers.init_producer_id, runs="blocking"),
     Api(DescribeProducersRequest, 0, 0, producers.describe_producers, runs="blocking"),
+    # Clients use AddPartitionsToTxn up to v3 (v4+ is Kafka's broker-to-broker check);
+    # the v5s of EndTxn and TxnOffsetCommit are KIP-890's second part (implicit adds),
+    # which llog, whose commits are atomic, has no need of.
+    Api(AddPartitionsToTxnRequest, 0, 3, transactions.add_partitions_to_txn, runs="blocking"),
+    Api(AddOffsetsToTxnRequest, 0, 4, transactions.add_offsets_to_txn, runs="blocking"),
+    Api(TxnOffsetCommitRequest, 0, 4, transactions.txn_offset_commit),
+    Api(EndTxnRequest, 0, 4, transactions.end_txn, runs="blocking"),
+    Api(DescribeTransactionsRequest, 0, 0, transactions.describe_transactions, runs="blocking"),
+    Api(ListTransactionsRequest, 0, 1, transactions.list_transactions, runs="blocking"),
     Api(FindCoordinatorRequest, 0, 4, groups.find_coordinator),
     Api(JoinGroupRequest, 0, 9, groups.join_group),
     Api(SyncGroupRequest, 0, 5, groups.sync_group),

@@ -15,12 +15,16 @@ from llog.errors import (
     AmbiguousCommit,
     BackPressure,
     CommitRejected,
+    ConcurrentTransactions,
     CoordinationError,
     CorruptBlob,
     Fenced,
     InvalidInput,
     InvalidPartition,
+    InvalidProducerIdMapping,
     InvalidTopicName,
+    InvalidTransactionTimeout,
+    InvalidTxnState,
     KeyRequired,
     LlogError,
     NotAuthorized,
@@ -34,8 +38,11 @@ from llog.errors import (
     StaleEpoch,
     StoreError,
     TopicConflict,
+    TransactionFenced,
+    TransactionTooLarge,
     UnknownPartition,
     UnknownTopic,
+    UnknownTransactionalId,
 )
 
 
@@ -79,8 +86,13 @@ class ErrorCode(IntEnum):
     OUT_OF_ORDER_SEQUENCE_NUMBER = 45
     DUPLICATE_SEQUENCE_NUMBER = 46
     INVALID_PRODUCER_EPOCH = 47
+    INVALID_TXN_STATE = 48
+    INVALID_PRODUCER_ID_MAPPING = 49
+    INVALID_TRANSACTION_TIMEOUT = 50
+    CONCURRENT_TRANSACTIONS = 51
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     SECURITY_DISABLED = 54
+    OPERATION_NOT_ATTEMPTED = 55
     SASL_AUTHENTICATION_FAILED = 58
     UNKNOWN_PRODUCER_ID = 59
     KAFKA_STORAGE_ERROR = 56
@@ -93,11 +105,14 @@ class ErrorCode(IntEnum):
     MEMBER_ID_REQUIRED = 79
     GROUP_SUBSCRIBED_TO_TOPIC = 86
     INVALID_RECORD = 87
+    UNSTABLE_OFFSET_COMMIT = 88
     THROTTLING_QUOTA_EXCEEDED = 89
+    PRODUCER_FENCED = 90
     RESOURCE_NOT_FOUND = 91
     DUPLICATE_RESOURCE = 92
     UNACCEPTABLE_CREDENTIAL = 93
     UNKNOWN_TOPIC_ID = 100
+    TRANSACTIONAL_ID_NOT_FOUND = 105
 
 
 #: llog's errors and the Kafka code each answers with, most specific first. Retriable
@@ -114,6 +129,12 @@ _CODES: tuple[tuple[type[BaseException] | tuple[type[BaseException], ...], Error
     # DUPLICATE_SEQUENCE_NUMBER as delivered, and those records were not stored.
     (SequenceError, ErrorCode.OUT_OF_ORDER_SEQUENCE_NUMBER),
     (ProducerFenced, ErrorCode.INVALID_PRODUCER_EPOCH),
+    (TransactionFenced, ErrorCode.PRODUCER_FENCED),
+    ((InvalidTxnState, TransactionTooLarge), ErrorCode.INVALID_TXN_STATE),
+    (InvalidProducerIdMapping, ErrorCode.INVALID_PRODUCER_ID_MAPPING),
+    (InvalidTransactionTimeout, ErrorCode.INVALID_TRANSACTION_TIMEOUT),
+    (ConcurrentTransactions, ErrorCode.CONCURRENT_TRANSACTIONS),
+    (UnknownTransactionalId, ErrorCode.TRANSACTIONAL_ID_NOT_FOUND),
     (StaleEpoch, ErrorCode.ILLEGAL_GENERATION),
     (CommitRejected, ErrorCode.INVALID_COMMIT_OFFSET_SIZE),
     (CorruptBlob, ErrorCode.KAFKA_STORAGE_ERROR),

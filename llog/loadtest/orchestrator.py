@@ -40,6 +40,8 @@ from llog.loadtest.report import write_report
 from llog.loadtest.routing import Router
 from llog.loadtest.scenario import Scenario
 from llog.loadtest.summary import build_summary
+from llog.loadtest.transactional import TxnLog, Workload, client_log, run_workload
+from llog.loadtest.txn_check import check
 from llog.nemesis.control import ProxyFaults, proxy_state, set_faults
 from llog.nemesis.faults import FaultPlan
 from llog.nemesis.network import Network
@@ -99,7 +101,7 @@ class Cluster:
             for i in range(s.cluster.brokers):
                 port, host = free_port(), node_host(self.network, f"broker-{i}")
                 argv = [*py, "broker", "--host", host, "--port", str(port)]
-                if s.load.protocol == "kafka":  # a fixed port, so a restarted broker keeps its address
+                if s.load.protocol in ("kafka", "kafka-txn"):  # a fixed port: a restarted broker keeps it
                     kafka_port = free_port()
                     argv += ["--kafka-port", str(kafka_port)]
                     self.kafka_addresses[f"broker-{i}"] = f"{host}:{kafka_port}"
@@ -297,6 +299,8 @@ def run(
         f"{' and a compactor' if scenario.cluster.compactor else ''}")
     t_setup = time.monotonic()
     cluster.up()
+    if scenario.load.protocol == "kafka-txn":
+        return run_dir, _run_transactional(scenario, cluster, say)
     try:
         _routing(scenario, cluster)
         setup_s = time.monotonic() - t_setup
@@ -319,6 +323,39 @@ def run(
     _write(run_dir / "summary.json", summary)
     say(f"report: {write_report(run_dir)}")
     return run_dir, summary
+
+
+def _run_transactional(scenario: Scenario, cluster: Cluster, say: Report) -> dict[str, Any]:
+    """The ``kafka-txn`` load (:mod:`llog.loadtest.transactional`) under the scenario's
+    chaos, then its check; the summary (also in ``summary.json``)."""
+    load, run_dir = scenario.load, cluster.run_dir
+    topic = scenario.topics[0]
+    w = Workload(",".join(cluster.kafka_addresses.values()), topic.name, topic.partitions, f"{topic.name}-eos")
+    txns = TxnLog()
+    client_log.propagate = False
+    client_log.addHandler(logging.FileHandler(run_dir / "logs" / "txn-clients.log"))
+    try:
+        proxy = cluster.stack.s3_proxy
+        s3_faults = None if proxy is None else ProxyFaults(proxy.endpoint_url, FaultPlan(scenario.s3.faults))
+        chaos = Chaos(scenario.chaos, cluster.members, time.monotonic(), stack=cluster.stack, s3_faults=s3_faults,
+                      network=cluster.network).start()
+        say(f"load: {load.processes * load.threads} transactional workers, input at {load.rate:.0f} rec/s for "
+            f"{scenario.duration_s:.0f} s, then up to {load.drain_s:.0f} s of drain")
+        with Connection(cluster.stack.config) as conn:
+            try:
+                ran = run_workload(conn, w, load.processes * load.threads, load.rate, scenario.duration_s,
+                                   load.drain_s, txns, on_load_end=chaos.stop)
+            finally:
+                chaos.stop()
+            say("check: reading the input and both outputs back")
+            verdict = check(conn, w, txns)
+    finally:
+        exits = cluster.down()
+    summary = {"scenario": scenario.name, "protocol": load.protocol, **ran, "verdict": verdict,
+               "chaos": chaos.events, "faults_injected": chaos.injected(), "exits": exits}
+    _write(run_dir / "chaos.json", chaos.events)
+    _write(run_dir / "summary.json", summary)
+    return summary
 
 
 def etcd_state(config: LlogConfig) -> dict[str, int]:

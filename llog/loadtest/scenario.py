@@ -72,8 +72,10 @@ class LoadSpec:
     hedge: bool = True
     #: After the run ends, seconds an unacknowledged batch keeps being retried.
     drain_s: float = 20.0
-    #: ``http`` (the brokers' HTTP API, idempotent batches routed by ``routing``) or
-    #: ``kafka`` (confluent-kafka producers on the brokers' Kafka listeners).
+    #: ``http`` (the brokers' HTTP API, idempotent batches routed by ``routing``),
+    #: ``kafka`` (confluent-kafka producers on the brokers' Kafka listeners) or
+    #: ``kafka-txn`` (exactly-once consume-transform-produce transactions on the first
+    #: topic: :mod:`llog.loadtest.transactional`).
     protocol: str = "http"
 
 
@@ -235,10 +237,10 @@ def _check(s: Scenario, where: str) -> None:
         profile(s.s3.profile)
     except ConfigError as exc:
         problems.append(f"s3.profile: {exc}")
-    if s.load.protocol not in ("http", "kafka"):
-        problems.append("load.protocol must be http or kafka")
-    elif s.load.protocol == "kafka" and importlib.util.find_spec("confluent_kafka") is None:
-        problems.append("load.protocol = kafka needs confluent-kafka (pip install confluent-kafka)")
+    if s.load.protocol not in ("http", "kafka", "kafka-txn"):
+        problems.append("load.protocol must be http, kafka or kafka-txn")
+    elif s.load.protocol != "http" and importlib.util.find_spec("confluent_kafka") is None:
+        problems.append(f"load.protocol = {s.load.protocol} needs confluent-kafka (pip install confluent-kafka)")
     if s.load.routing not in ROUTING_POLICIES:
         problems.append(f"load.routing must be one of {ROUTING_POLICIES}")
     if min(s.load.processes, s.load.threads, s.load.records_per_partition, s.load.owners) <= 0:

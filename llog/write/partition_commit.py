@@ -6,7 +6,6 @@ an earlier attempt, or the group definitely fails."""
 from __future__ import annotations
 
 import logging
-import random
 import time
 from collections.abc import Callable
 from enum import Enum
@@ -23,7 +22,7 @@ from llog.errors import (
     Fenced,
     SessionExpired,
 )
-from llog.etcd import Get, TxnResult
+from llog.etcd import Get, TxnResult, conflict_pause
 from llog.session import Session
 from llog.write.acknowledgement import AppendResult, acknowledge, duplicate
 from llog.write.caches import ProducerSnapshot, WriterCaches, decode_producer
@@ -92,9 +91,8 @@ class PartitionCommit:
                 step = self._attempt()
             if isinstance(step, AppendResult):
                 return step
-            if step is _Next.CONFLICT and attempt >= 2:
-                # Contended: back off a little, jittered, so writers stop colliding.
-                time.sleep(random.uniform(0, min(0.05, 0.001 * 2 ** min(attempt, 6))))
+            if step is _Next.CONFLICT:
+                conflict_pause(attempt)
         if self.unknown_starts:
             raise AmbiguousCommit(
                 f"commit of append {self.pending.append_id} to {self.topic}/{self.partition} has an unknown "

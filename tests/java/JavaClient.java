@@ -10,7 +10,7 @@ import org.apache.kafka.common.serialization.*;
 
 /**
  * The Kafka Java client (kafka-clients) against an llog broker, driven by tests/test_kafka_java.py:
- * {@code produce|consume|admin BOOTSTRAP ...}, one line of stdout per result.
+ * {@code produce|consume|member|admin|transactions BOOTSTRAP ...}, one line of stdout per result.
  */
 public class JavaClient {
     public static void main(String[] args) throws Exception {
@@ -21,6 +21,7 @@ public class JavaClient {
             case "member" -> member(bootstrap, args[2], args[3], args[4], args[5].equals("-") ? null : args[5],
                     Long.parseLong(args[6]));
             case "admin" -> admin(bootstrap, args[2], Integer.parseInt(args[3]));
+            case "transactions" -> transactions(bootstrap, args[2], Integer.parseInt(args[3]), args[4]);
             default -> throw new IllegalArgumentException(mode);
         }
     }
@@ -45,6 +46,72 @@ public class JavaClient {
                 RecordMetadata m = acks.get(i).get();
                 System.out.println("acked " + i + " " + m.partition() + " " + m.offset());
             }
+        }
+    }
+
+    static KafkaProducer<String, String> transactional(String bootstrap, String id) {
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ProducerConfig.TRANSACTIONAL_ID_CONFIG, id);
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "1");
+        KafkaProducer<String, String> producer = new KafkaProducer<>(p, new StringSerializer(), new StringSerializer());
+        producer.initTransactions();
+        return producer;
+    }
+
+    /**
+     * N transactions of 10 records over partitions 0-2 of TOPIC, every other one aborted
+     * (after its records reached the broker); then what a read_committed consumer reads
+     * ("read P VALUE", in order); then a zombie: an instance whose transaction a newer
+     * instance of the same id fences ("zombie fenced CLASS" or "zombie committed").
+     */
+    static void transactions(String bootstrap, String topic, int n, String id) throws Exception {
+        try (KafkaProducer<String, String> producer = transactional(bootstrap, id)) {
+            for (int i = 0; i < n; i++) {
+                producer.beginTransaction();
+                for (int j = 0; j < 10; j++) producer.send(new ProducerRecord<>(topic, j % 3, null, i + "-" + j));
+                if (i % 2 == 0) {
+                    producer.commitTransaction();
+                } else {
+                    producer.flush();
+                    producer.abortTransaction();
+                }
+            }
+        }
+        Properties c = new Properties();
+        c.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        c.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_committed");
+        try (Consumer<String, String> consumer = new KafkaConsumer<>(c, new StringDeserializer(), new StringDeserializer())) {
+            List<TopicPartition> parts = List.of(new TopicPartition(topic, 0), new TopicPartition(topic, 1),
+                    new TopicPartition(topic, 2));
+            consumer.assign(parts);
+            consumer.seekToBeginning(parts);
+            int seen = 0, want = (n + 1) / 2 * 10;
+            long deadline = System.currentTimeMillis() + 60_000;
+            while (seen < want && System.currentTimeMillis() < deadline) {
+                for (ConsumerRecord<String, String> r : consumer.poll(Duration.ofMillis(500))) {
+                    System.out.println("read " + r.partition() + " " + r.value());
+                    seen++;
+                }
+            }
+        }
+        KafkaProducer<String, String> zombie = transactional(bootstrap, id + "-z");
+        zombie.beginTransaction();
+        zombie.send(new ProducerRecord<>(topic, 0, null, "zombie"));
+        zombie.flush();
+        try (KafkaProducer<String, String> fresh = transactional(bootstrap, id + "-z")) {
+            fresh.beginTransaction();
+            fresh.send(new ProducerRecord<>(topic, 0, null, "fresh"));
+            fresh.commitTransaction();
+        }
+        try {
+            zombie.send(new ProducerRecord<>(topic, 0, null, "late"));
+            zombie.commitTransaction();
+            System.out.println("zombie committed");
+        } catch (org.apache.kafka.common.KafkaException e) {
+            System.out.println("zombie fenced " + e.getClass().getSimpleName());
+        } finally {
+            zombie.close(Duration.ZERO);
         }
     }
 

@@ -6,8 +6,9 @@ import org.apache.kafka.streams.*;
 import org.apache.kafka.streams.kstream.*;
 
 /**
- * Kafka Streams' word count (at-least-once) against an llog broker, driven by
- * tests/test_kafka_streams.py: {@code BOOTSTRAP INPUT OUTPUT APPLICATION_ID STATE_DIR}.
+ * Kafka Streams' word count against an llog broker, driven by tests/test_kafka_streams.py:
+ * {@code BOOTSTRAP INPUT OUTPUT APPLICATION_ID STATE_DIR [GUARANTEE]} (GUARANTEE: Streams'
+ * processing.guarantee, at_least_once by default, or exactly_once_v2).
  * Counts the words of INPUT's values (a repartition topic and a compacted changelog, both
  * created by Streams), writes each word's running count (a long) to OUTPUT keyed by the
  * word, prints "running" once the application runs, and stops when stdin closes.
@@ -21,6 +22,7 @@ public class StreamsWordCount {
         p.put(StreamsConfig.DEFAULT_KEY_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         p.put(StreamsConfig.DEFAULT_VALUE_SERDE_CLASS_CONFIG, Serdes.StringSerde.class);
         p.put(StreamsConfig.COMMIT_INTERVAL_MS_CONFIG, 500);
+        if (args.length > 5) p.put(StreamsConfig.PROCESSING_GUARANTEE_CONFIG, args[5]);
         p.put(StreamsConfig.consumerPrefix("auto.offset.reset"), "earliest");
         StreamsBuilder builder = new StreamsBuilder();
         builder.<String, String>stream(args[1])

@@ -4,8 +4,10 @@ they were stored, base offset set, never decoded; other records built into a bat
 partitions' tails until ``min_bytes`` arrive or ``max_wait_ms`` passes (the HTTP
 consume's :func:`~llog.broker.fetch.long_poll`; a fetch offset past the end is out of
 range, as in Kafka). Fetch sessions
-(KIP-227) are declined (session id 0), so clients send full fetches; both isolation
-levels read the same records, as llog has no transactions."""
+(KIP-227) are declined (session id 0), so clients send full fetches. Both isolation
+levels read the same records: a transaction's records enter the log only when it
+commits, all at once (protocol/README.md §15.3), so the last stable offset is the high
+watermark and no transaction is ever aborted in a log."""
 
 from __future__ import annotations
 

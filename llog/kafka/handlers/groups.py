@@ -35,8 +35,7 @@ GROUP_KEY = 0  # FindCoordinator key types
 TRANSACTION_KEY = 1
 
 
-#: Why a transactional request is refused (docs/kafka.md).
-NO_TRANSACTIONS = "llog does not support transactions (transactional.id); use an idempotent producer"
+TXN_KEY = 1
 
 
 async def find_coordinator(ctx: Context, req: Any) -> FindCoordinatorResponse:
@@ -49,12 +48,13 @@ async def find_coordinator(ctx: Context, req: Any) -> FindCoordinatorResponse:
         node = None
         if req.key_type == GROUP_KEY and not ctx.allows(Operation.DESCRIBE, ResourceType.GROUP, key):
             code = ErrorCode.GROUP_AUTHORIZATION_FAILED
-        elif req.key_type != GROUP_KEY:
-            # No transactions, so no transaction coordinator. A non-retriable code, so a
-            # transactional producer's init fails at once (librdkafka and the Java
-            # client retry COORDINATOR_NOT_AVAILABLE until their timeout).
+        elif req.key_type == TXN_KEY and not ctx.allows(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
             code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        elif req.key_type not in (GROUP_KEY, TXN_KEY):
+            code = ErrorCode.INVALID_REQUEST
         else:
+            # Any broker coordinates any transactional id (the state is in etcd); the
+            # same rendezvous as groups spreads them.
             node = ctx.registry.coordinator(key)
         answers.append((key, code, node))
     if version >= 4:
@@ -71,7 +71,9 @@ async def find_coordinator(ctx: Context, req: Any) -> FindCoordinatorResponse:
 def _why(code: int) -> str | None:
     if code == ErrorCode.GROUP_AUTHORIZATION_FAILED:
         return "Describe on the group is not allowed"
-    return None if code == ErrorCode.NONE else NO_TRANSACTIONS
+    if code == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED:
+        return "Describe on the transactional id is not allowed"
+    return None if code == ErrorCode.NONE else "unknown coordinator key type"
 
 
 def coordinated(ctx: Context, group_id: str, op: Operation = Operation.READ) -> None:
@@ -199,6 +201,7 @@ def _commit(ctx: Context, group: str, wanted: list[tuple[str, int, int]], epoch:
 def offset_fetch(ctx: Context, req: Any) -> OffsetFetchResponse:
     R = OffsetFetchResponse
     rows: list[tuple[str, int, int]] = []  # topic, partition, committed offset (-1: none)
+    unstable: set[tuple[str, int]] = set()
     top: int = ErrorCode.NONE
     try:
         ctx.check(Operation.DESCRIBE, ResourceType.GROUP, req.group_id)
@@ -209,6 +212,10 @@ def offset_fetch(ctx: Context, req: Any) -> OffsetFetchResponse:
                     if ctx.allows(Operation.DESCRIBE, ResourceType.TOPIC, topic, audit=False)]
         else:
             rows = [(t.name, p, committed.get((t.name, p), -1)) for t in req.topics for p in t.partition_indexes]
+        if rows and getattr(req, "require_stable", False):
+            # KIP-447: a read_committed consumer asks for offsets no ongoing transaction
+            # will change, and retries on UNSTABLE_OFFSET_COMMIT until it has ended.
+            unstable = ctx.broker.transactions.pending_offsets(req.group_id)
     except InvalidInput:
         top = ErrorCode.INVALID_GROUP_ID
     except LlogError as exc:
@@ -218,9 +225,10 @@ def offset_fetch(ctx: Context, req: Any) -> OffsetFetchResponse:
     for topic, partition, offset in rows:
         if topic not in described:
             described[topic] = ctx.allows(Operation.DESCRIBE, ResourceType.TOPIC, topic)
+        code = (ErrorCode.TOPIC_AUTHORIZATION_FAILED if not described[topic] else
+                ErrorCode.UNSTABLE_OFFSET_COMMIT if (topic, partition) in unstable else ErrorCode.NONE)
         by_topic.setdefault(topic, []).append(R.OffsetFetchResponseTopic.OffsetFetchResponsePartition(
-            partition_index=partition, committed_offset=offset if described[topic] else -1,
-            committed_leader_epoch=-1, metadata="",
-            error_code=ErrorCode.NONE if described[topic] else ErrorCode.TOPIC_AUTHORIZATION_FAILED))
+            partition_index=partition, committed_offset=offset if code == ErrorCode.NONE else -1,
+            committed_leader_epoch=-1, metadata="", error_code=code))
     return R[req.API_VERSION](throttle_time_ms=0, error_code=top, topics=[
         R.OffsetFetchResponseTopic(name=t, partitions=ps) for t, ps in by_topic.items()])

@@ -1,7 +1,7 @@
 """InitProducerId: ids for idempotent producers. A new id is the etcd revision of a
 write to one key, so every broker hands out ids no other broker ever gave; a
 producer that asks to bump its epoch (KIP-360) keeps its id. Transactional ids are
-refused: llog has no transactions.
+served by :mod:`llog.kafka.handlers.transactions`.
 
 DescribeProducers (``kafka-transactions.sh describe-producers``): the idempotent Kafka
 producers a partition remembers (spec §8.7), each with its epoch and last sequence; the
@@ -20,17 +20,16 @@ from llog.codec.etcd_values import MetaFormatError, ProducerState
 from llog.errors import CorruptMetadata, LlogError
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
+from llog.kafka.handlers.transactions import init_transactional
 from llog.keys import prefix_range_end
+from llog.txn.coordinator import MAX_EPOCH
 from llog.write.commit_plan import RECORD_COUNTED_PREFIX, next_sequence
-
-MAX_EPOCH = 32767
 
 
 def init_producer_id(ctx: Context, req: Any) -> InitProducerIdResponse:
     R = InitProducerIdResponse[req.API_VERSION]
-    if req.transactional_id is not None:  # non-retriable: a transactional init fails at once
-        return R(throttle_time_ms=0, error_code=ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, producer_id=-1,
-                 producer_epoch=-1)
+    if req.transactional_id is not None:
+        return init_transactional(ctx, req)
     # KIP-679: IdempotentWrite on the cluster, or Write on some topic.
     if not (ctx.allows_any(Operation.WRITE, ResourceType.TOPIC)
             or ctx.allows(Operation.IDEMPOTENT_WRITE, ResourceType.CLUSTER)):
