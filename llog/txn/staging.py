@@ -23,10 +23,10 @@ from llog.errors import (
 )
 from llog.etcd import KV, Get
 from llog.txn.records import Change, Read, TxnRecords, check_producer
+from llog.write.commit_plan import kafka_next_sequence
 from llog.write.staging import StagedBlob
 from llog.write.validation import PreparedGroup, ProducerSequence
 
-_KAFKA_SEQUENCE_WRAP = 2**31
 #: A transaction record's limit, under etcd's 1.5 MiB request limit (about 6,000
 #: staged batches; each stage rewrites the record, so a long transaction costs more).
 MAX_RECORD_BYTES = 1 << 20
@@ -92,7 +92,7 @@ def _stage_one(transactional_id: str, r: TxnRecord, g: PreparedGroup, append: St
     batch = StagedBatch(producer.sequence, g.count, producer.digest)
     if window:
         last = window[-1]
-        expected = (last.sequence + last.count) % _KAFKA_SEQUENCE_WRAP
+        expected = kafka_next_sequence(last.sequence, last.count)
         if producer.sequence != expected:
             _check_retry(g, producer, window, expected)
             return Staged(g.topic, g.partition, g.count, duplicate=True), r

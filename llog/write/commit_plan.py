@@ -109,8 +109,13 @@ RECORD_COUNTED_PREFIX = "kafka."
 _KAFKA_SEQUENCE_WRAP = 2**31  # Kafka's int32 sequences wrap to 0
 
 
+def kafka_next_sequence(sequence: int, count: int) -> int:
+    """A Kafka producer's next sequence after a batch of ``count`` records at ``sequence``."""
+    return (sequence + count) % _KAFKA_SEQUENCE_WRAP
+
+
 def next_sequence(producer_id: str, last: ProducerState) -> int:
     """The sequence the producer's next batch on the partition must carry."""
     if producer_id.startswith(RECORD_COUNTED_PREFIX):
-        return (last.sequence + last.msg_count) % _KAFKA_SEQUENCE_WRAP
+        return kafka_next_sequence(last.sequence, last.msg_count)
     return last.sequence + 1
