@@ -94,6 +94,7 @@ from llog.reader import Reader
 from llog.records import AppendGroup, ConsumedRecord, Record
 from llog.registry import SchemaRegistry
 from llog.topics import PartitionInfo, TopicDescription, Topics
+from llog.txn.transaction import Transaction
 from llog.writer import AppendFailure, AppendResult, Writer
 
 __version__ = "0.1.0"
@@ -165,6 +166,7 @@ __all__ = [
     "TopicConflict",
     "TopicDescription",
     "Topics",
+    "Transaction",
     "TransactionError",
     "TransactionFenced",
     "TransactionTooLarge",

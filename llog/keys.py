@@ -25,6 +25,8 @@ ACLS = "_acls"
 SCHEMAS = "_schemas"
 #: Reserved name under the root that holds the transactional producers' records (spec §15).
 TRANSACTIONS = "_transactions"
+#: Reserved name under the root that holds the transactional Spark sinks' progress (spec §15.5).
+SINKS = "_sinks"
 
 
 @dataclass(frozen=True)
@@ -128,6 +130,10 @@ class KeyLayout:
     def transaction(self, transactional_id: str) -> str:
         """A transactional id's record (any string is an id: percent-encoded)."""
         return f"{self.transactions_prefix()}{quote(transactional_id, safe='')}"
+
+    def sink_progress(self, transactional_id: str) -> str:
+        """A transactional Spark sink's last committed micro-batch (spec §15.5)."""
+        return f"{self.root}/{SINKS}/{quote(transactional_id, safe='')}"
 
     def revision_clock(self) -> str:
         """The compactor's persisted revision-to-time samples (compactor/revision_clock.py)."""

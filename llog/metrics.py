@@ -139,7 +139,8 @@ class Metrics:
     def _declare_transactions(self, r: CollectorRegistry) -> None:
         self.transactions = Counter(
             "llog_transactions", "transactions ended, by outcome (commit, abort, expired, fenced: aborted by a "
-            "new producer instance)", ["outcome"], registry=r,
+            "new producer instance), and ends refused as late (late_end: an end of an earlier transaction, spec "
+            "§15.2)", ["outcome"], registry=r,
         )
         self.transaction_staged = Counter(
             "llog_transaction_staged_batches", "batches staged in transactions, by outcome (staged, duplicate, "

@@ -16,6 +16,6 @@ TOPIC_NAME_PATTERN = "(?:[A-Za-z0-9._-]{1,245}(?:~dlq)?|[A-Za-z0-9._-]{246,249})
 TOPIC_NAME_RE = re.compile(TOPIC_NAME_PATTERN)
 #: Names that would collide with llog's own object-key or etcd-key prefixes.
 RESERVED_TOPICS = frozenset({".", "..", "wal-shared", "_groups", "_maintenance", "_sessions", "_brokers", "_users",
-                             "_acls", "_schemas", "_transactions"})
+                             "_acls", "_schemas", "_transactions", "_sinks"})
 #: Upper bound on partitions per topic; keeps a typo from creating a million keys.
 MAX_PARTITIONS = 100_000

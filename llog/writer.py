@@ -192,10 +192,11 @@ class Writer:
         finally:
             self._sessions.release(staged.session)
 
-    def release_staged(self, staged: StagedBlob) -> None:
-        """Done with a staged blob that another protocol references instead of
-        :meth:`commit_staged` (a transaction's stage, spec §15.2 T2): its session may
-        end once nothing else of it is in flight."""
+    def release_staged(self, staged: StagedBlob | EncodedBlob) -> None:
+        """Done with a blob that another protocol references instead of
+        :meth:`commit_staged` (a transaction's stage, spec §15.2 T2), or with one
+        encoded and never PUT: its session may end once nothing else of it is in
+        flight."""
         self._sessions.release(staged.session)
 
     def settle_all(self) -> int:

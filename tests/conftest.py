@@ -255,6 +255,17 @@ def config_env(cfg: LlogConfig) -> dict[str, str]:
     return env
 
 
+@pytest.fixture
+def opts(config: LlogConfig) -> dict[str, str]:
+    """The Spark source's and sink's options for the suite's servers."""
+    return {
+        "etcdEndpoints": ",".join(config.etcd_endpoints),
+        "objectStore": config.object_store,
+        "s3EndpointUrl": config.s3_endpoint_url or "",
+        "rootPrefix": config.root_prefix,
+    }
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     """One ``local[2]`` SparkSession (UI off, 2 shuffle partitions) for every Spark test:

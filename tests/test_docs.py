@@ -39,6 +39,7 @@ BLOCK_TIMEOUT_S = 600.0
 EXPECTED_LINES = {
     ("README.md", "writer.append_shared(["): ["orders 0 0 1", "orders 1 0 0", "b'order-3'"],
     ("README.md", "Consumer(conn, \"billing\""): ["orders 1 0 b'order-3'"],
+    ("README.md", "llog.Transaction(conn, \"enricher-1\")"): ["3 records enriched"],
 }
 
 

@@ -31,7 +31,7 @@ from llog.codec.etcd_values import (
     SequencedBatch,
     TopicMeta,
 )
-from llog.codec.txn_values import PartitionSequences, StagedAppend, StagedOffset, TxnRecord
+from llog.codec.txn_values import PartitionSequences, SinkProgress, StagedAppend, StagedOffset, TxnRecord
 from llog.keys import KeyLayout
 from llog.records import Record
 
@@ -262,6 +262,7 @@ def _meta_object(kind: str, m: dict[str, Any]) -> Any:
         "CompactionRecord": CompactionRecord,
         "ProducerState": ProducerState,
         "DamagedRange": DamagedRange,
+        "SinkProgress": SinkProgress,
     }
     return classes[kind](**m)
 

@@ -27,16 +27,6 @@ MAX_PER_TRIGGER = 1000
 Row = tuple[str, int, int, bytes]
 
 
-@pytest.fixture
-def opts(config: LlogConfig) -> dict[str, str]:
-    return {
-        "etcdEndpoints": ",".join(config.etcd_endpoints),
-        "objectStore": config.object_store,
-        "s3EndpointUrl": config.s3_endpoint_url or "",
-        "rootPrefix": config.root_prefix,
-    }
-
-
 class Producer(threading.Thread):
     """Appends a round of records to every partition of ``topics`` about every 100 ms
     until stopped (or ``max_rounds``); remembers what it wrote."""

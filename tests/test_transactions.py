@@ -5,8 +5,10 @@ staged blobs kept by vacuum until their transaction ends."""
 
 from __future__ import annotations
 
+import socket
 import time
 from dataclasses import replace
+from typing import Any
 
 import pytest
 from kafka.protocol.consumer import OffsetFetchRequest, OffsetFetchResponse
@@ -36,6 +38,7 @@ from llog.txn.records import TxnRecords
 from llog.txn.staging import stage
 from llog.writer import Writer
 from tests import java_client
+from tests.conftest import wait_until
 from tests.kafka_crafted import plain_batch
 from tests.test_kafka import _exchange, kafka_broker
 from tests.test_kafka_edge import _produce
@@ -193,6 +196,41 @@ def test_each_step_is_checked_and_retries_are_answered_as_kafka_does(config: Llo
         assert _exchange(bs, EndTxnRequest[1](transactional_id="tx-raw", producer_id=pid, producer_epoch=epoch,
                                               committed=True), EndTxnResponse).error_code == 47  # before it
         assert _produce(bs, 0, _txn_batch([b"z"], pid, epoch, 3), topic=TOPIC, txn="tx-raw")[0] == 47
+
+
+def _send_and_close(bootstrap: str, req: Any) -> None:
+    """A request its client gives up on at once: sent, then the connection closed."""
+    host, port = bootstrap.rsplit(":", 1)
+    with socket.create_connection((host, int(port)), timeout=30) as s:
+        req.with_header(correlation_id=9, client_id="test")
+        s.sendall(req.encode(header=True, framed=True))
+
+
+def test_a_late_end_never_commits_the_next_transaction_half_sent(config: LlogConfig, txn_conn: Connection) -> None:
+    """An EndTxn(commit) of the previous transaction, held back (a paused broker, a
+    partition) until the producer's next transaction has begun, must not commit that
+    one with some of its batches still on the way (the nemesis found it)."""
+    records = TxnRecords(txn_conn)
+    with kafka_broker(config) as kb:
+        bs = kb.bootstrap
+        _, pid, epoch = _init(bs, "tx-late")
+        assert _add(bs, "tx-late", pid, epoch, [0, 1]) == [0, 0]
+        assert _produce(bs, 0, _txn_batch([b"a"], pid, epoch, 0), topic=TOPIC, txn="tx-late") == (0, -1)
+        # Partition 1 was added and has nothing staged: the end cannot be this transaction's.
+        assert _end(bs, "tx-late", pid, epoch, True) == 48  # INVALID_TXN_STATE, nothing committed
+        assert kb.http.metric("llog_transactions_total", outcome="late_end") == 1
+        assert _produce(bs, 1, _txn_batch([b"b"], pid, epoch, 0), topic=TOPIC, txn="tx-late") == (0, -1)
+        # An end on a connection its client closed (it timed the request out and sent it
+        # again elsewhere) is not applied either.
+        _send_and_close(bs, EndTxnRequest[3](transactional_id="tx-late", producer_id=pid, producer_epoch=epoch,
+                                             committed=True))
+        wait_until(lambda: kb.http.metric("llog_transactions_total", outcome="late_end") == 2, 30,
+                   "the abandoned end refused")
+        record = records.read("tx-late").record
+        assert record is not None and record.state == ONGOING
+        assert _values(txn_conn, 0) == [] and _values(txn_conn, 1) == []
+        assert _end(bs, "tx-late", pid, epoch, True) == 0
+        assert _values(txn_conn, 0) == [b"a"] and _values(txn_conn, 1) == [b"b"]
 
 
 def test_vacuum_keeps_a_staged_blob_until_its_transaction_ends(config: LlogConfig, txn_conn: Connection) -> None:

@@ -79,8 +79,9 @@ def _run(args: argparse.Namespace) -> int:
 def _print_transactional(run_dir: Path, s: dict[str, Any]) -> int:
     v = s["verdict"]
     print(f"run directory: {run_dir} (summary.json)")
-    print(f"input: {s['fed']} fed, {v['input_records']} stored; outputs: {v['output_records']}; "
-          f"drained: {s['drained']}; transactions: {v['transactions']}")
+    print(f"input: {s['fed']} fed, {v['input_records']} stored, {v.get('unprocessed_records', 0)} past the "
+          f"committed offsets; outputs: {v['output_records']}; drained: {s['drained']}; "
+          f"transactions: {v['transactions']}")
     for e in s["chaos"]:
         print(f"chaos: {e['action']} {e['target']} at {e['done_s']}s ok={e['ok']}")
     print("anomalies: " + ", ".join(f"{k} {n}" for k, n in v["anomaly_counts"].items()))

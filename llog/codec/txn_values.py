@@ -67,22 +67,27 @@ class StagedAppend:
 
 @dataclass(frozen=True)
 class StagedOffset:
-    """One offset commit staged in a transaction (TxnOffsetCommit), with the group's
-    epoch key value it was checked against, base64 (``None``: a commit outside a
-    generation), which the commit compares."""
+    """One offset commit staged in a transaction, with what the commit compares: the
+    group's epoch key value it was checked against, base64 (``guard``; a Kafka
+    member's generation or an exclusive SDK consumer's epoch), and/or the member
+    session that must still own the partition (``owner`` and its ``lease``; an SDK
+    group member). Neither: a commit outside a generation."""
 
     group: str
     topic: str
     partition: int
     offset: int
     guard: str | None = None
+    owner: str | None = None
+    lease: int | None = None
 
     def to_array(self) -> list[Any]:
-        return [self.group, self.topic, self.partition, self.offset, self.guard]
+        head = [self.group, self.topic, self.partition, self.offset, self.guard]
+        return head if self.owner is None else [*head, self.owner, self.lease]
 
     @classmethod
     def from_array(cls, v: object) -> StagedOffset:
-        a = _array(v, 5, "a staged offset")
+        a = v if isinstance(v, list) and len(v) == 7 else _array(v, 5, "a staged offset")
         if not (isinstance(a[0], str) and isinstance(a[1], str)):
             raise MetaFormatError("a staged offset's group or topic is not a string")
         _ints(a[2:4], "a staged offset")
@@ -90,6 +95,8 @@ class StagedOffset:
             raise MetaFormatError("a staged offset is negative")
         if a[4] is not None and not isinstance(a[4], str):
             raise MetaFormatError("a staged offset's guard is neither null nor a string")
+        if len(a) == 7 and not (isinstance(a[5], str) and (a[6] is None or type(a[6]) is int)):
+            raise MetaFormatError("a staged offset's owner is not a string with a lease")
         return cls(*a)
 
 
@@ -210,3 +217,21 @@ class TxnRecord:
         if r.producer_id < 0 or r.epoch < 0 or r.timeout_ms <= 0 or r.number < 0:
             raise MetaFormatError("a transaction record has a negative producer id, epoch or number, or no timeout")
         return r
+
+
+@dataclass(frozen=True)
+class SinkProgress:
+    """``{root}/_sinks/{id}``: the last micro-batch a transactional Spark sink committed
+    (spec §15.5), written in that micro-batch's commit, so a batch Spark runs again
+    after a driver failure is never committed twice."""
+
+    batch_id: int
+    committed_at_ms: int
+
+    def encode(self) -> bytes:
+        return _pack({"batch_id": self.batch_id, "committed_at_ms": self.committed_at_ms})
+
+    @classmethod
+    def decode(cls, raw: bytes) -> SinkProgress:
+        m = _unpack(raw)
+        return cls(_field(m, "batch_id", int), _field(m, "committed_at_ms", int))

@@ -10,6 +10,11 @@ Two modes:
 * **exclusive** (``exclusive=True``): one consumer reads every partition; starting it
   bumps the group's epoch and commits are guarded by that epoch, so a zombie left over
   from a failure can never move the committed offsets.
+
+With ``transactional=True`` its offsets are committed only through a
+:class:`~llog.txn.transaction.Transaction`, with the records the application wrote from
+them (exactly once): a revoked partition is never committed on the way out, and a
+transaction that read from it cannot commit.
 """
 
 from __future__ import annotations
@@ -57,7 +62,10 @@ class Consumer:
         member_id: str | None = None,
         rebalance_interval_s: float = 1.0,
         poll_interval_s: float = 0.05,
+        transactional: bool = False,
     ) -> None:
+        if transactional and auto_commit_interval_s is not None:
+            raise InvalidInput("a transactional consumer commits through its Transaction, not auto-commit")
         if isinstance(topics, str) or not topics:
             raise InvalidInput("topics must be a non-empty list of topic names")
         if not (start_from in ("earliest", "latest") or (isinstance(start_from, int) and start_from >= 0)):
@@ -85,6 +93,10 @@ class Consumer:
         self._closed = False
         #: A partition's error met after other records were read: the next poll raises it.
         self._failed: LlogError | None = None
+        self.transactional = transactional
+        #: Partitions revoked with records delivered past their committed offset: a
+        #: transaction holding those records must abort (another member reads them again).
+        self.lost_uncommitted: set[TopicPartition] = set()
         self.membership: Membership | None = None
         if exclusive:
             self.epoch = bump_epoch(self.conn, self.group, self.member_id)
@@ -115,6 +127,8 @@ class Consumer:
                 pos = self._initial_position(*tp)
                 self._positions[tp] = pos
                 self._delivered[tp] = pos
+                if self.transactional:  # nothing to commit until a record is delivered
+                    self._committed.setdefault(tp, pos)
 
     def _initial_position(self, topic: str, partition: int) -> int:
         c = self.offsets.get(topic, partition)
@@ -131,14 +145,17 @@ class Consumer:
         return nxt if found is None else found
 
     def _revoke(self, tps: set[TopicPartition]) -> None:
-        try:
-            self.commit({tp: self._delivered[tp] for tp in tps if tp in self._delivered})
-        except LlogError as exc:
-            log.warning("commit on revoke failed for %s: %s", sorted(tps), exc)
+        if not self.transactional:
+            try:
+                self.commit({tp: self._delivered[tp] for tp in tps if tp in self._delivered})
+            except LlogError as exc:
+                log.warning("commit on revoke failed for %s: %s", sorted(tps), exc)
         self._forget(tps)
 
     def _forget(self, tps: Iterable[TopicPartition]) -> None:
         """Drop what this consumer knows of partitions it no longer owns."""
+        if self.transactional:
+            self.lost_uncommitted |= set(self.uncommitted()) & set(tps)
         for tp in list(tps):
             self._positions.pop(tp, None)
             self._delivered.pop(tp, None)
@@ -235,23 +252,42 @@ class Consumer:
         """Commit ``offsets`` (default: everything delivered so far). An offset past
         what this consumer delivered raises :class:`CommitOutOfRange`; nothing is
         committed past delivery, so no record is silently skipped."""
-        todo = dict(self._delivered) if offsets is None else dict(offsets)
-        for (topic, partition), off in todo.items():
-            delivered = self._delivered.get((topic, partition))
-            if delivered is None or off > delivered:
-                raise CommitOutOfRange(
-                    self.group, topic, partition, off,
-                    f"past the delivered position {delivered}",
-                )
+        if self.transactional:
+            raise InvalidInput(f"consumer of group {self.group!r} is transactional: commit its offsets with "
+                               "Transaction.commit_offsets")
         done = []
-        for (topic, partition), off in sorted(todo.items()):
-            if self._committed.get((topic, partition)) == off:
-                continue
+        for (topic, partition), off in sorted(self.uncommitted(offsets).items()):
             c = self.offsets.commit(topic, partition, off, fence=self.fence, member=self.member_id)
             self._committed[(topic, partition)] = off
             done.append(c)
         self._last_commit = time.monotonic()
         return done
+
+    def uncommitted(self, offsets: Mapping[TopicPartition, int] | None = None) -> dict[TopicPartition, int]:
+        """Of ``offsets`` (default: the delivered positions), those not committed yet;
+        :class:`CommitOutOfRange` for one past what this consumer delivered, so no
+        record is silently skipped."""
+        todo = dict(self._delivered) if offsets is None else dict(offsets)
+        for (topic, partition), off in todo.items():
+            delivered = self._delivered.get((topic, partition))
+            if delivered is None or off > delivered:
+                raise CommitOutOfRange(self.group, topic, partition, off, f"past the delivered position {delivered}")
+        return {tp: off for tp, off in todo.items() if self._committed.get(tp) != off}
+
+    def committed_by_transaction(self, offsets: Mapping[TopicPartition, int]) -> None:
+        """A transaction committed ``offsets`` of this consumer's group."""
+        self._committed.update((tp, off) for tp, off in offsets.items() if tp in self._positions)
+
+    def rewind(self) -> None:
+        """Back to the committed offsets (a transaction holding the records since was
+        aborted, so they are delivered again)."""
+        self.lost_uncommitted.clear()
+        self._failed = None
+        for tp in list(self._positions):
+            self._committed.pop(tp, None)
+            self._positions[tp] = self._delivered[tp] = self._initial_position(*tp)
+            if self.transactional:
+                self._committed.setdefault(tp, self._positions[tp])
 
     def _maybe_auto_commit(self) -> None:
         if (

@@ -107,12 +107,13 @@ API_BY_KEY: dict[int, Api] = {api.request.API_KEY: api for api in (
     Api(InitProducerIdRequest, 0, 4, producers.init_producer_id, runs="blocking"),
     Api(DescribeProducersRequest, 0, 0, producers.describe_producers, runs="blocking"),
     # Clients use AddPartitionsToTxn up to v3 (v4+ is Kafka's broker-to-broker check);
-    # the v5s of EndTxn and TxnOffsetCommit are KIP-890's second part (implicit adds),
-    # which llog, whose commits are atomic, has no need of.
+    # the v5s of EndTxn and TxnOffsetCommit are KIP-890's second part (implicit adds, an
+    # epoch per transaction), not served yet: llog's commits are atomic, and its late-end
+    # guards (spec §15.2) stand in for the per-transaction epoch.
     Api(AddPartitionsToTxnRequest, 0, 3, transactions.add_partitions_to_txn, runs="blocking"),
     Api(AddOffsetsToTxnRequest, 0, 4, transactions.add_offsets_to_txn, runs="blocking"),
     Api(TxnOffsetCommitRequest, 0, 4, transactions.txn_offset_commit),
-    Api(EndTxnRequest, 0, 4, transactions.end_txn, runs="blocking"),
+    Api(EndTxnRequest, 0, 4, transactions.end_txn),
     Api(DescribeTransactionsRequest, 0, 0, transactions.describe_transactions, runs="blocking"),
     Api(ListTransactionsRequest, 0, 1, transactions.list_transactions, runs="blocking"),
     Api(FindCoordinatorRequest, 0, 4, groups.find_coordinator),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -19,6 +20,9 @@ from llog.kafka.sasl import SaslState
 
 if TYPE_CHECKING:
     from llog.broker.state import Broker
+
+#: How long :meth:`Context.abandoned` waits for a close on its way behind a request.
+ABANDONED_GRACE_S = 0.002
 
 #: The id Kafka gives no topic (a topic in error, a request naming topics by name).
 ZERO_TOPIC_ID = uuid.UUID(int=0)
@@ -36,6 +40,17 @@ class Context:
     #: The connection's authentication, whose caller the authorizer judges (each
     #: connection has its own context: ``replace(listener_context, sasl=...)``).
     sasl: SaslState | None = None
+    #: Whether the client has closed the connection (``None``: the listener's own context).
+    gone: Callable[[], bool] | None = None
+
+    async def abandoned(self) -> bool:
+        """Whether the client closed this connection, looked at a moment after the
+        request came: a request held back by a paused broker or a network partition
+        arrives just before the close its client made when it gave up on it."""
+        if self.gone is None:
+            return False
+        await asyncio.sleep(ABANDONED_GRACE_S)
+        return self.gone()
 
     def allows(self, op: Operation, rtype: ResourceType, name: str = CLUSTER_NAME, *, audit: bool = True) -> bool:
         """Whether the connection's caller may ``op`` the resource (always, with no

@@ -18,6 +18,7 @@ import threading
 import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
+from functools import partial
 from typing import TYPE_CHECKING
 
 from kafka.protocol.api_message import ApiMessage
@@ -151,7 +152,7 @@ class KafkaListener:
                          certificate_principal(cert["subject"]) if cert else None)
         assert self.context is not None
         conn = _Connection(peer, writer, sasl, asyncio.Queue(self.broker.config.kafka_max_inflight_requests),
-                           dataclasses.replace(self.context, sasl=sasl))
+                           dataclasses.replace(self.context, sasl=sasl, gone=partial(_gone, writer)))
         self._connections[task] = conn
         sender = asyncio.create_task(self._send(writer, conn))
         reason: str | None = None
@@ -352,6 +353,24 @@ class _Connection:
         self.deadline: float | None = None
         self.in_frame = False
         self.timed_out: str | None = None
+
+
+def _gone(writer: asyncio.StreamWriter) -> bool:
+    """Whether the client closed the connection: the transport is closing, or the
+    next thing the socket holds is the client's FIN (a peek, so nothing is consumed;
+    over TLS a close may hide behind a record and is not seen here)."""
+    if writer.is_closing():
+        return True
+    ts = writer.get_extra_info("socket")
+    if ts is None or writer.get_extra_info("sslcontext") is not None:
+        return False
+    with socket.fromfd(ts.fileno(), ts.family, ts.type) as s:  # a dup: the transport's own is not readable here
+        try:
+            return s.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
+        except BlockingIOError:
+            return False
+        except OSError:
+            return True
 
 
 async def _ready(value: ApiMessage | None) -> ApiMessage | None:

@@ -36,6 +36,8 @@ log = logging.getLogger(__name__)
 client_log = logging.getLogger(f"{__name__}.clients")
 
 OUTPUTS = ("out-a", "out-b")
+#: How often a worker resumes a commit_transaction that timed out before giving it up.
+COMMIT_RESUMES = 5
 
 
 @dataclass
@@ -127,13 +129,29 @@ class Worker(threading.Thread):
                     producer.produce(self.w.output(which), value=value, partition=m.partition())
             producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
                                                  consumer.consumer_group_metadata(), 30)
-            producer.commit_transaction(30)
+            self._commit(producer)
             self.txns.note(tag, "committed", len(msgs))
             return producer, True
         except confluent_kafka.KafkaException as exc:
             outcome, producer = self._recover(producer, exc.args[0])
             self.txns.note(tag, outcome, len(msgs))
             return producer, self._rewind(consumer)
+
+    def _commit(self, producer: Any) -> None:
+        """commit_transaction, resumed after a timeout as librdkafka asks (an abort then
+        would conflict with the commit still under way)."""
+        import confluent_kafka
+
+        for _ in range(COMMIT_RESUMES):
+            try:
+                producer.commit_transaction(30)
+                return
+            except confluent_kafka.KafkaException as exc:
+                err = exc.args[0]
+                if not err.retriable() or err.txn_requires_abort() or err.fatal():
+                    raise
+                log.info("worker %d: commit resumed after: %s", self.index, err)
+        producer.commit_transaction(30)
 
     def _recover(self, producer: Any, err: Any) -> tuple[str, Any]:
         """After a failed transaction: ``aborted`` if an abort went through, else

@@ -48,7 +48,7 @@ _SOURCE_OPTIONS = frozenset(
 #: partitions of up to this many records (a Python task costs tens of milliseconds
 #: however little it reads).
 PACK_RECORDS = 65_536
-_SINK_OPTIONS = frozenset({"topic"})
+_SINK_OPTIONS = frozenset({"topic", "transactionalid", "transactiontimeoutms"})
 
 
 def _norm(name: str) -> str:
@@ -118,10 +118,14 @@ class SourceOptions:
 
 @dataclass(frozen=True)
 class SinkOptions:
-    """What ``df.write.format("llog")`` needs: the default topic and the connection."""
+    """What ``df.write.format("llog")`` needs: the default topic and the connection;
+    with ``transactional_id``, each write (a job, or a stream's micro-batch) is one
+    transaction (exactly once, :mod:`llog.spark.sink_transactions`)."""
 
     topic: str | None
     config: LlogConfig
+    transactional_id: str | None = None
+    transaction_timeout_ms: int = 900_000
 
 
 def config_to_dict(config: LlogConfig) -> dict[str, Any]:
@@ -203,11 +207,17 @@ def parse_source_options(options: Mapping[str, str], *, streaming: bool) -> Sour
 def parse_sink_options(options: Mapping[str, str]) -> SinkOptions:
     """Parse write options: an optional default ``topic`` plus connection options."""
     config = connection_config(options, known=_SINK_OPTIONS)
-    topic = None
-    for k, v in options.items():
-        if _norm(k) == "topic":
-            topic = _topic(str(v))
-    return SinkOptions(topic, config)
+    opts = {_norm(k): str(v) for k, v in options.items()}
+    topic = _topic(opts["topic"]) if "topic" in opts else None
+    tid = opts.get("transactionalid")
+    if tid is not None and not 0 < len(tid) <= 200:
+        raise ConfigError(f"transactionalId must be 1..200 characters, got {tid!r}")
+    given = _opt_int(opts, "transactiontimeoutms", "transactionTimeoutMs", 1)
+    timeout = min(900_000, config.txn_max_timeout_ms) if given is None else given
+    if timeout > config.txn_max_timeout_ms:
+        raise ConfigError(f"transactionTimeoutMs must be in 1..{config.txn_max_timeout_ms} "
+                          f"(LLOG_TXN_MAX_TIMEOUT_MS), got {timeout}")
+    return SinkOptions(topic, config, tid, timeout)
 
 
 # -- helpers -------------------------------------------------------------------------

@@ -19,7 +19,9 @@ Each task batches rows into shared appends of about ``batch_max_bytes`` and retu
 :class:`LlogCommitMessage` with what it wrote; the driver logs the job's total.
 
 Delivery is at least once: a task that fails after some appends committed is retried
-by Spark and appends those rows again.
+by Spark and appends those rows again. With the option ``transactionalId`` it is exactly
+once: each write (a job, or a micro-batch) is one transaction
+(:mod:`llog.spark.sink_transactions`).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from llog.names import TopicPartition
 from llog.records import AppendGroup, Record
 from llog.spark.connections import worker_connection
 from llog.spark.options import SinkOptions, config_to_dict
+from llog.spark.sink_transactions import TaskTransaction, abort_write, commit_write, task_transaction
 from llog.writer import AppendFailure, Writer
 
 log = logging.getLogger(__name__)
@@ -116,6 +119,8 @@ class LlogCommitMessage(WriterCommitMessage):  # type: ignore[misc,unused-ignore
     records: int
     appends: int
     per_partition: tuple[tuple[str, int, int], ...]
+    #: The task's ongoing transaction (``transactionalId`` set and rows written).
+    transaction: TaskTransaction | None = None
 
 
 def summarize(
@@ -138,11 +143,13 @@ def summarize(
 class _TaskWriter:
     """Buffers one task's rows per topic-partition and appends them in shared blobs."""
 
-    def __init__(self, conn: Connection, default_topic: str | None, task_id: int) -> None:
+    def __init__(self, conn: Connection, options: SinkOptions, task_id: int) -> None:
         self.conn = conn
-        self.default_topic = default_topic
-        self.writer = Writer(conn)
-        self.flush_bytes = conn.config.batch_max_bytes
+        self.default_topic = options.topic
+        self.txn = None if options.transactional_id is None else task_transaction(conn, options, task_id)
+        self.writer = Writer(conn) if self.txn is None else None
+        # A transaction's commit takes an etcd op per staged append: fewer, bigger ones.
+        self.flush_bytes = conn.config.batch_max_bytes if self.txn is None else conn.config.max_blob_bytes // 2
         self.buffer: dict[TopicPartition, list[Record]] = {}
         self.buffered = 0
         self.flushes = task_id
@@ -186,21 +193,38 @@ class _TaskWriter:
         groups = [AppendGroup(t, p, recs) for (t, p), recs in self.buffer.items()]
         self.buffer, self.buffered = {}, 0
         self.flushes += 1
+        self.appends += 1
+        if self.writer is None:
+            assert self.txn is not None
+            self.txn.append_shared(groups)
+            for g in groups:
+                self._count(g.topic, g.partition, len(g.records))
+            return
         for g, out in zip(groups, self.writer.append_shared(groups), strict=True):
             if isinstance(out, AppendFailure):
                 raise out.error
-            self.records += out.count
-            tp = (g.topic, g.partition)
-            self.per_partition[tp] = self.per_partition.get(tp, 0) + out.count
-        self.appends += 1
+            self._count(g.topic, g.partition, out.count)
+
+    def _count(self, topic: str, partition: int, n: int) -> None:
+        self.records += n
+        self.per_partition[(topic, partition)] = self.per_partition.get((topic, partition), 0) + n
 
     def message(self) -> LlogCommitMessage:
+        txn = self.txn
         return LlogCommitMessage(
-            self.records, self.appends, tuple((t, p, n) for (t, p), n in sorted(self.per_partition.items()))
+            self.records, self.appends, tuple((t, p, n) for (t, p), n in sorted(self.per_partition.items())),
+            None if txn is None or not txn.ongoing else (txn.transactional_id, txn.producer_id, txn.epoch),
         )
 
-    def close(self) -> None:
-        self.writer.close()
+    def close(self, *, failed: bool) -> None:
+        """Close the writers; a task's transaction stays ongoing for the driver unless
+        the task failed (then it is aborted)."""
+        try:
+            if self.txn is not None:
+                self.txn.close(abort=failed)
+        finally:
+            if self.writer is not None:
+                self.writer.close()
 
 
 def write_task(
@@ -208,16 +232,17 @@ def write_task(
 ) -> LlogCommitMessage:
     """Append every row of one task; the task's commit message."""
     ctx = TaskContext.get()
-    task = _TaskWriter(
-        worker_connection(config_to_dict(options.config)), options.topic, ctx.partitionId() if ctx else 0
-    )
+    task = _TaskWriter(worker_connection(config_to_dict(options.config)), options, ctx.partitionId() if ctx else 0)
+    failed = True
     try:
         for rb in batches:
             task.add(rb, cols)
         task.flush()
+        message = task.message()
+        failed = False
     finally:
-        task.close()
-    return task.message()
+        task.close(failed=failed)
+    return message
 
 
 class LlogBatchWriter(DataSourceArrowWriter):  # type: ignore[misc,unused-ignore]
@@ -232,10 +257,16 @@ class LlogBatchWriter(DataSourceArrowWriter):  # type: ignore[misc,unused-ignore
 
     def commit(self, messages: list[WriterCommitMessage | None]) -> None:
         records, appends, per = summarize(messages)
+        if self.options.transactional_id is not None:
+            commit_write(self.options, _transactions(messages), None)
         log.info("llog sink wrote %d records in %d appends to %d partitions", records, appends, len(per))
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
         records, _, _ = summarize(messages)
+        if self.options.transactional_id is not None:
+            abort_write(self.options, _transactions(messages))
+            log.warning("llog write aborted; the %d records its finished tasks staged are discarded", records)
+            return
         log.warning("llog write aborted; %d records appended by finished tasks stay in the log", records)
 
 
@@ -251,14 +282,25 @@ class LlogStreamWriter(DataSourceStreamArrowWriter):  # type: ignore[misc,unused
 
     def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         records, appends, per = summarize(messages)
+        if self.options.transactional_id is not None and not commit_write(
+                self.options, _transactions(messages), batchId):
+            return
         log.info("llog sink batch %d wrote %d records in %d appends to %d partitions",
                  batchId, records, appends, len(per))
 
     def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
         records, _, _ = summarize(messages)
+        if self.options.transactional_id is not None:
+            abort_write(self.options, _transactions(messages))
+            log.warning("llog sink batch %d aborted; the %d records its tasks staged are discarded", batchId, records)
+            return
         log.warning(
             "llog sink batch %d aborted; %d records appended by finished tasks stay", batchId, records
         )
+
+
+def _transactions(messages: Iterable[WriterCommitMessage | None]) -> list[TaskTransaction]:
+    return [m.transaction for m in messages if isinstance(m, LlogCommitMessage) and m.transaction is not None]
 
 
 # -- column conversion (C-level casts, then one Python list per column) -----------------

@@ -9,6 +9,9 @@ per step, in protocol order:
   transaction, each batch judged by its producer sequence; :mod:`~llog.txn.pipeline`
   — a producer's concurrent requests staged in order, together;
 * :mod:`~llog.txn.commit` — T3: the commit point, one etcd transaction for every
-  partition and group offset, and T3', folding a large transaction's batches first;
-* :mod:`~llog.txn.expiry` — aborting transactions past their timeout, forgetting idle ids.
+  partition and group offset (of one transactional id, or of several as one), and
+  T3', folding a large transaction's batches first;
+* :mod:`~llog.txn.expiry` — aborting transactions past their timeout, forgetting idle ids;
+* :mod:`~llog.txn.transaction` — the SDK's ``Transaction`` (§15.5), with the
+  ``Consumer`` the exactly-once consume-transform-produce loop.
 """

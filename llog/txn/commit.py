@@ -16,7 +16,7 @@ from dataclasses import dataclass, replace
 from llog.codec import blob, kafka_body
 from llog.codec.batch import BatchFormatError
 from llog.codec.etcd_values import FENCED, Control, GroupOffset
-from llog.codec.txn_values import COMPLETE_COMMIT, ONGOING, StagedAppend, TxnRecord
+from llog.codec.txn_values import COMPLETE_COMMIT, ONGOING, StagedAppend, StagedOffset, TxnRecord
 from llog.connection import Connection
 from llog.control import decode_control, materialize_ops, now_ms
 from llog.errors import (
@@ -24,11 +24,13 @@ from llog.errors import (
     ConcurrentTransactions,
     CoordinationError,
     InvalidTxnState,
+    NotAssigned,
     SessionExpired,
     TransactionFenced,
     TransactionTooLarge,
 )
-from llog.etcd import KV, Compare, Get, Op, Put, conflict_pause, mod_revision_is, value_is
+from llog.etcd import KV, Compare, Get, Op, Put, conflict_pause, lease_is, mod_revision_is, value_is
+from llog.groups.owner import Owner
 from llog.records import KafkaBatches
 from llog.session import Session, Sessions
 from llog.txn.records import Change, Read, TxnRecords, aborted, check_producer, group_marker_deletes
@@ -36,6 +38,15 @@ from llog.txn.records import Change, Read, TxnRecords, aborted, check_producer, 
 log = logging.getLogger(__name__)
 
 TopicPartition = tuple[str, int]
+
+
+@dataclass(frozen=True)
+class Ongoing:
+    """A transactional id's record, read with a transaction ongoing, at ``revision``."""
+
+    transactional_id: str
+    record: TxnRecord
+    revision: int
 
 
 @dataclass(frozen=True)
@@ -49,63 +60,111 @@ class CommitPlan:
     #: Groups whose staged offsets were checked against an epoch since replaced (a
     #: rebalance after the TxnOffsetCommit): the transaction must not commit.
     stale_groups: tuple[str, ...] = ()
+    #: Staged offsets of partitions their member session no longer owns: neither.
+    lost: tuple[StagedOffset, ...] = ()
 
 
 def commit(conn: Connection, sessions: Sessions, transactional_id: str, producer_id: int, epoch: int) -> None:
     """Commit the ongoing transaction of ``(producer_id, epoch)``: all of it at one etcd
     revision, or nothing. An unknown outcome is resolved by reading the record (§15.2)."""
+    commit_together(conn, sessions, [(transactional_id, producer_id, epoch)])
+
+
+def commit_together(conn: Connection, sessions: Sessions, producers: Sequence[tuple[str, int, int]],
+                    compares: Sequence[Compare] = (), ops: Sequence[Op] = ()) -> None:
+    """Commit the ongoing transactions of several transactional ids (each with its
+    producer id and epoch) as one, with ``compares`` and ``ops`` of the caller's riding
+    in the same etcd transaction: all at one revision, or nothing (§15.2, T3 of many)."""
     records = TxnRecords(conn)
-    number: int | None = None
+    numbers: list[int] | None = None
     attempts = conn.config.commit_max_attempts
     for attempt in range(attempts):
-        got = records.read(transactional_id)
-        r = check_producer(transactional_id, got.record, producer_id, epoch)
-        if number is not None and r.number == number and r.state == COMPLETE_COMMIT:
-            return  # an earlier attempt whose answer was lost did commit
-        if r.state != ONGOING or (number is not None and r.number != number):
-            raise InvalidTxnState(transactional_id, f"cannot commit: the transaction is {r.state}")
-        number = r.number
-        plan = plan_commit(conn, transactional_id, r, got.revision)
-        if plan.stale_groups:
-            _fenced(conn, transactional_id, got, plan.stale_groups)
-        if len(plan.compares) > conn.config.txn_max_ops:  # folding cannot lower it
-            _too_large(conn, transactional_id, got, f"{len(plan.compares)} compares")
-        if len(plan.ops) > conn.config.txn_max_ops:
-            fold(conn, sessions, transactional_id, got)
+        ongoing = []
+        for tid, producer_id, epoch in producers:
+            got = records.read(tid)
+            ongoing.append((got, check_producer(tid, got.record, producer_id, epoch)))
+        first = ongoing[0][1]
+        if numbers is not None and first.number == numbers[0] and first.state == COMPLETE_COMMIT:
+            return  # an earlier attempt whose answer was lost did commit (all of them, or none)
+        now = [r.number for _, r in ongoing]
+        for (tid, _, _), (_, r) in zip(producers, ongoing, strict=True):
+            if r.state != ONGOING or numbers not in (None, now):
+                raise InvalidTxnState(tid, f"cannot commit: the transaction is {r.state}")
+        numbers = now
+        txns = [Ongoing(tid, r, got.revision) for (tid, _, _), (got, r) in zip(producers, ongoing, strict=True)]
+        try:
+            for t in txns:
+                check_complete(t.transactional_id, t.record)
+        except InvalidTxnState as exc:
+            conn.metrics.transactions.labels("late_end").inc()
+            log.warning("%s", exc)
+            raise
+        plan = plan_commit(conn, txns)
+        _refuse_stale(conn, txns, plan)
+        if len(plan.compares) + len(compares) > conn.config.txn_max_ops:  # folding cannot lower it
+            _too_large(conn, txns, f"{len(plan.compares) + len(compares)} compares")
+        if len(plan.ops) + len(ops) > conn.config.txn_max_ops:
+            if len(txns) > 1:
+                _too_large(conn, txns, f"{len(plan.ops) + len(ops)} ops")
+            fold(conn, sessions, txns[0].transactional_id, Read(txns[0].record, txns[0].revision))
             continue
         try:
-            if conn.etcd.txn(plan.compares, plan.ops).succeeded:
+            if conn.etcd.txn([*plan.compares, *compares], [*plan.ops, *ops]).succeeded:
                 if plan.dropped:
-                    log.warning("transaction %r: %d staged appends or offsets of deleted topics dropped at commit",
-                                transactional_id, plan.dropped)
+                    log.warning("transaction %s: %d staged appends or offsets of deleted topics dropped at commit",
+                                ", ".join(repr(t.transactional_id) for t in txns), plan.dropped)
                 return
         except CoordinationError as exc:
-            log.info("transaction %r: commit outcome unknown (%s); reading the record", transactional_id, exc)
+            log.info("transaction %r: commit outcome unknown (%s); reading the record", producers[0][0], exc)
             continue
         conflict_pause(attempt)
-    raise CasConflict(conn.keys.transaction(transactional_id), attempts)
+    raise CasConflict(conn.keys.transaction(producers[0][0]), attempts)
 
 
-def plan_commit(conn: Connection, transactional_id: str, r: TxnRecord, revision: int) -> CommitPlan:
-    """T3 for record ``r`` read at ``revision``, planned from one consistent read of the
-    partitions' controls and the topics' records."""
+def check_complete(transactional_id: str, r: TxnRecord) -> None:
+    """:class:`InvalidTxnState` if a partition was added to the transaction with no
+    batch of it staged, or a group with no offset of it: its producer sends an end only
+    once each batch is answered, so this end is one it sent for an earlier transaction
+    of the epoch, arriving late (held by a paused broker or a partition), which must
+    not commit this one half-sent (spec §15.2, T3). The transaction stays ongoing."""
+    staged = {(a.topic, a.partition) for a in r.staged}
+    empty = [f"{t}/{p}" for t, p in r.partitions if (t, p) not in staged]
+    empty += [f"group {g}" for g in r.groups if g not in {o.group for o in r.offsets}]
+    if empty:
+        raise InvalidTxnState(transactional_id, f"transaction {r.number} has nothing staged for {', '.join(empty)}: "
+                              "an end sent for an earlier transaction, or before its batches were answered; "
+                              "not committed")
+
+
+def plan_commit(conn: Connection, txns: Sequence[Ongoing]) -> CommitPlan:
+    """T3 of the records ``txns``, planned from one consistent read of the partitions'
+    controls, the topics' records and what the staged offsets are guarded by. Several
+    records' appends to one partition follow each other in the order of ``txns``."""
     keys = conn.keys
     by_partition: dict[TopicPartition, list[StagedAppend]] = {}
-    for a in r.staged:
-        by_partition.setdefault((a.topic, a.partition), []).append(a)
-    topics = sorted({t for t, _ in by_partition} | {o.topic for o in r.offsets})
-    guards = sorted({(o.group, o.guard) for o in r.offsets if o.guard is not None})
+    for t in txns:
+        for a in t.record.staged:
+            by_partition.setdefault((a.topic, a.partition), []).append(a)
+    offsets = [o for t in txns for o in t.record.offsets]
+    topics = sorted({t for t, _ in by_partition} | {o.topic for o in offsets})
+    guards = sorted({(o.group, o.guard) for o in offsets if o.guard is not None})
+    owned = [o for o in offsets if o.owner is not None]
     reads = ([Get(keys.control(t, p)) for t, p in by_partition] + [Get(keys.topic_meta(t)) for t in topics]
-             + [Get(keys.group_epoch(g)) for g, _ in guards])
-    got = conn.etcd.get_many(reads) if reads else []
-    controls, metas = got[:len(by_partition)], got[len(by_partition):len(by_partition) + len(topics)]
-    epochs = got[len(by_partition) + len(topics):]
+             + [Get(keys.group_epoch(g)) for g, _ in guards]
+             + [Get(keys.group_owner(o.group, o.topic, o.partition)) for o in owned])
+    got = iter(conn.etcd.get_many(reads) if reads else [])
+    controls = [next(got) for _ in by_partition]
+    incarnation = {t: (kvs[0].create_revision if kvs else 0) for t in topics for kvs in [next(got)]}
+    epochs = [next(got) for _ in guards]
     stale = tuple(sorted({g for (g, guard), kvs in zip(guards, epochs, strict=True)
                           if not kvs or kvs[0].value != base64.b64decode(guard)}))
-    incarnation = {t: (kvs[0].create_revision if kvs else 0) for t, kvs in zip(topics, metas, strict=True)}
-    compares: list[Compare] = [mod_revision_is(keys.transaction(transactional_id), revision)]
+    owners = [next(got) for _ in owned]
+    lost = tuple(o for o, kvs in zip(owned, owners, strict=True)
+                 if not Owner(o.owner or "", o.lease).holds(kvs[0] if kvs else None))
+    compares: list[Compare] = [mod_revision_is(keys.transaction(t.transactional_id), t.revision) for t in txns]
     compares += [Compare(keys.topic_meta(t), "create", "=", rev) for t, rev in incarnation.items()]
     compares += [value_is(keys.group_epoch(g), base64.b64decode(guard)) for g, guard in guards]
+    compares += [c for o in owned for c in _owner_compares(conn, o)]
     ops: list[Op] = []
     dropped = 0
     for ((topic, partition), appends), kvs in zip(by_partition.items(), controls, strict=True):
@@ -113,17 +172,25 @@ def plan_commit(conn: Connection, transactional_id: str, r: TxnRecord, revision:
         dropped += len(appends) - len(live)
         if live:
             compares.append(mod_revision_is(keys.control(topic, partition), kvs[0].mod_revision if kvs else 0))
-            ops += _partition_ops(conn, transactional_id, topic, partition, kvs, live)
+            ops += _partition_ops(conn, txns[0].transactional_id, topic, partition, kvs, live)
     now = now_ms()
-    for o in r.offsets:
+    for o in offsets:
         if incarnation[o.topic] == 0:
             dropped += 1
             continue
-        value = GroupOffset(o.offset, 0, "kafka", now)
+        value = GroupOffset(o.offset, 0, o.owner or "kafka", now)
         ops.append(Put(keys.group_offset(o.group, o.topic, o.partition), value.encode()))
-    ops += group_marker_deletes(conn, transactional_id, r)
-    ops.append(Put(keys.transaction(transactional_id), r.ended(COMPLETE_COMMIT).encode()))
-    return CommitPlan(compares, ops, dropped, stale)
+    for t in txns:
+        ops += group_marker_deletes(conn, t.transactional_id, t.record)
+        ops.append(Put(keys.transaction(t.transactional_id), t.record.ended(COMPLETE_COMMIT).encode()))
+    return CommitPlan(compares, ops, dropped, stale, lost)
+
+
+def _owner_compares(conn: Connection, o: StagedOffset) -> list[Compare]:
+    """That ``o``'s member session still owns its partition (as a group commit proves)."""
+    key = conn.keys.group_owner(o.group, o.topic, o.partition)
+    assert o.owner is not None
+    return [value_is(key, o.owner.encode())] + ([] if o.lease is None else [lease_is(key, o.lease)])
 
 
 def _partition_ops(conn: Connection, transactional_id: str, topic: str, partition: int, kvs: list[KV],
@@ -155,15 +222,16 @@ def fold(conn: Connection, sessions: Sessions, transactional_id: str, got: Read)
     by_partition: dict[tuple[str, int, int], list[StagedAppend]] = {}
     for a in r.staged:
         by_partition.setdefault((a.topic, a.partition, a.topic_revision), []).append(a)
+    this = [Ongoing(transactional_id, r, got.revision)]
     # Each partition takes at least its control put and, at worst, a materialization.
     if 2 * len(by_partition) + len(r.offsets) + len(r.groups) + 1 > conn.config.txn_max_ops:
-        _too_large(conn, transactional_id, got, f"{len(by_partition)} partitions and {len(r.offsets)} offsets")
+        _too_large(conn, this, f"{len(by_partition)} partitions and {len(r.offsets)} offsets")
     bodies, folded = [], []
     for (topic, partition, _revision), appends in by_partition.items():
         try:
             batches = KafkaBatches.join([_batches(conn, a) for a in appends])
         except BatchFormatError as exc:  # not Kafka batches (an SDK transaction): cannot fold
-            _too_large(conn, transactional_id, got, f"{topic}/{partition}'s appends cannot be folded: {exc}")
+            _too_large(conn, this, f"{topic}/{partition}'s appends cannot be folded: {exc}")
         bodies.append(blob.BlobBody(topic, partition, batches.count, kafka_body.encode_body(batches),
                                     kafka_body.ENCODING))
         folded.append((appends[-1], batches))
@@ -203,15 +271,23 @@ def _record_fold(conn: Connection, transactional_id: str, got: Read, new: TxnRec
         # The record changed (a retried stage, an abort): the caller reads it again.
 
 
-def _fenced(conn: Connection, transactional_id: str, got: Read, groups: Sequence[str]) -> None:
-    """Abort the transaction read in ``got`` and fence its producer (a new epoch): its
-    offsets belong to a generation of ``groups`` since replaced, so its input is another
-    member's now (KIP-447's zombie). Raises :class:`TransactionFenced`."""
-    r = got.record
-    assert r is not None
-    _abort(conn, transactional_id, r.number, bump=True)
-    raise TransactionFenced(transactional_id, f"group {', '.join(groups)} rebalanced after its offsets were "
-                            "staged: the transaction was aborted and the producer fenced")
+def _refuse_stale(conn: Connection, txns: Sequence[Ongoing], plan: CommitPlan) -> None:
+    """Abort the transactions whose staged offsets the group no longer backs, and say
+    why. Offsets of a generation of a group since replaced (a rebalance after the
+    TxnOffsetCommit): their input is another member's now (KIP-447's zombie), so the
+    producer is fenced too (:class:`TransactionFenced`). Offsets of a partition
+    another member session owns now: :class:`NotAssigned`."""
+    if plan.stale_groups:
+        for t in txns:
+            _abort(conn, t.transactional_id, t.record.number, bump=True)
+        raise TransactionFenced(txns[0].transactional_id, f"group {', '.join(plan.stale_groups)} rebalanced after "
+                                "its offsets were staged: the transaction was aborted and the producer fenced")
+    if plan.lost:
+        for t in txns:
+            _abort(conn, t.transactional_id, t.record.number)
+        o = plan.lost[0]
+        raise NotAssigned(o.group, o.topic, o.partition, o.offset, f"member {o.owner!r} no longer owns it "
+                          f"(transaction {txns[0].transactional_id!r} aborted)")
 
 
 def _abort(conn: Connection, transactional_id: str, number: int, *, bump: bool = False) -> None:
@@ -230,10 +306,9 @@ def _abort(conn: Connection, transactional_id: str, number: int, *, bump: bool =
     conn.metrics.transactions.labels("abort").inc()
 
 
-def _too_large(conn: Connection, transactional_id: str, got: Read, why: str) -> None:
-    """Abort the transaction read in ``got`` and raise :class:`TransactionTooLarge`."""
-    r = got.record
-    assert r is not None
-    _abort(conn, transactional_id, r.number)
-    raise TransactionTooLarge(transactional_id, f"its commit does not fit one etcd transaction of "
+def _too_large(conn: Connection, txns: Sequence[Ongoing], why: str) -> None:
+    """Abort the transactions ``txns`` and raise :class:`TransactionTooLarge`."""
+    for t in txns:
+        _abort(conn, t.transactional_id, t.record.number)
+    raise TransactionTooLarge(txns[0].transactional_id, f"its commit does not fit one etcd transaction of "
                               f"{conn.config.txn_max_ops} ops ({why}); it was aborted")

@@ -27,6 +27,7 @@ from llog.errors import (
     UnknownTransactionalId,
 )
 from llog.etcd import Delete, Op, Put, mod_revision_is
+from llog.groups.owner import Owner
 from llog.keys import prefix_range_end
 from llog.names import check_group, check_partition, check_topic
 from llog.session import Sessions
@@ -121,11 +122,13 @@ class Coordinator:
         self.records.change(transactional_id, decide)
 
     def stage_offsets(self, transactional_id: str, producer_id: int, epoch: int, group: str,
-                      offsets: Sequence[tuple[str, int, int]], guard: str | None = None) -> None:
+                      offsets: Sequence[tuple[str, int, int]], guard: str | None = None,
+                      owner: Owner | None = None) -> None:
         """T2': stage the group's offsets ``(topic, partition, offset)`` in the
         ongoing transaction; the group must have been added. ``guard``: the group's
-        epoch key value the member's generation was checked against; the commit
-        compares it, so offsets of a generation since replaced never commit."""
+        epoch key value the member's generation was checked against; ``owner``: the
+        member session that must still own each partition. The commit compares them,
+        so offsets of a generation or a session since replaced never commit."""
         for topic, partition, offset in offsets:
             check_topic(topic)
             check_partition(topic, partition)
@@ -139,7 +142,8 @@ class Coordinator:
                                       "(AddOffsetsToTxn)")
             latest = {(t, p): o for t, p, o in offsets}  # one offset per partition: the last given
             kept = tuple(o for o in r.offsets if o.group != group or (o.topic, o.partition) not in latest)
-            new = kept + tuple(StagedOffset(group, t, p, o, guard) for (t, p), o in latest.items())
+            member, lease = (None, None) if owner is None else (owner.member, owner.lease)
+            new = kept + tuple(StagedOffset(group, t, p, o, guard, member, lease) for (t, p), o in latest.items())
             ops = [Put(self.conn.keys.group_transaction(group, transactional_id), b"")] if latest else []
             return Change(replace(r, offsets=new), ops=ops)
 

@@ -205,6 +205,12 @@ def offset_fetch(ctx: Context, req: Any) -> OffsetFetchResponse:
     top: int = ErrorCode.NONE
     try:
         ctx.check(Operation.DESCRIBE, ResourceType.GROUP, req.group_id)
+        if getattr(req, "require_stable", False):
+            # KIP-447: a read_committed consumer asks for offsets no ongoing transaction
+            # will change, and retries on UNSTABLE_OFFSET_COMMIT until it has ended. Read
+            # before the offsets: a transaction that commits between the two reads is
+            # then seen in the offsets (read after it), never missed by both.
+            unstable = ctx.broker.transactions.pending_offsets(req.group_id)
         # One range read of the group's offsets, not a read per partition asked for.
         committed = {(c.topic, c.partition): c.offset for c in GroupOffsets(ctx.broker.conn, req.group_id).all()}
         if req.topics is None:
@@ -212,10 +218,6 @@ def offset_fetch(ctx: Context, req: Any) -> OffsetFetchResponse:
                     if ctx.allows(Operation.DESCRIBE, ResourceType.TOPIC, topic, audit=False)]
         else:
             rows = [(t.name, p, committed.get((t.name, p), -1)) for t in req.topics for p in t.partition_indexes]
-        if rows and getattr(req, "require_stable", False):
-            # KIP-447: a read_committed consumer asks for offsets no ongoing transaction
-            # will change, and retries on UNSTABLE_OFFSET_COMMIT until it has ended.
-            unstable = ctx.broker.transactions.pending_offsets(req.group_id)
     except InvalidInput:
         top = ErrorCode.INVALID_GROUP_ID
     except LlogError as exc:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import logging
 import time
 from typing import Any
 
@@ -23,7 +24,7 @@ from kafka.protocol.producer.transaction import (
 
 from llog.auth.acls import Operation, ResourceType
 from llog.codec.txn_values import COMPLETE_ABORT, COMPLETE_COMMIT, EMPTY, ONGOING, TxnRecord
-from llog.errors import LlogError
+from llog.errors import ConcurrentTransactions, LlogError
 from llog.kafka.context import Context
 from llog.kafka.coordinator import GroupError
 from llog.kafka.errors import ErrorCode, error_code
@@ -38,6 +39,8 @@ KAFKA_STATES = {EMPTY: "Empty", ONGOING: "Ongoing", COMPLETE_COMMIT: "CompleteCo
 #: older ones are told INVALID_PRODUCER_EPOCH, as Kafka does.
 _FENCED_FROM = {"InitProducerIdRequest": 4, "AddPartitionsToTxnRequest": 2, "AddOffsetsToTxnRequest": 2,
                 "EndTxnRequest": 2, "TxnOffsetCommitRequest": 3}
+
+log = logging.getLogger(__name__)
 
 
 def _code(req: Any, exc: LlogError) -> int:
@@ -152,14 +155,35 @@ async def txn_offset_commit(ctx: Context, req: Any) -> TxnOffsetCommitResponse:
         R.TxnOffsetCommitResponseTopic(name=t, partitions=ps) for t, ps in by_topic.items()])
 
 
-def end_txn(ctx: Context, req: Any) -> EndTxnResponse:
+async def end_txn(ctx: Context, req: Any) -> EndTxnResponse:
+    """T3 or T4. A commit that came on a connection its client has since closed is not
+    applied: the client gave up on it (a timeout) and sent it again elsewhere, and
+    this copy, held back by a pause or a partition, could otherwise commit the
+    producer's next transaction half-sent (spec §15.2, "Late ends")."""
     code: int = ErrorCode.NONE
     try:
         _check_id(ctx, req.transactional_id)
-        ctx.broker.transactions.end(req.transactional_id, req.producer_id, req.producer_epoch, req.committed)
+        try:
+            abandoned = req.committed and await ctx.abandoned()
+        except asyncio.CancelledError:  # the connection closed while this waited: its requests end with it
+            _late_end(ctx, req.transactional_id)
+            raise
+        if abandoned:
+            raise _late_end(ctx, req.transactional_id)
+        await asyncio.to_thread(ctx.broker.transactions.end, req.transactional_id, req.producer_id,
+                                req.producer_epoch, req.committed)
     except LlogError as exc:
         code = _code(req, exc)
     return EndTxnResponse[req.API_VERSION](throttle_time_ms=0, error_code=code)
+
+
+def _late_end(ctx: Context, transactional_id: str) -> ConcurrentTransactions:
+    """Count and log a commit not applied because its client closed the connection."""
+    ctx.broker.conn.metrics.transactions.labels("late_end").inc()
+    late = ConcurrentTransactions(transactional_id, "the connection this commit came on was closed by its client: "
+                                  "not applied")
+    log.warning("%s", late)
+    return late
 
 
 def describe_transactions(ctx: Context, req: Any) -> DescribeTransactionsResponse:
