@@ -33,7 +33,7 @@ from llog.etcd import KV, Compare, Get, Op, Put, conflict_pause, lease_is, mod_r
 from llog.groups.owner import Owner
 from llog.records import KafkaBatches
 from llog.session import Session, Sessions
-from llog.txn.records import Change, Read, TxnRecords, aborted, check_producer, group_marker_deletes
+from llog.txn.records import Change, Read, TxnRecords, aborted, check_producer, fenced, group_marker_deletes
 
 log = logging.getLogger(__name__)
 
@@ -299,7 +299,7 @@ def _abort(conn: Connection, transactional_id: str, number: int, *, bump: bool =
             return Change(None)
         ch = aborted(conn, transactional_id, now)
         if bump and ch.record is not None:
-            return replace(ch, record=replace(ch.record, epoch=now.epoch + 1, sequences=()))
+            return replace(ch, record=fenced(conn, ch.record))
         return ch
 
     TxnRecords(conn).change(transactional_id, decide)

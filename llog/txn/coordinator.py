@@ -32,13 +32,19 @@ from llog.keys import prefix_range_end
 from llog.names import check_group, check_partition, check_topic
 from llog.session import Sessions
 from llog.txn.commit import commit
-from llog.txn.records import Change, Read, TxnRecords, aborted, check_producer, decode
+from llog.txn.records import (
+    Change,
+    Read,
+    TxnRecords,
+    aborted,
+    check_producer,
+    decode,
+    fenced,
+    new_producer_id,
+    next_producer,
+)
 
 log = logging.getLogger(__name__)
-
-#: Kafka's epochs are int16; the last one is never handed out (KIP-360).
-MAX_EPOCH = 32767
-
 
 class Coordinator:
     """Transactional ids' records, changed step by step; thread-safe (all state in etcd)."""
@@ -65,7 +71,7 @@ class Coordinator:
 
         def new_id() -> int:  # one etcd write per id, taken at most once per call
             if not fresh:
-                fresh.append(self._new_id())
+                fresh.append(new_producer_id(self.conn))
             return fresh[0]
 
         def decide(got: Read) -> Change:
@@ -83,7 +89,7 @@ class Coordinator:
                 log.info("transaction %r: ongoing transaction %d aborted by a new producer instance",
                          transactional_id, r.number)
                 self.conn.metrics.transactions.labels("fenced").inc()
-            pid, nxt = (r.producer_id, r.epoch + 1) if r.epoch + 1 < MAX_EPOCH else (new_id(), 0)
+            pid, nxt = next_producer(r, new_id)
             new = replace(r, producer_id=pid, epoch=nxt, timeout_ms=timeout_ms, sequences=())
             return Change(new, (pid, nxt), ops=ops)
 
@@ -179,17 +185,9 @@ class Coordinator:
                 raise InvalidTxnState(transactional_id, f"cannot abort: the transaction is {r.state}")
             ch = aborted(self.conn, transactional_id, r)
             assert ch.record is not None
-            new = ch.record
-            if bump:  # fence the producer: a new epoch, or at the last one a new producer id
-                pid, nxt = (r.producer_id, r.epoch + 1) if r.epoch + 1 < MAX_EPOCH else (self._new_id(), 0)
-                new = replace(new, producer_id=pid, epoch=nxt, sequences=())
-            return Change(new, True, ops=ch.ops)
+            return Change(fenced(self.conn, ch.record) if bump else ch.record, True, ops=ch.ops)
 
         return bool(self.records.change(transactional_id, decide))
-
-    def _new_id(self) -> int:
-        """A Kafka producer id no broker ever gave (spec §3's ``producer-ids`` revision)."""
-        return self.conn.etcd.put(self.conn.keys.kafka_producer_ids(), b"")
 
     def delete_idle(self, transactional_id: str, revision: int) -> bool:
         """Forget an id whose record was last written at ``revision`` and holds no

@@ -4,7 +4,7 @@ on its ``mod_revision``, reading it again after each lost race."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from llog.codec.etcd_values import MetaFormatError
@@ -15,6 +15,9 @@ from llog.etcd import KV, Compare, Delete, Get, Op, Put, conflict_pause, mod_rev
 from llog.keys import prefix_range_end
 
 _T = TypeVar("_T")
+
+#: Kafka's epochs are int16; the last one is never handed out (KIP-360).
+MAX_EPOCH = 32767
 
 
 @dataclass(frozen=True)
@@ -92,6 +95,23 @@ def group_marker_deletes(conn: Connection, transactional_id: str, record: TxnRec
 def aborted(conn: Connection, transactional_id: str, record: TxnRecord) -> Change:
     """T4: the change that aborts ``record``'s ongoing transaction."""
     return Change(record.ended(COMPLETE_ABORT), ops=group_marker_deletes(conn, transactional_id, record))
+
+
+def new_producer_id(conn: Connection) -> int:
+    """A Kafka producer id no broker ever gave (spec §3's ``producer-ids`` revision)."""
+    return conn.etcd.put(conn.keys.kafka_producer_ids(), b"")
+
+
+def next_producer(record: TxnRecord, new_id: Callable[[], int]) -> tuple[int, int]:
+    """The producer id and epoch that fence ``record``'s producer: the next epoch, or at
+    the last one a new producer id (``new_id()``) at epoch 0."""
+    return (record.producer_id, record.epoch + 1) if record.epoch + 1 < MAX_EPOCH else (new_id(), 0)
+
+
+def fenced(conn: Connection, record: TxnRecord) -> TxnRecord:
+    """``record`` with its producer fenced (:func:`next_producer`) and its window gone."""
+    pid, epoch = next_producer(record, lambda: new_producer_id(conn))
+    return replace(record, producer_id=pid, epoch=epoch, sequences=())
 
 
 def decode(key: str, raw: bytes) -> TxnRecord:
