@@ -285,15 +285,21 @@ def transactional_produce(bootstrap: str, topic: str, n: int, size: int, per_txn
     t0 = time.perf_counter()
     for start in range(0, n, per_txn):
         producer.begin_transaction()
-        for i in range(start, min(n, start + per_txn)):
-            while True:
-                try:
-                    producer.produce(topic, value=value, partition=i % PARTITIONS)
-                    break
-                except BufferError:
-                    producer.poll(0.01)
+        produce_range(producer, topic, value, start, min(n, start + per_txn))
         producer.commit_transaction(120)
     return time.perf_counter() - t0
+
+
+def produce_range(producer: Any, topic: str, value: bytes, first: int, end: int) -> None:
+    """Records ``first`` to ``end`` (exclusive), round robin over the partitions by
+    number, waiting out a full queue."""
+    for i in range(first, end):
+        while True:
+            try:
+                producer.produce(topic, value=value, partition=i % PARTITIONS)
+                break
+            except BufferError:
+                producer.poll(0.01)
 
 
 def main() -> None:
