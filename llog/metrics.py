@@ -150,10 +150,6 @@ class Metrics:
             "llog_transaction_folds", "transaction commits that folded their batches first (protocol §15.2)",
             registry=r,
         )
-        self.transaction_group_commits = Histogram(
-            "llog_transaction_group_commit_size", "transactions a broker committed together in one etcd transaction "
-            "(protocol §15.2, group commit)", buckets=(1, 2, 4, 8, 16), registry=r,
-        )
 
     def _declare_broker(self, r: CollectorRegistry) -> None:
         self.http_requests = Counter(

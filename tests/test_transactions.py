@@ -6,7 +6,6 @@ staged blobs kept by vacuum until their transaction ends."""
 from __future__ import annotations
 
 import socket
-import threading
 import time
 from dataclasses import replace
 from typing import Any
@@ -29,7 +28,7 @@ from compactor.vacuum import vacuum
 from llog.codec.txn_values import COMPLETE_ABORT, COMPLETE_COMMIT, ONGOING
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.errors import CoordinationError, InvalidTxnState, LlogError, TransactionFenced, UnknownTransactionalId
+from llog.errors import CoordinationError, TransactionFenced, UnknownTransactionalId
 from llog.reader import Reader
 from llog.records import AppendGroup
 from llog.topics import Topics
@@ -403,96 +402,3 @@ def test_offsets_staged_in_a_transaction_are_unstable_until_it_ends(config: Llog
         assert _offset_fetch(bs, "g-o", stable=True) == (0, 0)
         assert not txn_conn.etcd.range(txn_conn.keys.group_transactions_prefix("g-o"),
                                        txn_conn.keys.group_transactions_prefix("g-o") + "~")
-
-
-def test_concurrent_commits_go_as_one_etcd_transaction_and_a_refused_one_is_answered_alone(
-    txn_conn: Connection, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    # Six producers commit to the same two partitions at once. The first commit is held
-    # in etcd until the other five wait behind it; they then go as one etcd transaction,
-    # except tx-g3, whose partition 1 was added with nothing staged (a late end): refused
-    # alone, left ongoing, while the other four commit whole and one after another.
-    coordinator = Coordinator(txn_conn)
-    ids = [f"tx-g{i}" for i in range(6)]
-    producers: dict[str, tuple[int, int]] = {}
-    try:
-        with Writer(txn_conn) as w:
-            for tid in ids:
-                pid, epoch = coordinator.init_producer(tid, 60_000)
-                producers[tid] = (pid, epoch)
-                coordinator.add_partitions(tid, pid, epoch, [(TOPIC, 0), (TOPIC, 1)])
-                for p in [0] if tid == "tx-g3" else [0, 1]:
-                    blob = w.stage_shared([AppendGroup(TOPIC, p, [b"%s.%d" % (tid.encode(), k) for k in range(3)],
-                                                       producer_id=f"kafka.{pid}", sequence=0, producer_epoch=epoch)])
-                    try:
-                        stage(txn_conn, tid, pid, epoch, blob)
-                    finally:
-                        w.release_staged(blob)
-        group = coordinator.group_commit
-        real = txn_conn.etcd.txn
-        held = threading.Event()
-
-        def first_held(*args: object, **kw: object) -> object:
-            if not held.is_set():
-                held.set()
-                wait_until(lambda: len(group._queue) == len(ids) - 1, 30, "the other commits to queue")
-            return real(*args, **kw)  # type: ignore[arg-type]
-
-        monkeypatch.setattr(txn_conn.etcd, "txn", first_held)
-        metric = txn_conn.metrics.registry.get_sample_value
-        count, total = "llog_transaction_group_commit_size_count", "llog_transaction_group_commit_size_sum"
-        before = (metric(count) or 0, metric(total) or 0)
-        outcomes: dict[str, Exception | None] = {}
-
-        def end(tid: str) -> None:
-            try:
-                coordinator.end(tid, *producers[tid], True)
-                outcomes[tid] = None
-            except LlogError as exc:
-                outcomes[tid] = exc
-
-        first = threading.Thread(target=end, args=(ids[0],))
-        first.start()
-        assert held.wait(30)
-        rest = [threading.Thread(target=end, args=(tid,)) for tid in ids[1:]]
-        for t in rest:
-            t.start()
-        for t in [first, *rest]:
-            t.join(60)
-        assert isinstance(outcomes.pop("tx-g3"), InvalidTxnState)
-        assert outcomes == dict.fromkeys([tid for tid in ids if tid != "tx-g3"])
-        assert (metric(count) - before[0], metric(total) - before[1]) == (2, 5)  # tx-g0 alone, then four as one
-        assert TxnRecords(txn_conn).read("tx-g3").record.state == ONGOING  # type: ignore[union-attr]
-        committed = [tid for tid in ids if tid != "tx-g3"]
-        for p in (0, 1):
-            records = list(Reader(txn_conn).scan(TOPIC, p))
-            assert [r.offset for r in records] == list(range(len(records)))
-            values = [r.value or b"" for r in records]
-            assert sorted(values) == sorted(b"%s.%d" % (tid.encode(), k) for tid in committed for k in range(3))
-            for tid in committed:  # each transaction's records together and in order
-                at = values.index(tid.encode() + b".0")
-                assert values[at:at + 3] == [b"%s.%d" % (tid.encode(), k) for k in range(3)]
-    finally:
-        coordinator.close()
-
-
-def test_a_broker_deciding_on_its_last_sight_of_a_record_never_refuses_or_skips_on_it(txn_conn: Connection) -> None:
-    # Two brokers coordinate one id. Each decides a step first on the record as it last
-    # wrote it (spec §15.2); what the other wrote since makes that sight stale.
-    a, b = Coordinator(txn_conn), Coordinator(txn_conn)
-    try:
-        pid, _ = a.init_producer("tx-s", 60_000)
-        pid, epoch = b.init_producer("tx-s", 60_000, pid, 0)  # a still remembers epoch 0
-        # On a's sight the new epoch is unknown (fenced): decided again on the record, it is not.
-        a.add_partitions("tx-s", pid, epoch, [(TOPIC, 0)])
-        first = a.describe("tx-s").number
-        assert a.describe("tx-s").partitions == ((TOPIC, 0),)
-        b.end("tx-s", pid, epoch, False)
-        b.add_partitions("tx-s", pid, epoch, [(TOPIC, 1)])
-        # a last wrote transaction `first` ongoing; b ended it and began the next. The
-        # expiry's abort of the next one is no no-op on a's sight: it aborts it.
-        assert a.abort("tx-s", pid, epoch, number=first + 1)
-        assert a.describe("tx-s").state == COMPLETE_ABORT
-    finally:
-        a.close()
-        b.close()

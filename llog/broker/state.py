@@ -100,7 +100,7 @@ class Broker:
         self.transactions = Coordinator(self.conn)
         self.txn_expiry = TxnExpiry(self.transactions, config.txn_sweep_s)
         #: Transactional produce requests, staged in order per id, PUT in parallel.
-        self.txn_staging = StagePipeline(self.producer.writer, self.transactions.records)
+        self.txn_staging = StagePipeline(self.producer.writer)
         if self.authorizer is not None:  # last: what failed before it leaves no watch behind
             try:
                 self.authorizer.start()

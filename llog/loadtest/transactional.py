@@ -172,8 +172,13 @@ class Worker(threading.Thread):
         import confluent_kafka
 
         try:
-            for tp in consumer.committed(consumer.assignment(), 30):
-                if tp.offset < 0:
+            committed = consumer.committed(consumer.assignment(), 30)
+            failed = [tp for tp in committed if tp.error is not None]
+            if failed:  # UNSTABLE_OFFSET_COMMIT past the client's retries: no offset known, not "none"
+                log.info("worker %d: rewind: %s", self.index, failed[0].error)
+                return False
+            for tp in committed:
+                if tp.offset < 0:  # the group never committed one
                     tp.offset = confluent_kafka.OFFSET_BEGINNING
                 consumer.seek(tp)
             return True

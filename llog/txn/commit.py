@@ -92,8 +92,13 @@ def commit_together(conn: Connection, sessions: Sessions, producers: Sequence[tu
                 raise InvalidTxnState(tid, f"cannot commit: the transaction is {r.state}")
         numbers = now
         txns = [Ongoing(tid, r, got.revision) for (tid, _, _), (got, r) in zip(producers, ongoing, strict=True)]
-        for t in txns:
-            check_complete(conn, t.transactional_id, t.record)
+        try:
+            for t in txns:
+                check_complete(t.transactional_id, t.record)
+        except InvalidTxnState as exc:
+            conn.metrics.transactions.labels("late_end").inc()
+            log.warning("%s", exc)
+            raise
         plan = plan_commit(conn, txns)
         _refuse_stale(conn, txns, plan)
         if len(plan.compares) + len(compares) > conn.config.txn_max_ops:  # folding cannot lower it
@@ -116,23 +121,19 @@ def commit_together(conn: Connection, sessions: Sessions, producers: Sequence[tu
     raise CasConflict(conn.keys.transaction(producers[0][0]), attempts)
 
 
-def check_complete(conn: Connection, transactional_id: str, r: TxnRecord) -> None:
+def check_complete(transactional_id: str, r: TxnRecord) -> None:
     """:class:`InvalidTxnState` if a partition was added to the transaction with no
     batch of it staged, or a group with no offset of it: its producer sends an end only
     once each batch is answered, so this end is one it sent for an earlier transaction
     of the epoch, arriving late (held by a paused broker or a partition), which must
-    not commit this one half-sent (spec §15.2, T3). The transaction stays ongoing; the
-    refusal is counted as a late end and logged."""
+    not commit this one half-sent (spec §15.2, T3). The transaction stays ongoing."""
     staged = {(a.topic, a.partition) for a in r.staged}
     empty = [f"{t}/{p}" for t, p in r.partitions if (t, p) not in staged]
     empty += [f"group {g}" for g in r.groups if g not in {o.group for o in r.offsets}]
     if empty:
-        late = InvalidTxnState(transactional_id, f"transaction {r.number} has nothing staged for {', '.join(empty)}: "
-                               "an end sent for an earlier transaction, or before its batches were answered; "
-                               "not committed")
-        conn.metrics.transactions.labels("late_end").inc()
-        log.warning("%s", late)
-        raise late
+        raise InvalidTxnState(transactional_id, f"transaction {r.number} has nothing staged for {', '.join(empty)}: "
+                              "an end sent for an earlier transaction, or before its batches were answered; "
+                              "not committed")
 
 
 def plan_commit(conn: Connection, txns: Sequence[Ongoing]) -> CommitPlan:

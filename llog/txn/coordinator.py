@@ -11,6 +11,7 @@ from urllib.parse import unquote
 
 from llog.codec.txn_values import (
     COMPLETE_ABORT,
+    COMPLETE_COMMIT,
     EMPTY,
     ONGOING,
     StagedOffset,
@@ -30,10 +31,9 @@ from llog.groups.owner import Owner
 from llog.keys import prefix_range_end
 from llog.names import check_group, check_partition, check_topic
 from llog.session import Sessions
-from llog.txn.group_commit import GroupCommit
+from llog.txn.commit import commit
 from llog.txn.records import (
     Change,
-    LastWritten,
     Read,
     TxnRecords,
     aborted,
@@ -51,13 +51,11 @@ class Coordinator:
 
     def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.records = TxnRecords(conn, LastWritten())
+        self.records = TxnRecords(conn)
         #: For the blobs of folded commits (T3').
         self.sessions = Sessions(conn, "writer")
-        self.group_commit = GroupCommit(conn, self.sessions, self.records)
 
     def close(self) -> None:
-        self.group_commit.close()
         self.sessions.close()
 
     def init_producer(self, transactional_id: str, timeout_ms: int, producer_id: int = -1,
@@ -159,19 +157,20 @@ class Coordinator:
 
     def end(self, transactional_id: str, producer_id: int, epoch: int, commit_it: bool) -> None:
         """EndTxn: T3 commit or T4 abort of the ongoing transaction. Asking again for
-        the outcome it already had succeeds and changes nothing. Commits arriving
-        together are committed together (:class:`GroupCommit`)."""
-        if commit_it:
-            if self.group_commit.commit(transactional_id, producer_id, epoch):
-                self.conn.metrics.transactions.labels("commit").inc()
-            return
-        r = check_producer(transactional_id, self.records.read(transactional_id).record, producer_id, epoch)
-        if r.state == COMPLETE_ABORT:
+        the outcome it already had succeeds and changes nothing."""
+        want = COMPLETE_COMMIT if commit_it else COMPLETE_ABORT
+        got = self.records.read(transactional_id)
+        r = check_producer(transactional_id, got.record, producer_id, epoch)
+        if r.state == want:
             return
         if r.state != ONGOING:
-            raise InvalidTxnState(transactional_id, f"cannot abort: the transaction is {r.state}")
-        self.abort(transactional_id, producer_id, epoch)
-        self.conn.metrics.transactions.labels("abort").inc()
+            raise InvalidTxnState(transactional_id, f"cannot {'commit' if commit_it else 'abort'}: the transaction "
+                                  f"is {r.state}")
+        if commit_it:
+            commit(self.conn, self.sessions, transactional_id, producer_id, epoch)
+        else:
+            self.abort(transactional_id, producer_id, epoch)
+        self.conn.metrics.transactions.labels("commit" if commit_it else "abort").inc()
 
     def abort(self, transactional_id: str, producer_id: int, epoch: int, *, number: int | None = None,
               bump: bool = False) -> bool:

@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 
 from llog.errors import LlogError
 from llog.records import AppendGroup
-from llog.txn.records import TxnRecords
 from llog.txn.staging import Staged, stage
 from llog.writer import Writer
 
@@ -51,9 +50,8 @@ class StagePipeline:
     """Stages transactional requests through ``writer``; :meth:`close` waits for those
     submitted. Thread-safe."""
 
-    def __init__(self, writer: Writer, records: TxnRecords | None = None, workers: int = 8) -> None:
+    def __init__(self, writer: Writer, workers: int = 8) -> None:
         self.writer = writer
-        self.records = records
         #: Requests of one blob hold at most half a blob's limit, so the blob fits.
         self.max_bytes = writer.config.max_blob_bytes // 2
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="llog-txn-stage")
@@ -122,7 +120,7 @@ class StagePipeline:
         blob = self.writer.stage_shared(groups)
         try:
             producer_id, epoch = batch[0].producer
-            return stage(self.writer.conn, transactional_id, producer_id, epoch, blob, self.records)
+            return stage(self.writer.conn, transactional_id, producer_id, epoch, blob)
         finally:
             self.writer.release_staged(blob)
 

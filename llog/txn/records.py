@@ -3,8 +3,6 @@ on its ``mod_revision``, reading it again after each lost race."""
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
@@ -12,7 +10,7 @@ from typing import TypeVar
 from llog.codec.etcd_values import MetaFormatError
 from llog.codec.txn_values import COMPLETE_ABORT, TxnRecord
 from llog.connection import Connection
-from llog.errors import CasConflict, CorruptMetadata, InvalidProducerIdMapping, LlogError, TransactionFenced
+from llog.errors import CasConflict, CorruptMetadata, InvalidProducerIdMapping, TransactionFenced
 from llog.etcd import KV, Compare, Delete, Get, Op, Put, conflict_pause, mod_revision_is
 from llog.keys import prefix_range_end
 
@@ -45,37 +43,11 @@ class Change:
     refused: Callable[[Sequence[list[KV] | int | None]], None] | None = None
 
 
-class LastWritten:
-    """The record each transactional id was last read or written at by this broker (at
-    most ``size`` ids, the oldest forgotten first): :meth:`TxnRecords.change`'s first
-    guess, so a producer's steps on one broker cost one etcd round trip each, not two.
-    A wrong guess costs nothing but the failed CAS, whose failure branch reads the
-    record. Thread-safe."""
-
-    def __init__(self, size: int = 10_000) -> None:
-        self.size = size
-        self._lock = threading.Lock()
-        self._reads: OrderedDict[str, Read] = OrderedDict()
-
-    def get(self, transactional_id: str) -> Read | None:
-        with self._lock:
-            return self._reads.get(transactional_id)
-
-    def put(self, transactional_id: str, read: Read) -> None:
-        with self._lock:
-            self._reads[transactional_id] = read
-            self._reads.move_to_end(transactional_id)
-            while len(self._reads) > self.size:
-                self._reads.popitem(last=False)
-
-
 class TxnRecords:
-    """The records under ``{root}/_transactions/`` (``last``: the broker's guesses of
-    them, for :meth:`change`)."""
+    """The records under ``{root}/_transactions/``."""
 
-    def __init__(self, conn: Connection, last: LastWritten | None = None) -> None:
+    def __init__(self, conn: Connection) -> None:
         self.conn = conn
-        self.last = last
 
     def key(self, transactional_id: str) -> str:
         return self.conn.keys.transaction(transactional_id)
@@ -85,56 +57,25 @@ class TxnRecords:
         kv = self.conn.etcd.get(key)
         return Read(None, 0) if kv is None else Read(decode(key, kv.value), kv.mod_revision)
 
-    def _remember(self, transactional_id: str, read: Read | None) -> None:
-        if self.last is not None and read is not None:
-            self.last.put(transactional_id, read)
-
-    def get(self, transactional_id: str) -> Get:
-        """The read of the id's record, for :meth:`decoded` of what it returns (several
-        records in one round trip)."""
-        return Get(self.key(transactional_id))
-
-    def decoded(self, transactional_id: str, kvs: Sequence[KV]) -> Read:
-        """The record of :meth:`get`'s answer ``kvs``."""
-        return Read(None, 0) if not kvs else Read(decode(self.key(transactional_id), kvs[0].value), kvs[0].mod_revision)
-
     def change(self, transactional_id: str, decide: Callable[[Read], Change]) -> object:
         """Apply ``decide``'s change with a CAS, deciding again on a fresh read after
         each lost race (spec §8.3's backoff); ``decide`` raises to refuse. Returns the
         change's result. An unknown outcome raises :class:`CoordinationError`: each
-        caller's step is one its client may repeat. With :class:`LastWritten`, the first
-        attempt decides on the broker's last sight of the record (a refusal is only
-        given on a fresh read) and a lost race reads it in the same round trip."""
+        caller's step is one its client may repeat."""
         key = self.key(transactional_id)
         attempts = self.conn.config.commit_max_attempts
-        guess = None if self.last is None else self.last.get(transactional_id)
-        got, fresh = (guess, False) if guess is not None else (self.read(transactional_id), True)
         for attempt in range(attempts):
-            try:
-                ch = decide(got)
-            except LlogError:
-                if fresh:
-                    raise
-                got, fresh = self.read(transactional_id), True  # refused on a guess: decide on the record
-                continue
+            got = self.read(transactional_id)
+            ch = decide(got)
             ops = list(ch.ops) + ([] if ch.record is None else [Put(key, ch.record.encode())])
             if not ops:
-                if fresh:
-                    return ch.result
-                got, fresh = self.read(transactional_id), True  # nothing to do, says a guess: make sure
-                continue
-            r = self.conn.etcd.txn([mod_revision_is(key, got.revision), *ch.compares], ops, [*ch.failure, Get(key)])
+                return ch.result
+            r = self.conn.etcd.txn([mod_revision_is(key, got.revision), *ch.compares], ops, ch.failure)
             if r.succeeded:
-                self._remember(transactional_id, Read(ch.record, r.revision) if ch.record is not None else None)
                 return ch.result
             if ch.refused is not None:
-                ch.refused(r.responses[:-1])
-            seen = r.responses[-1]
-            assert isinstance(seen, list)
-            raced, got, fresh = fresh, self.decoded(transactional_id, seen), True
-            self._remember(transactional_id, got)
-            if raced:  # a wrong guess is no race: no pause
-                conflict_pause(attempt)
+                ch.refused(r.responses)
+            conflict_pause(attempt)
         raise CasConflict(key, attempts)
 
 

@@ -44,11 +44,10 @@ class Staged:
 
 
 def stage(conn: Connection, transactional_id: str, producer_id: int, epoch: int,
-          blob: StagedBlob, records: TxnRecords | None = None) -> list[Staged | LlogError]:
+          blob: StagedBlob) -> list[Staged | LlogError]:
     """Record every group of ``blob`` (each a batch of producer ``producer_id`` at
     ``epoch``) in the id's ongoing transaction; one outcome per group, in order. A stale
-    epoch or another id refuses them all (raised). ``records``: the coordinator's (its
-    guesses of the records save a read)."""
+    epoch or another id refuses them all (raised)."""
     session = blob.session
 
     def refused(responses: Sequence[list[KV] | int | None]) -> None:
@@ -75,7 +74,7 @@ def stage(conn: Connection, transactional_id: str, producer_id: int, epoch: int,
             return Change(None, outcomes)
         return Change(new, outcomes, compares=[session.compare()], failure=[Get(session.key)], refused=refused)
 
-    out = (records or TxnRecords(conn)).change(transactional_id, decide)
+    out = TxnRecords(conn).change(transactional_id, decide)
     assert isinstance(out, list)
     return out
 

@@ -97,8 +97,7 @@ class Transaction:
             raise
         blob = self._writer.put_encoded(encoded)  # releases the session itself if it fails
         try:
-            outcomes = stage(self.conn, self.transactional_id, self.producer_id, self.epoch, blob,
-                             self._coordinator.records)
+            outcomes = stage(self.conn, self.transactional_id, self.producer_id, self.epoch, blob)
         finally:
             self._writer.release_staged(blob)
         for out in outcomes:

@@ -35,9 +35,6 @@ GROUP_KEY = 0  # FindCoordinator key types
 TRANSACTION_KEY = 1
 
 
-TXN_KEY = 1
-
-
 async def find_coordinator(ctx: Context, req: Any) -> FindCoordinatorResponse:
     R = FindCoordinatorResponse
     version = req.API_VERSION
@@ -48,9 +45,9 @@ async def find_coordinator(ctx: Context, req: Any) -> FindCoordinatorResponse:
         node = None
         if req.key_type == GROUP_KEY and not ctx.allows(Operation.DESCRIBE, ResourceType.GROUP, key):
             code = ErrorCode.GROUP_AUTHORIZATION_FAILED
-        elif req.key_type == TXN_KEY and not ctx.allows(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
+        elif req.key_type == TRANSACTION_KEY and not ctx.allows(Operation.DESCRIBE, ResourceType.TRANSACTIONAL_ID, key):
             code = ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-        elif req.key_type not in (GROUP_KEY, TXN_KEY):
+        elif req.key_type not in (GROUP_KEY, TRANSACTION_KEY):
             code = ErrorCode.INVALID_REQUEST
         else:
             # Any broker coordinates any transactional id (the state is in etcd); the
