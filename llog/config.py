@@ -277,6 +277,10 @@ class LlogConfig:
     #: The compactor service deletes producer-id state not updated for this long
     #: (seconds); 0 keeps it forever.
     producer_state_ttl_s: float = 86400.0
+    #: A Kafka producer's retry of a batch older than its producer window is looked up
+    #: in at most this many of the partition's newest index entries (spec §8.7, "Older
+    #: batches"); 0 refuses such a retry as out of order without looking.
+    producer_lookback_entries: int = 4096
     #: The longest ``transaction.timeout.ms`` a transactional producer may ask for (ms;
     #: Kafka's ``transaction.max.timeout.ms``).
     txn_max_timeout_ms: int = 900_000
@@ -351,8 +355,8 @@ def _validate(cfg: LlogConfig) -> None:
             raise ConfigError(f"{name} must be > 0, got {getattr(cfg, name)!r}")
     for name in ("compact_min_age_ms", "iceberg_freshness_s", "vacuum_grace_s", "vacuum_interval_s",
                  "compactor_shutdown_timeout_s", "etcd_compact_interval_s", "max_uncompacted_keys",
-                 "backpressure_check_s", "producer_state_ttl_s", "tail_cache_bytes", "read_cache_bytes",
-                 "iceberg_sync_interval_s", "put_hedge_min_ms", "gc_threshold", "broker_put_rate"):
+                 "backpressure_check_s", "producer_state_ttl_s", "producer_lookback_entries", "tail_cache_bytes",
+                 "read_cache_bytes", "iceberg_sync_interval_s", "put_hedge_min_ms", "gc_threshold", "broker_put_rate"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name} must be >= 0, got {getattr(cfg, name)!r}")
     _validate_security(cfg)

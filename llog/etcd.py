@@ -724,6 +724,12 @@ class Etcd:
         """Keys in ``[start, end)`` in key order (at most ``limit`` when > 0)."""
         return [_kv(kv) for kv in self._range(_range_req(start, end, limit)).kvs]
 
+    def range_newest_first(self, start: str, end: str, *, limit: int) -> list[KV]:
+        """Keys in ``[start, end)`` from the last down (at most ``limit``)."""
+        req = _range_req(start, end, limit, sort_order=etcdrpc.RangeRequest.DESCEND,
+                         sort_target=etcdrpc.RangeRequest.KEY)
+        return [_kv(kv) for kv in self._range(req).kvs]
+
     def scan(self, start: str, end: str, *, page: int = 1000) -> Iterator[KV]:
         """Every key in ``[start, end)``, fetched ``page`` at a time."""
         while True:

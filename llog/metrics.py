@@ -72,6 +72,12 @@ class Metrics:
             "llog_partition_appends", "partition appends by outcome", ["outcome"], registry=r
         )
         self.append_records = Counter("llog_append_records", "records committed", registry=r)
+        self.older_batch_lookups = Counter(
+            "llog_producer_older_batch_lookups",
+            "Kafka producer retries older than the producer window, looked up in the log, by outcome "
+            "(retry: found, answered with its offsets; reused: other records under the sequence; "
+            "not_found: answered out of order)", ["outcome"], registry=r,
+        )
         self.commit_conflicts = Counter(
             "llog_commit_cas_conflicts", "commit CAS attempts that lost and were retried", registry=r
         )

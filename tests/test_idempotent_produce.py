@@ -324,3 +324,17 @@ def test_unresolvable_outcome_is_ambiguous_then_the_retry_resolves(
         assert (retry.start_offset, retry.end_offset) == (1, 1)
         assert _append(w, "amb", 0, [b"x"], "p", 1) == replace(retry, duplicate=True)
         assert [v for _, v in _scan(c, "amb", 0)] == [b"w", b"x"]
+
+
+def test_a_batch_comes_before_the_window_by_record_counted_sequences_across_the_wrap() -> None:
+    from llog.codec.etcd_values import ProducerState, SequencedBatch
+    from llog.write.older_batches import behind
+
+    # Window: batches of 3 records at sequences 100, 103 (offsets 50.., 60..).
+    st = ProducerState(103, 60, 62, "a", "k", 0, recent=(SequencedBatch(100, 50, 52, 1),))
+    assert behind(97, 3, st) == 49  # right before the window: ends at most at B0's start - 1
+    assert behind(90, 3, st) == 49 - 7  # 7 of the producer's records lie between
+    assert behind(99, 3, st) is None  # overlaps the window's oldest batch
+    assert behind(106, 3, st) is None  # after the window: a gap, not a retry
+    wrapped = ProducerState(5, 60, 62, "a", "k", 0, recent=(SequencedBatch(2, 50, 52, 1),))
+    assert behind(2**31 - 3, 3, wrapped) == 47  # sequences wrap to 0 after 2^31 - 1

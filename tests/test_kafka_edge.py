@@ -263,10 +263,11 @@ def test_idempotent_resends_of_the_last_five_batches_get_their_offsets(
         assert offsets == [(0, 2 * s) for s in range(7)]
         for s in (3, 6, 2, 5, 4):  # any of the last five, in any order
             assert _produce(kb.bootstrap, 0, _idempotent(batches[s], pid, epoch, 2 * s)) == (0, 2 * s)
-        for s in (0, 1):  # older than the window
-            assert _produce(kb.bootstrap, 0, _idempotent(batches[s], pid, epoch, 2 * s))[0] == 45
+        for s in (0, 1):  # older than the window: found in the log (spec §8.7, "Older batches")
+            assert _produce(kb.bootstrap, 0, _idempotent(batches[s], pid, epoch, 2 * s)) == (0, 2 * s)
         # Other records under a used sequence: refused, never 46 (clients count 46 as delivered).
         assert _produce(kb.bootstrap, 0, _idempotent([b"X", b"Y"], pid, epoch, 12))[0] == 45
+        assert _produce(kb.bootstrap, 0, _idempotent([b"X", b"Y"], pid, epoch, 0))[0] == 45
         assert _next_offset(edge_conn, 0) == 14
         assert _fetch_values(kb.bootstrap, 0) == [v for vs in batches for v in vs]
         # KIP-360: the same id, a new epoch, sequences from 0; the old epoch is fenced.
@@ -275,6 +276,37 @@ def test_idempotent_resends_of_the_last_five_batches_get_their_offsets(
         assert _produce(kb.bootstrap, 0, _idempotent([b"new"], pid, epoch + 1, 0)) == (0, 14)
         assert _produce(kb.bootstrap, 0, _idempotent([b"zombie"], pid, epoch, 14))[0] == 47
         assert _next_offset(edge_conn, 0) == 15
+
+
+def test_a_retry_older_than_the_window_through_another_broker_gets_its_offsets(
+    config: LlogConfig, edge_conn: Connection
+) -> None:
+    """Issue 55's Java-client sequence with raw requests: a batch committed through
+    broker A whose answer the client never saw, then many more of its batches (and
+    another producer's, of the same size) through broker B, then the old batch again."""
+    with kafka_broker(config) as a, kafka_broker(config) as b:
+        pid = _init_producer_id(a.bootstrap).producer_id
+        other = _init_producer_id(b.bootstrap).producer_id
+        frozen = [b"f0", b"f1", b"f2"]
+        assert _produce(a.bootstrap, 1, _idempotent(frozen, pid, 0, 4721)) == (0, 0)
+        expected = list(frozen)
+        for i in range(12):  # far past the five batches the producer state remembers
+            mine = [b"m%d-%d" % (i, j) for j in range(3)]
+            theirs = [b"o%d-%d" % (i, j) for j in range(3)]
+            assert _produce(b.bootstrap, 1, _idempotent(mine, pid, 0, 4724 + 3 * i))[0] == 0
+            assert _produce(b.bootstrap, 1, _idempotent(theirs, other, 0, 3 * i))[0] == 0
+            expected += mine + theirs
+        before = _next_offset(edge_conn, 1)
+        for broker in (b, a):  # the client's retry, wherever it goes: the original offsets, nothing appended
+            assert _produce(broker.bootstrap, 1, _idempotent(frozen, pid, 0, 4721)) == (0, 0)
+            mid = _idempotent([b"m3-0", b"m3-1", b"m3-2"], pid, 0, 4724 + 9)
+            assert _produce(broker.bootstrap, 1, mid) == (0, 3 + 6 * 3)
+        # Other records under the old sequence: refused (45), never acknowledged.
+        assert _produce(b.bootstrap, 1, _idempotent([b"x", b"y", b"z"], pid, 0, 4721))[0] == 45
+        # Older than anything the producer committed here: still out of order.
+        assert _produce(b.bootstrap, 1, _idempotent([b"x", b"y", b"z"], pid, 0, 4000))[0] == 45
+        assert _next_offset(edge_conn, 1) == before
+        assert [r.value for r in Reader(edge_conn).scan(TOPIC, 1)] == expected
 
 
 def test_a_sequence_reused_for_other_records_is_refused_on_every_broker(

@@ -203,6 +203,20 @@ def content_digest(body: bytes | memoryview) -> int:
     return digest
 
 
+#: Bytes of a body's head that name its first batch's producer (:func:`first_producer`).
+HEAD_SIZE = HEADER_SIZE + BATCH_HEADER_SIZE
+
+
+def first_producer(head: bytes) -> tuple[int, int, int] | None:
+    """``(producer id, epoch, base sequence)`` of the first batch of a body whose first
+    :data:`HEAD_SIZE` bytes are ``head``; ``None`` for another encoding (spec §8.7,
+    "Older batches")."""
+    if len(head) < HEAD_SIZE or head[:4] != MAGIC:
+        return None
+    *_, pid, pepoch, seq, _n = _BATCH.unpack_from(head, HEADER_SIZE)
+    return pid, pepoch, seq
+
+
 def batches_of(body: bytes | memoryview, *, verify: bool = True) -> tuple[int, memoryview]:
     """``(record count, the batches' bytes)`` of a body, its header checked."""
     mv = memoryview(body)

@@ -20,6 +20,8 @@ from llog.errors import (
     CoordinationError,
     EtcdSpaceExhausted,
     Fenced,
+    ProducerFenced,
+    SequenceError,
     SessionExpired,
 )
 from llog.etcd import Get, TxnResult, conflict_pause
@@ -27,12 +29,14 @@ from llog.session import Session
 from llog.write.acknowledgement import AppendResult, acknowledge, duplicate
 from llog.write.caches import ProducerSnapshot, WriterCaches, decode_producer
 from llog.write.commit_plan import PartitionTxn, plan_txn, sequence_verdict
+from llog.write.older_batches import find_older_batch
 from llog.write.resolution import find_committed
 from llog.write.validation import ProducerSequence
 
 log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
+_Verdict = SequencedBatch | SequenceError | ProducerFenced | None
 
 #: Called at protocol points ("after_put", "after_commit", "after_settle") with the
 #: data key; fault-injection tests use it to kill the process at an exact step.
@@ -128,6 +132,7 @@ class PartitionCommit:
                 # behind another writer (or our own lost reply).
                 self.ps, self.pfresh = self._producer_state(cached=False), True
                 return _Next.RETRY
+            verdict = self._older(verdict)
             if isinstance(verdict, SequencedBatch):
                 if self.fresh:
                     self.caches.remember(topic, partition, st)
@@ -237,7 +242,7 @@ class PartitionCommit:
         that is the result) or never committed (spec §8.5)."""
         topic, partition, pending = self.topic, self.partition, self.pending
         if self.producer is not None and self.ps is not None:
-            verdict = sequence_verdict(topic, partition, self.producer, self.ps.state, pending.msg_count)
+            verdict = self._older(sequence_verdict(topic, partition, self.producer, self.ps.state, pending.msg_count))
             if isinstance(verdict, SequencedBatch):
                 assert self.ps.state is not None
                 self.caches.remember(topic, partition, self.st)
@@ -247,6 +252,16 @@ class PartitionCommit:
             if found is not None:
                 return self._ack(found, self.st)
         raise SessionExpired(topic, partition, self.session.id, pending.data_key)
+
+    def _older(self, verdict: _Verdict) -> _Verdict:
+        """An out-of-order verdict on fresh state, looked up once more as a retry of a
+        batch older than the window (spec §8.7, "Older batches")."""
+        if type(verdict) is not SequenceError or self.producer is None or self.ps is None or self.ps.state is None:
+            return verdict
+        older = find_older_batch(
+            self.conn, self.topic, self.partition, self.producer, self.ps.state, self.pending.msg_count
+        )
+        return verdict if older is None else older
 
     def _find_committed(self) -> Pending | None:
         return find_committed(
