@@ -21,6 +21,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from llog.config import LlogConfig
 from llog.metrics import Metrics
 from llog.store.billing import request_classes, request_usd
+from llog.table.sync import SyncResult
 
 _STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _GIB = 1024**3
@@ -130,6 +131,15 @@ class CompactorMetrics:
             "llog_producer_states_expired", "producer-id keys deleted after LLOG_PRODUCER_STATE_TTL_S",
             registry=r,
         )
+
+    def table_synced(self, result: SyncResult | None) -> None:
+        """Count one table sync, the service's or vacuum's fencing one (``None``: it failed)."""
+        if result is None:
+            self.table_syncs.labels("failed").inc()
+            return
+        self.table_syncs.labels("committed" if result.committed else "unchanged").inc()
+        self.table_files.labels("added").inc(result.added)
+        self.table_files.labels("removed").inc(result.removed)
 
     @contextmanager
     def time(self, stage: str) -> Iterator[None]:

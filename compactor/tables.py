@@ -32,12 +32,10 @@ class TableSyncer:
             try:
                 r = sync_table(self._catalog, meta.name)
             except LlogError as exc:
-                self.metrics.table_syncs.labels("failed").inc()
+                self.metrics.table_synced(None)
                 log.warning("table sync of %s failed: %s", meta.name, exc)
                 continue
-            self.metrics.table_syncs.labels("committed" if r.committed else "unchanged").inc()
-            self.metrics.table_files.labels("added").inc(r.added)
-            self.metrics.table_files.labels("removed").inc(r.removed)
+            self.metrics.table_synced(r)
             committed += r.committed
         return committed
 

@@ -228,14 +228,19 @@ def _spare_table_files(
     if dry_run:
         spared = {o.key for t in tables for o in by_topic.get(t, [])}
     else:
+        metrics = compactor_metrics(conn.metrics)
         with TableCatalog(conn) as catalog:
             for t in tables:
                 mine = by_topic.get(t, [])
                 try:
-                    files = sync_table(catalog, t, fence=True).kept
+                    synced = sync_table(catalog, t, fence=True)
                 except LlogError as exc:
+                    metrics.table_synced(None)
                     log.warning("vacuum keeps the files of table topic %s: %s", t, exc)
                     files = frozenset(conn.store.object_uri(o.key) for o in mine)
+                else:
+                    metrics.table_synced(synced)
+                    files = synced.kept
                 spared |= {o.key for o in mine if conn.store.object_uri(o.key) in files}
     return [o for o in doomed if o.key not in spared], len(spared)
 

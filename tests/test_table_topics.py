@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from compactor import compact_once
+from compactor.metrics import compactor_metrics
 from compactor.retention import apply_retention
 from compactor.stages import StageEvent
 from compactor.vacuum import vacuum
@@ -160,7 +161,12 @@ def test_retention_drops_files_from_the_table_before_vacuum_deletes_them(
     # Retention changed the index only: the table still names the expired file, so a
     # vacuum now must first drop it from the table, then delete it.
     assert tables.describe("ret").files == 2  # type: ignore[union-attr]
+    metrics = compactor_metrics(tconn.metrics)
+    synced, removed = metrics.table_syncs.labels("committed"), metrics.table_files.labels("removed")
+    before = (synced._value.get(), removed._value.get())
     report = vacuum(tconn)
+    # Vacuum's fencing sync is counted as the service's syncs are (issue 56).
+    assert (synced._value.get(), removed._value.get()) == (before[0] + 1, before[1] + 1)
     # The fence dropped it from the current snapshot, but the snapshots kept for time
     # travel still name it: it stays until they are expired.
     assert expired not in report.deleted and report.table_files == 1
@@ -303,3 +309,34 @@ def test_the_compactor_service_keeps_the_table_in_step(tconn: Connection) -> Non
 
 
 _NO_TABLE = TableInfo("", "", "", None, 0, 0, 0, 0)
+
+
+def test_processes_creating_the_first_tables_at_once_all_succeed(config: LlogConfig, tmp_path: Path) -> None:
+    """Issue 56: on a fresh SQL catalog the service's sync and its vacuum raced to create
+    the namespace (pyiceberg checks, then inserts; the loser's insert broke the UNIQUE
+    constraint). Several catalogs, each its own SQLite connection, create tables at once."""
+    import threading
+
+    for attempt in range(4):
+        cfg = replace(config, iceberg_catalog_uri=f"sqlite:///{tmp_path / f'race-{attempt}.db'}")
+        topics = [f"race{attempt}-{i}" for i in range(6)]
+        with Connection(cfg) as conn:
+            for t in topics:
+                Topics(conn).create(t, 1, table="iceberg")
+            start = threading.Barrier(len(topics))
+            errors: list[BaseException] = []
+
+            def create(topic: str, start: threading.Barrier, errors: list[BaseException]) -> None:
+                with TableCatalog(conn) as catalog:
+                    start.wait()
+                    try:
+                        assert catalog.table(topic) is not None
+                    except BaseException as exc:
+                        errors.append(exc)
+
+            threads = [threading.Thread(target=create, args=(t, start, errors)) for t in topics]
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            assert errors == []

@@ -14,18 +14,51 @@ if TYPE_CHECKING:
     import pyarrow as pa
 
 
-def file_descriptor(registry: SchemaRegistry, schema_id: int) -> Any:
-    """The schema's ``FileDescriptor``, in a pool of its own with its references."""
+#: protobuf's modules of the well-known types: importing one puts its file in the
+#: default descriptor pool, which holds no file until its module was imported (a server
+#: that never imported ``timestamp_pb2`` could not find ``google/protobuf/timestamp.proto``).
+_WELL_KNOWN_MODULES = ("any_pb2", "api_pb2", "descriptor_pb2", "duration_pb2", "empty_pb2", "field_mask_pb2",
+                       "source_context_pb2", "struct_pb2", "timestamp_pb2", "type_pb2", "wrappers_pb2")
+WELL_KNOWN_PREFIX = "google/protobuf/"
+
+
+def well_known_file(name: str) -> Any:
+    """The ``FileDescriptorProto`` of a well-known type's file (``google/protobuf/…``)."""
+    import importlib
+
     from google.protobuf import descriptor_pb2, descriptor_pool
+
+    for module in _WELL_KNOWN_MODULES:
+        importlib.import_module(f"google.protobuf.{module}")
+    proto = descriptor_pb2.FileDescriptorProto()
+    try:
+        descriptor_pool.Default().FindFileByName(name).CopyToProto(proto)
+    except KeyError:
+        raise KeyError(f"{name} is not one of protobuf's well-known files") from None
+    return proto
+
+
+def file_descriptor(registry: SchemaRegistry, schema_id: int) -> Any:
+    """The schema's ``FileDescriptor``, in a pool of its own with its references and the
+    well-known files any of them imports (and those files' own imports)."""
+    from google.protobuf import descriptor_pool
 
     pool = descriptor_pool.DescriptorPool()
     fd = registry.parsed(schema_id).parsed
     deps = [p.parsed for p in registry.resolve(registry.schema(schema_id).references)]
+    added = {f.name for f in deps}
+
+    def add_well_known(name: str) -> None:
+        if name in added or not name.startswith(WELL_KNOWN_PREFIX):
+            return
+        proto = well_known_file(name)
+        for dep in proto.dependency:
+            add_well_known(dep)
+        pool.Add(proto)
+        added.add(name)
+
     for name in sorted({d for f in (*deps, fd) for d in f.dependency}):
-        if name.startswith("google/protobuf/"):
-            proto = descriptor_pb2.FileDescriptorProto()
-            descriptor_pool.Default().FindFileByName(name).CopyToProto(proto)
-            pool.Add(proto)
+        add_well_known(name)
     for f in (*deps, fd):
         pool.Add(f)
     return pool.FindFileByName(fd.name)
@@ -92,15 +125,28 @@ def _scalar(field: Any) -> pa.DataType:
     return pa.int64()
 
 
+_TIMESTAMP = "google.protobuf.Timestamp"
+#: The wrapper types: a nullable column of the wrapped scalar (unset: null).
+_WRAPPERS = frozenset(f"google.protobuf.{t}Value" for t in (
+    "Double", "Float", "Int64", "UInt64", "Int32", "UInt32", "Bool", "String", "Bytes"))
+#: Schemaless JSON (Struct, Value, ListValue): a column of its JSON text.
+_JSON_TYPES = frozenset({"google.protobuf.Struct", "google.protobuf.Value", "google.protobuf.ListValue"})
+
+
 def arrow_type(desc: Any, stack: tuple[str, ...] = ()) -> pa.DataType:
     """The Arrow type of message ``desc``: a struct of its fields (ints as int64, enums
-    as names, a Timestamp as a timestamp, maps as maps, a recursive message as its
-    text)."""
+    as names, maps as maps, a recursive message as its JSON text). Well-known types: a
+    Timestamp as a timestamp, a wrapper as its scalar, Struct/Value/ListValue as JSON
+    text, Empty as the text ``{}``; the others (Duration, Any, FieldMask) as structs of
+    their fields (docs/schema-registry.md, "Schema features")."""
     import pyarrow as pa
 
-    if desc.full_name == "google.protobuf.Timestamp":
+    name = desc.full_name
+    if name == _TIMESTAMP:
         return pa.timestamp("us", tz="UTC")
-    if desc.full_name in stack or not desc.fields:
+    if name in _WRAPPERS:
+        return _scalar(desc.fields_by_name["value"])
+    if name in _JSON_TYPES or name in stack or not desc.fields:
         return pa.string()
     return pa.struct([pa.field(f.name, _field_type(f, (*stack, desc.full_name))) for f in desc.fields])
 
@@ -128,9 +174,12 @@ def _repeated(f: Any) -> bool:
 def shape(msg: Any, stack: tuple[str, ...] = ()) -> Any:
     """``msg`` in the Python shape ``pa.array`` takes for :func:`arrow_type`."""
     desc = msg.DESCRIPTOR
-    if desc.full_name == "google.protobuf.Timestamp":
+    name = desc.full_name
+    if name == _TIMESTAMP:
         return msg.ToDatetime().replace(tzinfo=datetime.timezone.utc)
-    if desc.full_name in stack or not desc.fields:
+    if name in _WRAPPERS:
+        return msg.value
+    if name in _JSON_TYPES or name in stack or not desc.fields:
         from google.protobuf import json_format
 
         return json_format.MessageToJson(msg, indent=None)

@@ -184,7 +184,12 @@ class TableCatalog:
 
             if self.uri.startswith("sqlite:///"):
                 os.makedirs(os.path.dirname(self.uri[len("sqlite:///"):]) or ".", exist_ok=True)
-            return SqlCatalog(CATALOG_NAME, uri=self.uri, **props)
+            try:
+                return SqlCatalog(CATALOG_NAME, uri=self.uri, **props)
+            except Exception:  # the driver's own types; a second failure is raised
+                # A new catalog's tables are made as the namespace is (check, then create): a
+                # process opening it at the same moment as another loses that race once.
+                return SqlCatalog(CATALOG_NAME, uri=self.uri, **props)
         except LlogError:
             raise
         except Exception as exc:  # the catalog's driver raises its own types
@@ -215,7 +220,7 @@ class TableCatalog:
                     raise identity.refuse_missing(topic, ident, self.uri, uuid) from None
                 if not create:
                     return None
-                self.catalog.create_namespace_if_not_exists(namespace(self.conn))
+                self._create_namespace()
                 spec = PartitionSpec(PartitionField(1, 1000, IdentityTransform(), "partition"))
                 table = self.catalog.create_table_if_not_exists(
                     ident, schema=iceberg_schema(), partition_spec=spec,
@@ -233,6 +238,18 @@ class TableCatalog:
             raise
         except Exception as exc:
             raise TableError(topic, f"cannot load or create {ident} in {self.uri}: {exc}") from exc
+
+    def _create_namespace(self) -> None:
+        """The deployment's namespace, created if missing. pyiceberg checks, then inserts:
+        two processes creating the first table topic's table at once (the service's sync
+        and its vacuum, two compactors) can both pass the check, and the second insert
+        then fails (a SQL catalog's UNIQUE constraint), though the namespace exists."""
+        ns = namespace(self.conn)
+        try:
+            self.catalog.create_namespace_if_not_exists(ns)
+        except Exception:
+            if not self.catalog.namespace_exists(ns):
+                raise
 
     def describe(self, topic: str) -> TableInfo | None:
         """The table's location, snapshot and totals; ``None`` if it does not exist."""
