@@ -8,7 +8,7 @@ import logging
 import time
 from dataclasses import dataclass
 
-from llog.codec.etcd_values import Control, IndexEntry, MetaFormatError, Pending
+from llog.codec.etcd_values import CompactionCursor, Control, IndexEntry, MetaFormatError, Pending
 from llog.connection import Connection
 from llog.errors import CorruptMetadata
 from llog.etcd import KV, Get, Op, Put, mod_revision_is
@@ -41,6 +41,14 @@ def decode_control(key: str, kv: KV | None) -> ControlState:
 def decode_index(key: str, raw: bytes) -> IndexEntry:
     try:
         return IndexEntry.decode(raw)
+    except MetaFormatError as exc:
+        raise CorruptMetadata(key, str(exc)) from exc
+
+
+def decode_cursor(key: str, raw: bytes) -> int:
+    """The offset of a compaction cursor value (``meta/compaction-cursor``)."""
+    try:
+        return CompactionCursor.decode(raw).offset
     except MetaFormatError as exc:
         raise CorruptMetadata(key, str(exc)) from exc
 

@@ -14,6 +14,7 @@ from llog.broker.fetch import PartitionRead, read_partitions
 from llog.broker.remote_commits import RemoteCommits
 from llog.broker.state import Broker
 from llog.broker.tailcache import TailCache
+from llog.broker.wakeup import TailView
 from llog.codec import kafka_body
 from llog.codec.bodies import KafkaBody
 from llog.codec.etcd_values import Pending
@@ -161,7 +162,7 @@ def test_a_fetch_past_the_end_a_broker_knows_is_checked_against_etcd(config: Llo
         with llog.Writer(conn) as w:  # another broker (a closing writer settles: keep it open)
             w.append("late", 0, [b"a", b"b"])
             assert announced.wait(30)
-            assert b.tails.known(("late", 0)) == (0, 0)  # the append is "being read"
+            assert b.tails.known(("late", 0)) == TailView(0, 0, 0)  # the append is "being read"
             at_end = fetch(2)
             assert isinstance(at_end, PartitionRead) and (at_end.high_watermark, at_end.records) == (2, [])
             assert isinstance(fetch(3), OffsetOutOfRange)

@@ -127,41 +127,42 @@ def read_partition(
             raise NeedsIO
         broker.conn.check_partition(topic, partition)  # no watches on names that do not exist
         broker.tails.watch(tp)
-        known = broker.reader.high_watermark(topic, partition)
-        broker.tails.learn(tp, *known)
-    log_start, hwm = known
-    if confirm_past_end and offset > hwm:
+        known = broker.tails.read(tp)
+    if confirm_past_end and offset > known.next_offset:
         # The end this broker knows trails etcd while a watch event is on its way or
         # another broker's append is being read (remote_commits.py): a client that
         # read up to the true end elsewhere must not be told it is out of range.
         if not io:
             raise NeedsIO
-        log_start, hwm = broker.reader.high_watermark(topic, partition)
-        broker.tails.learn(tp, log_start, hwm)
+        known = broker.tails.read(tp)
+    log_start, hwm = known.log_start_offset, known.next_offset
     if offset < log_start:
         raise OffsetOutOfRange(topic, partition, offset, log_start)
+    # Below the compaction cursor key compaction may have removed records the caches
+    # still hold (protocol/README.md §9, "Cached appends"): only storage answers there.
+    cached = offset >= known.compaction_cursor
     args = (topic, partition, offset, limit)
     if kafka:
         run = KafkaRun()
         if offset < hwm and limit > 0:
-            run = _first_source(broker, io, partial(broker.cache.get_batches, *args),
-                                partial(_file_batches, broker, *args) if broker.files is not None else None,
+            run = _first_source(broker, io, partial(broker.cache.get_batches, *args) if cached else None,
+                                partial(_file_batches, broker, *args) if cached and broker.files is not None else None,
                                 partial(_read_batches, broker, topic, partition, offset, hwm, limit))
         return PartitionRead(log_start, hwm, [], run.bytes, run)
     records: list[ConsumedRecord] = []
     if offset < hwm and limit > 0:
-        records = _first_source(broker, io, partial(broker.cache.get, *args),
-                                partial(broker.files.get, *args) if broker.files is not None else None,
+        records = _first_source(broker, io, partial(broker.cache.get, *args) if cached else None,
+                                partial(broker.files.get, *args) if cached and broker.files is not None else None,
                                 partial(_read, broker, topic, partition, offset, hwm, limit))
     return PartitionRead(log_start, hwm, records, sum(map(payload_size, records)))
 
 
-def _first_source(broker: Broker, io: bool, memory: Callable[[], _T | None], files: Callable[[], _T | None] | None,
-                  storage: Callable[[], _T]) -> _T:
+def _first_source(broker: Broker, io: bool, memory: Callable[[], _T | None] | None,
+                  files: Callable[[], _T | None] | None, storage: Callable[[], _T]) -> _T:
     """What the first source that has it serves: the in-memory tail cache, the shared
-    file cache (when configured), then storage (counted in the tail-cache metric);
+    file cache (each when given), then storage (counted in the tail-cache metric);
     :class:`NeedsIO` on the event loop once memory has nothing."""
-    got = memory()
+    got = memory() if memory is not None else None
     if not got and not io:
         raise NeedsIO
     source = "hit"

@@ -22,6 +22,9 @@ exactly as its WAL slice does, handed over by the producer, so nothing is encode
 twice. The queue is bounded (``max_bytes``); when the disk falls behind, commits are
 left out of the files (counted in ``llog_tail_cache_files_dropped_total``) and readers
 go to storage for them. A tmpfs (``/dev/shm/...``) makes the files nearly free.
+Like the in-memory cache, the files are asked only for offsets at or above the
+partition's compaction cursor (llog/broker/fetch.py): below it key compaction may have
+removed records they hold.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ broker committed, and those other brokers committed to partitions its consumers 
 Entries are exact (committed offsets), but a partition's entries may have gaps (an
 append too large to keep, or one whose read failed); a lookup returns only the
 contiguous run that starts at the requested offset, and the caller reads the rest from
-storage.
+storage. Key compaction can remove cached records below a partition's compaction
+cursor: the fetch asks the cache only at or above it (llog/broker/fetch.py).
 """
 
 from __future__ import annotations

@@ -12,6 +12,12 @@ A watch event for this broker's own in-flight commit is left to ``local_commit``
 for another broker's new append goes to ``on_remote_commit``, which reads its records
 into the tail cache and then announces it (``remote_cached``), so the consumers it
 wakes are served from memory (llog/broker/remote_commits.py).
+
+A second watch, on the partition's compaction cursor, keeps the caches current
+(protocol/README.md §9, "Cached appends"): key compaction (§10.2) rewrites only index
+entries below the cursor, so the tail caches serve a partition only from its cursor
+on, and retention and DeleteRecords only raise the log start the control watch hands
+over. Neither costs a Kafka Fetch an etcd read.
 """
 
 from __future__ import annotations
@@ -26,18 +32,32 @@ from dataclasses import dataclass
 from llog.broker.loop_inbox import LoopInbox
 from llog.codec.etcd_values import Control, MetaFormatError, Pending
 from llog.connection import Connection
-from llog.etcd import KV
+from llog.control import decode_control, decode_cursor
+from llog.errors import CorruptMetadata
+from llog.etcd import KV, Get
 from llog.names import TopicPartition
 
 log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class TailView:
+    """What a fetch needs of a partition: where it starts and ends, and where its
+    compaction cursor is (the tail caches serve offsets from there on only)."""
+
+    log_start_offset: int
+    next_offset: int
+    compaction_cursor: int
 
 
 @dataclass
 class _Tail:
     next_offset: int | None = None  # None: not known, read etcd
     log_start_offset: int = 0
+    compaction_cursor: int = 0
+    cursor_unsure: bool = False  # its watch may have missed a move: read etcd
     confirmed_at: float = 0.0  # monotonic time of the last etcd read or watch event
-    cancel_watch: Callable[[], None] | None = None
+    cancel_watch: Callable[[], None] | None = None  # cancels both of its watches
 
 
 class PartitionTails:
@@ -72,37 +92,57 @@ class PartitionTails:
         self._stopping = False
 
     # -- state, any thread ---------------------------------------------------------
-    def known(self, tp: TopicPartition) -> tuple[int, int] | None:
-        """``(log_start_offset, next_offset)`` if tracked, else ``None``."""
+    def known(self, tp: TopicPartition) -> TailView | None:
+        """The partition as its watches last told, if tracked; else ``None``."""
         with self._lock:
             t = self._tails.get(tp)
-            if t is None or t.next_offset is None or t.cancel_watch is None:
+            if t is None or t.next_offset is None or t.cancel_watch is None or t.cursor_unsure:
                 return None
             # A watch can die without telling (etcd3's watcher thread may crash when
             # its stream ends): past this age, re-read etcd rather than trust silence.
             if time.monotonic() - t.confirmed_at > self._trust_s:
                 return None
-            return t.log_start_offset, t.next_offset
+            return TailView(t.log_start_offset, t.next_offset, t.compaction_cursor)
 
     def watch(self, tp: TopicPartition) -> None:
-        """Start tracking the partition (call before reading its control key)."""
+        """Start tracking the partition (call before :meth:`read`)."""
         with self._watch_lock:
             with self._lock:
                 t = self._tails.setdefault(tp, _Tail())
                 if t.cancel_watch is not None or self._watches >= self._max_watches:
                     return
-            cancel = self._conn.etcd.watch_kvs(self._conn.keys.control(*tp), lambda kv: self._remote(tp, kv))
+            etcd, keys = self._conn.etcd, self._conn.keys
+            cancel_control = etcd.watch_kvs(keys.control(*tp), lambda kv: self._remote(tp, kv))
+            try:
+                cancel_cursor = etcd.watch_kvs(keys.compaction_cursor(*tp), lambda kv: self._cursor_moved(tp, kv))
+            except BaseException:
+                cancel_control()
+                raise
+
+            def cancel() -> None:
+                cancel_control()
+                cancel_cursor()
+
             with self._lock:
                 self._watches += 1
                 t.cancel_watch = cancel
 
-    def learn(self, tp: TopicPartition, log_start: int, next_offset: int) -> None:
-        """Record a control read made after :meth:`watch`."""
+    def read(self, tp: TopicPartition) -> TailView:
+        """The partition's control and compaction cursor, read from etcd in one round
+        trip (after :meth:`watch`) and learned."""
+        keys = self._conn.keys
+        control, cursor = keys.control(*tp), keys.compaction_cursor(*tp)
+        [ctl_kvs, cursor_kvs] = self._conn.etcd.get_many([Get(control), Get(cursor)])
+        ctl = decode_control(control, ctl_kvs[0] if ctl_kvs else None).control
+        at = decode_cursor(cursor, cursor_kvs[0].value) if cursor_kvs else 0
         with self._lock:
             t = self._tails.setdefault(tp, _Tail())
-            t.next_offset = max(next_offset, t.next_offset or 0)
-            t.log_start_offset = max(log_start, t.log_start_offset)
+            t.next_offset = max(ctl.next_offset, t.next_offset or 0)
+            t.log_start_offset = max(ctl.log_start_offset, t.log_start_offset)
+            t.compaction_cursor = max(at, t.compaction_cursor)
+            t.cursor_unsure = False
             t.confirmed_at = time.monotonic()
+            return TailView(t.log_start_offset, t.next_offset, t.compaction_cursor)
 
     def local_commit(self, tp: TopicPartition, next_offset: int) -> None:
         """This broker committed ``tp`` up to ``next_offset`` (its records are cached)."""
@@ -160,6 +200,23 @@ class PartitionTails:
                     t.next_offset = max(t.next_offset, ctl.next_offset)
         self._conn.metrics.tail_wakeups.labels("watch").inc()
         self._signal(tp)
+
+    def _cursor_moved(self, tp: TopicPartition, kv: KV | None) -> None:
+        """The compaction cursor's watch: the caches stop serving what is below it."""
+        cursor: int | None = None
+        if kv is not None:
+            try:
+                cursor = decode_cursor(kv.key, kv.value)
+            except CorruptMetadata as exc:
+                log.warning("undecodable compaction cursor for %s/%s: %s", *tp, exc)
+        with self._lock:
+            t = self._tails.setdefault(tp, _Tail())
+            if cursor is not None:
+                t.compaction_cursor = max(t.compaction_cursor, cursor)
+            else:
+                # Deleted (with its topic), corrupt, or the watch missed changes (it
+                # goes on, moved to another member): the next fetch reads etcd.
+                t.cursor_unsure = True
 
     def close(self) -> None:
         with self._lock:

@@ -11,10 +11,13 @@ GET (single-flight). Large reads (bulk scans of big blobs) and compacted objects
 to storage as before: caching them would evict the tail for bytes read once.
 
 Caching by key is safe because an object key names one immutable object: a writer
-never rewrites a key (a new blob gets a new id, protocol/README.md §5). What can go
-wrong is damage (a corrupt or truncated object) or deletion: the reader drops the
-object's chunks (:meth:`BlobCache.discard`) before it re-resolves, so a retry goes to
-storage. Bounded in bytes; least recently used chunks go first.
+never rewrites a key (a new blob gets a new id, protocol/README.md §5), and a read
+reaches a key only through the index entry or pending that names it, so the chunks of
+a blob that compaction or retention stopped naming are never served to a read that
+resolved after. What can go wrong is damage (a corrupt or truncated object) or
+deletion: the reader drops the object's chunks (:meth:`BlobCache.discard`) before it
+re-resolves, so a retry goes to storage. Bounded in bytes; least recently used chunks
+go first.
 """
 
 from __future__ import annotations

@@ -7,7 +7,8 @@ etcd (``_sessions/{id}``) carries the broker's ``peer_url``, and a blob's key na
 the session that wrote it, so another broker's reader finds the writer of any blob
 with one etcd read per session (sessions live minutes; the answer is remembered). A
 peer read that fails, times out, or finds the blob evicted falls back to S3: peers
-are an optimisation, never a source of truth. What they serve is still checked: each
+are an optimisation, never a source of truth, and asked only for a blob the index or a
+pending names when the read resolves it. What they serve is still checked: each
 body carries its CRC (§7), and a blob found corrupt is read from storage afterwards.
 """
 

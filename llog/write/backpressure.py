@@ -24,9 +24,9 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from llog.codec.etcd_values import CompactionCursor, MetaFormatError
 from llog.connection import Connection
-from llog.errors import CorruptMetadata, TooManyUncompactedKeys
+from llog.control import decode_cursor
+from llog.errors import TooManyUncompactedKeys
 from llog.names import TopicPartition
 
 log = logging.getLogger(__name__)
@@ -93,7 +93,7 @@ class UncompactedKeysGate:
         ])
         fresh: dict[TopicPartition, _Count] = {}
         for (t, p), (kv, n) in zip(due, got, strict=True):
-            cursor = _cursor(kv.key, kv.value) if kv is not None else None
+            cursor = decode_cursor(kv.key, kv.value) if kv is not None else None
             if cursor != starts[(t, p)]:  # compaction moved the cursor: count from where it is now
                 n = etcd.count(keys.index(t, p, cursor or 0), keys.index_range_end(t, p))
             fresh[(t, p)] = _Count(cursor, n, now)
@@ -108,10 +108,3 @@ class UncompactedKeysGate:
             while len(self._counts) > MAX_TRACKED_PARTITIONS:
                 del self._counts[next(iter(self._counts))]
         return fresh
-
-
-def _cursor(key: str, raw: bytes) -> int:
-    try:
-        return CompactionCursor.decode(raw).offset
-    except MetaFormatError as exc:
-        raise CorruptMetadata(key, str(exc)) from exc
