@@ -69,10 +69,12 @@ lint: install
 test: install tools lint
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -p no:cacheprovider --durations=20
 
-# The Kafka compatibility matrix of docs/kafka.md: run its tests, rewrite the table.
+# The Kafka compatibility matrix of docs/kafka.md and the schema-feature matrix of
+# docs/schema-registry.md: run their tests, rewrite the tables.
 matrix: install tools
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -p no:cacheprovider $$($(PY) -c "from tests.compat_matrix import files; print(' '.join(files()))")
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -p no:cacheprovider $$($(PY) -c "from tests.compat_matrix import files; print(' '.join(files()))") tests/test_schema_features.py
 	$(PY) -m tests.compat_matrix
+	$(PY) -m tests.schema_matrix
 
 unit: install
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_codec.py tests/test_golden_vectors.py tests/test_keys.py tests/test_config.py tests/test_partitioner.py

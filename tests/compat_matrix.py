@@ -120,21 +120,27 @@ def files() -> list[str]:
     return sorted({t.split("::", 1)[0] for cells in MATRIX.values() for tests in cells.values() for t in tests})
 
 
+#: The schema-feature matrix's tests (tests/schema_matrix.py): one cell a case, kept
+#: case by case in the same record.
+CASE_CELLS = "tests/test_schema_features.py::"
+
+
 def tracked(nodeid: str) -> bool:
-    """Whether ``nodeid`` (a case of a parametrized test too) is one of the matrix's."""
+    """Whether ``nodeid`` (a case of a parametrized test too) is one of a matrix's."""
     base = nodeid.split("[", 1)[0]
-    return any(base in tests for cells in MATRIX.values() for tests in cells.values())
+    return nodeid.startswith(CASE_CELLS) or any(base in tests for cells in MATRIX.values() for tests in cells.values())
 
 
 def record(outcomes: Mapping[str, str]) -> None:
     """Merge this run's outcomes (``passed``, ``failed``, ``skipped`` by node id) into
-    the record, each test's cases folded into one (any failure fails it)."""
+    the record, each test's cases folded into one (any failure fails it) but for the
+    schema matrix's, which are cells each."""
     if not outcomes:
         return
     data = json.loads(RECORD.read_text()) if RECORD.exists() else {}
     folded: dict[str, str] = {}
     for nodeid, outcome in outcomes.items():
-        base = nodeid.split("[", 1)[0]
+        base = nodeid if nodeid.startswith(CASE_CELLS) else nodeid.split("[", 1)[0]
         if folded.get(base) != "failed" and (folded.get(base) != "passed" or outcome == "failed"):
             folded[base] = outcome
     commit = _commit()
@@ -162,18 +168,30 @@ def table(data: Mapping[str, Mapping[str, str]]) -> str:
     return "\n".join(lines)
 
 
-def write_docs(run_at: str | None = None) -> None:
-    """Rewrite the table between the markers of docs/kafka.md from the record (whose
-    results name the commit they ran at; ``run_at`` for results recorded without)."""
-    data = json.loads(RECORD.read_text()) if RECORD.exists() else {}
+def recorded() -> dict[str, dict[str, str]]:
+    """The record: each tracked test's (or schema-matrix case's) last outcome."""
+    return json.loads(RECORD.read_text()) if RECORD.exists() else {}
+
+
+def render(docs: Path, start: str, end: str, rendered: str, data: Mapping[str, Mapping[str, str]],
+           run_at: str | None = None) -> None:
+    """Put ``rendered`` (a matrix as Markdown) between the markers of ``docs``, saying
+    which commits its results ran at (``run_at`` for results recorded without)."""
     commits = sorted({str(v.get("commit") or run_at or _commit()) for v in data.values()})
-    text = DOCS.read_text()
-    head, rest = text.split(START, 1)
-    _, tail = rest.split(END, 1)
-    block = (f"{START}\n{table(data)}\n\nRendered by `make matrix` on {_now()[:10]} from the suite's last run of "
+    text = docs.read_text()
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    block = (f"{start}\n{rendered}\n\nRendered by `make matrix` on {_now()[:10]} from the suite's last run of "
              f"each test (at commit {', '.join(commits)}; ✅ passed, ❌ failed, ⏭ skipped; blank: not covered)."
-             f"\n{END}")
-    DOCS.write_text(head + block + tail)
+             f"\n{end}")
+    docs.write_text(head + block + tail)
+
+
+def write_docs(run_at: str | None = None) -> None:
+    """Rewrite the table between the markers of docs/kafka.md from the record."""
+    data = recorded()
+    kafka = {k: v for k, v in data.items() if not k.startswith(CASE_CELLS)}
+    render(DOCS, START, END, table(data), kafka, run_at)
 
 
 def _commit() -> str:

@@ -32,3 +32,18 @@ def test_the_docs_hold_the_matrix_of_every_client() -> None:
     block = text.split(compat_matrix.START, 1)[1].split(compat_matrix.END, 1)[0]
     for client in compat_matrix.MATRIX:
         assert f"| {client} |" in block, client
+
+
+def test_the_schema_matrix_names_a_case_of_every_column_for_every_feature() -> None:
+    from tests import schema_matrix
+    from tests.test_schema_features import FEATURES
+
+    case = f"{compat_matrix.CASE_CELLS}test_duckdb[{FEATURES[0].id}]"
+    assert compat_matrix.tracked(case)
+    rendered = schema_matrix.table({case: {"outcome": "failed"}})
+    rows = rendered.splitlines()[2:]
+    assert len(rows) == len(FEATURES) and "❌" in rows[0] and "❌" not in "".join(rows[1:])
+    assert all(row.count("?") >= len(schema_matrix.COLUMNS) - 1 for row in rows)
+    block = schema_matrix.DOCS.read_text().split(schema_matrix.START, 1)[1].split(schema_matrix.END, 1)[0]
+    for f in FEATURES:
+        assert f"| {schema_matrix.FORMATS[f.fmt]} | {f.name} |" in block, f.id
