@@ -42,16 +42,13 @@ fields (issue 38) are ``llog_over_kafka_produce_mib_s`` and
 
 from __future__ import annotations
 
-import base64
 import re
 import shutil
 import subprocess
 import sys
 import time
 import urllib.request
-import uuid
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from pathlib import Path
 
 sys.path[:] = [p for p in sys.path if p != str(Path(__file__).resolve().parent)]  # bench/kafka.py shadows kafka
@@ -63,65 +60,15 @@ from bench.broker import pct
 from bench.common import LocalStack, bench_args, cpu_seconds, emit_json, median, print_table
 from bench.kafka import kafka_broker_process, latency
 from llog.config import LlogConfig
-from llog.devstack import free_port
 from llog.store.billing import request_classes, request_usd
 from tests import java_client
+from tests.apache_kafka import apache_kafka
 
 PARTITIONS = 8
 GIB = 1024**3
 _PRODUCED = re.compile(r"(\d+) records sent, ([\d.]+) records/sec \(([\d.]+) MB/sec\).*?"
                        r"(\d+) ms 50th, (\d+) ms 95th, (\d+) ms 99th")
 _PRICES = LlogConfig(etcd_endpoints=("127.0.0.1:2379",))
-
-
-@contextmanager
-def apache_kafka(workdir: Path, classpath: str) -> Iterator[tuple[str, int]]:
-    """A one-node KRaft Kafka on loopback ports: its bootstrap address and pid."""
-    port, controller = free_port(), free_port()
-    data = workdir / "kafka"
-    props = data / "server.properties"
-    data.mkdir(parents=True)
-    props.write_text("\n".join((
-        "process.roles=broker,controller", "node.id=1", f"controller.quorum.voters=1@127.0.0.1:{controller}",
-        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
-        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}", "controller.listener.names=CONTROLLER",
-        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT", f"log.dirs={data / 'logs'}",
-        "offsets.topic.replication.factor=1", "transaction.state.log.replication.factor=1",
-        "transaction.state.log.min.isr=1", "group.initial.rebalance.delay.ms=0", "",
-    )))
-    cluster = "-"
-    while cluster.startswith("-"):  # as Kafka's Uuid.randomUuid: a leading '-' reads as an option
-        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
-    java = ["java", "-Xms1g", "-Xmx1g", "-cp", classpath]
-    subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(props)],
-                   check=True, capture_output=True, timeout=120)
-    log = open(data / "server.log", "wb")  # noqa: SIM115 - closed below
-    proc = subprocess.Popen([*java, "kafka.Kafka", str(props)], stdout=log, stderr=subprocess.STDOUT)
-    try:
-        _await_listening(port, proc, data / "server.log")
-        yield f"127.0.0.1:{port}", proc.pid
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-
-
-def _await_listening(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
-    import socket
-
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"Kafka exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"Kafka not listening on {port} after 120 s")
 
 
 def create_topic(bootstrap: str, topic: str) -> None:

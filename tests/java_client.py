@@ -1,8 +1,9 @@
-"""The Kafka Java client, Kafka's command-line tools, Kafka Streams and Kafka Connect
-for the suite: ``kafka-clients``, ``kafka-tools``, ``kafka-streams``, ``connect-runtime``
-and ``connect-file`` from Maven Central, fetched with Maven into ``.cache/java`` of this
-checkout (once; ``make test`` installs Maven and a JDK from Debian when missing), and
-``tests/java/*.java`` compiled beside them."""
+"""The Kafka Java client, Kafka's command-line tools, Kafka Streams, Kafka Connect and
+MirrorMaker 2 for the suite: ``kafka-clients``, ``kafka-tools``, ``kafka-streams``,
+``connect-runtime``, ``connect-file`` and ``connect-mirror`` from Maven Central,
+fetched with Maven into ``.cache/java`` of this checkout (once; ``make test`` installs
+Maven and a JDK from Debian when missing), and ``tests/java/*.java`` compiled beside
+them."""
 
 from __future__ import annotations
 

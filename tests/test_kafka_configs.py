@@ -62,8 +62,9 @@ def test_incremental_alter_configs_sets_and_deletes_retention(kb: KafkaBroker, c
     ("retention.ms", "soon", AlterConfigOpType.SET, "not an integer"),
     ("retention.ms", "0", AlterConfigOpType.SET, "positive limit"),
     ("cleanup.policy", "shred", AlterConfigOpType.SET, "cleanup policy must be"),
-    ("compression.type", "lz4", AlterConfigOpType.SET, "for every llog topic"),
-    ("segment.bytes", "1024", AlterConfigOpType.SET, "unknown topic config"),
+    ("compression.type", "lz4", AlterConfigOpType.SET, "compression.type='lz4': compression.type is producer"),
+    ("message.timestamp.type", "LogAppendTime", AlterConfigOpType.SET, "message.timestamp.type is CreateTime"),
+    ("segment.size", "1024", AlterConfigOpType.SET, "unknown topic config 'segment.size'"),
     ("retention.ms", "1", AlterConfigOpType.APPEND, "SET the whole value"),
 ])
 def test_what_cannot_be_altered_is_refused_and_nothing_changes(
@@ -77,6 +78,97 @@ def test_what_cannot_be_altered_is_refused_and_nothing_changes(
     assert err.value.args[0].code() == confluent_kafka.KafkaError.INVALID_CONFIG
     assert why in err.value.args[0].str()
     assert _retention(conn, "fixed") == (86_400_000, None)
+
+
+#: The policies llog fixes for every topic (DescribeConfigs' read-only topic configs),
+#: each with a value llog does not use.
+FIXED = {"compression.type": "lz4", "min.insync.replicas": "2", "max.message.bytes": "1048588",
+         "message.timestamp.type": "LogAppendTime"}
+
+
+def test_a_reset_or_the_same_value_of_a_fixed_policy_succeeds_and_changes_nothing(
+    kb: KafkaBroker, conn: Connection,
+) -> None:
+    """What MirrorMaker 2's config sync sends: every config of the source topic, those at
+    their default there as DELETE."""
+    Topics(conn).create("resets", 1, retention_ms=86_400_000)
+    admin = AdminClient({"bootstrap.servers": kb.bootstrap})
+    before, meta = _described(admin, "resets"), conn.topic("resets", refresh=True)
+    for name in FIXED:
+        _incremental(admin, "resets", (name, None, AlterConfigOpType.DELETE))
+        _incremental(admin, "resets", (name, before[name], AlterConfigOpType.SET))
+    # Kafka's local-log tuning: accepted without effect, as CreateTopics takes it.
+    _incremental(admin, "resets", ("segment.bytes", "1048576", AlterConfigOpType.SET),
+                 ("segment.ms", None, AlterConfigOpType.DELETE))
+    assert _described(admin, "resets") == before
+    assert conn.topic("resets", refresh=True) == meta
+    for name, other in FIXED.items():
+        with pytest.raises(confluent_kafka.KafkaException) as err:
+            _incremental(admin, "resets", (name, other, AlterConfigOpType.SET))
+        assert err.value.args[0].code() == confluent_kafka.KafkaError.INVALID_CONFIG
+        assert f"{name} is {before[name]} for every llog topic" in err.value.args[0].str()
+    assert conn.topic("resets", refresh=True) == meta
+
+
+def test_a_reset_beside_a_retention_change_applies_the_change(kb: KafkaBroker, conn: Connection) -> None:
+    Topics(conn).create("mixed", 1)
+    admin = AdminClient({"bootstrap.servers": kb.bootstrap})
+    _incremental(admin, "mixed", ("compression.type", None, AlterConfigOpType.DELETE),
+                 ("retention.ms", "7200000", AlterConfigOpType.SET),
+                 ("segment.bytes", None, AlterConfigOpType.DELETE))
+    assert _retention(conn, "mixed") == (7_200_000, None)
+    assert _described(admin, "mixed")["retention.ms"] == "7200000"
+    # validate_only by the same rule: a real change of a fixed policy is refused, the
+    # rest would be applied but is not.
+    with pytest.raises(confluent_kafka.KafkaException, match=r"compression\.type"):
+        _incremental(admin, "mixed", ("compression.type", "zstd", AlterConfigOpType.SET),
+                     ("retention.ms", "60000", AlterConfigOpType.SET), validate_only=True)
+    _incremental(admin, "mixed", ("compression.type", None, AlterConfigOpType.DELETE),
+                 ("retention.ms", "60000", AlterConfigOpType.SET), validate_only=True)
+    assert _retention(conn, "mixed") == (7_200_000, None)
+
+
+def test_alter_configs_takes_fixed_policies_by_the_same_rule(kb: KafkaBroker, conn: Connection) -> None:
+    """The legacy AlterConfigs: a fixed policy at its own value (or left out: reset)
+    and local-log tuning are accepted; another value refuses the whole set."""
+    from kafka.protocol.admin import AlterConfigsRequest, AlterConfigsResponse
+
+    Topics(conn).create("legacy", 1, retention_bytes=2_000_000)
+    R = AlterConfigsRequest[1]
+
+    def alter(validate_only: bool, **configs: str) -> tuple[int, str | None]:
+        req = R(resources=[R.AlterConfigsResource(resource_type=2, resource_name="legacy", configs=[
+            R.AlterConfigsResource.AlterableConfig(name=k.replace("_", "."), value=v) for k, v in configs.items()])],
+            validate_only=validate_only)
+        [got] = _exchange(kb.bootstrap, req, AlterConfigsResponse).responses
+        return got.error_code, got.error_message
+
+    code, message = alter(False, compression_type="lz4", retention_ms="60000")
+    assert code == confluent_kafka.KafkaError.INVALID_CONFIG and message is not None
+    assert "compression.type='lz4'" in message
+    assert alter(True, compression_type="producer", retention_ms="60000") == (0, None)
+    assert _retention(conn, "legacy") == (None, 2_000_000)  # validated, not applied
+    assert alter(False, compression_type="producer", segment_bytes="1024", retention_ms="60000") == (0, None)
+    assert _retention(conn, "legacy") == (60_000, None)  # retention.bytes, left out, is back to none
+
+
+def test_create_topics_takes_configs_by_the_same_rule(kb: KafkaBroker, conn: Connection) -> None:
+    from confluent_kafka.admin import NewTopic
+
+    admin = AdminClient({"bootstrap.servers": kb.bootstrap})
+    made = NewTopic("made-cfg", 1, 1, config={"segment.bytes": "1048576", "compression.type": "producer",
+                                              "retention.ms": "3600000", "message.timestamp.type": "CreateTime"})
+    refused = NewTopic("made-lz4", 1, 1, config={"compression.type": "lz4"})
+    unknown = NewTopic("made-unknown", 1, 1, config={"segment.size": "1"})
+    futures = admin.create_topics([made, refused, unknown], request_timeout=30)
+    futures["made-cfg"].result(timeout=30)
+    assert _retention(conn, "made-cfg") == (3_600_000, None)
+    for name, why in (("made-lz4", "compression.type='lz4'"), ("made-unknown", "unknown topic config")):
+        with pytest.raises(confluent_kafka.KafkaException) as err:
+            futures[name].result(timeout=30)
+        assert err.value.args[0].code() == confluent_kafka.KafkaError.INVALID_CONFIG
+        assert why in err.value.args[0].str()
+    assert "made-lz4" not in admin.list_topics(timeout=30).topics
 
 
 def test_unknown_topic_and_broker_resources_are_refused(kb: KafkaBroker) -> None:

@@ -1,8 +1,8 @@
 """CreateTopics: llog topics with the partition count asked for (the replication
-factor is the object store's business: any value is accepted), ``retention.ms``,
-``retention.bytes`` and ``cleanup.policy`` mapped onto llog's topic definition; other
-configs are Kafka's storage tuning and accepted without effect (DescribeConfigs shows
-what llog does). CreatePartitions: a topic grows. DeleteTopics: a topic goes.
+factor is the object store's business: any value is accepted), its configs by
+:mod:`llog.kafka.topic_settings`' rule, as AlterConfigs takes them (llog's per-topic
+settings onto its topic definition, Kafka's local-log tuning without effect, a fixed
+policy at its own value). CreatePartitions: a topic grows. DeleteTopics: a topic goes.
 DeleteRecords: the log start moves."""
 
 from __future__ import annotations
@@ -22,10 +22,11 @@ from llog.connection import Connection
 from llog.errors import InvalidInput, InvalidPartition, InvalidTopicName, LlogError, UnknownTopic
 from llog.kafka.context import ZERO_TOPIC_ID, Context
 from llog.kafka.errors import ErrorCode, error_code
-from llog.kafka.handlers.admin import ALTERABLE, CLEANUP_POLICY, DURATIONS, RETENTION, parse_duration, topic_configs
+from llog.kafka.handlers.admin import ALTERABLE, topic_configs
+from llog.kafka.topic_settings import topic_settings
 from llog.names import MAX_PARTITIONS
 from llog.table import delete_topic
-from llog.topics import Topics, parse_cleanup_policy
+from llog.topics import Topics
 
 
 def create_topics(ctx: Context, req: Any) -> CreateTopicsResponse:
@@ -52,24 +53,10 @@ def _create(ctx: Context, t: Any, validate_only: bool, settings: dict[str, Any])
     if not ctx.may_create(t.name, audit=True):
         return ErrorCode.TOPIC_AUTHORIZATION_FAILED, f"Create of topic {t.name!r} is not allowed", -1
     partitions = ctx.broker.config.default_partitions if t.num_partitions == -1 else t.num_partitions
-    for c in t.configs:
-        if c.name == CLEANUP_POLICY and c.value is not None:
-            try:
-                settings["cleanup_policy"] = parse_cleanup_policy(c.value)
-            except InvalidInput as exc:
-                return ErrorCode.INVALID_CONFIG, f"{CLEANUP_POLICY}={c.value!r}: {exc}", -1
-        elif c.name in RETENTION and c.value is not None:
-            try:
-                v = int(c.value)
-            except ValueError:
-                return ErrorCode.INVALID_CONFIG, f"{c.name}={c.value!r} is not an integer", -1
-            if v > 0:  # -1: unlimited, llog's default
-                settings[RETENTION[c.name]] = v
-        elif c.name in DURATIONS and c.value is not None:
-            try:
-                settings[DURATIONS[c.name]] = parse_duration(c.name, c.value)
-            except InvalidInput as exc:
-                return ErrorCode.INVALID_CONFIG, str(exc), -1
+    try:
+        settings.update(topic_settings(ctx, ((c.name, c.value) for c in t.configs)))
+    except InvalidInput as exc:
+        return ErrorCode.INVALID_CONFIG, str(exc), -1
     if t.assignments:
         return ErrorCode.INVALID_REQUEST, "replica assignments do not apply: every broker serves every partition", -1
     try:

@@ -1,0 +1,67 @@
+"""Apache Kafka itself, from the jars the suite fetches (:mod:`tests.java_client`): a
+one-node KRaft broker on loopback ports, the peer llog is measured against
+(``bench/kafka_peer.py``, ``bench/txn_peer.py``) and the source MirrorMaker 2 mirrors
+from (``tests/test_mirror_maker.py``)."""
+
+from __future__ import annotations
+
+import base64
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from llog.devstack import free_port
+
+
+@contextmanager
+def apache_kafka(workdir: Path, classpath: str, heap: str = "1g") -> Iterator[tuple[str, int]]:
+    """A one-node KRaft Kafka on loopback ports (``heap``: its JVM's heap): its
+    bootstrap address and pid."""
+    port, controller = free_port(), free_port()
+    data = workdir / "kafka"
+    props = data / "server.properties"
+    data.mkdir(parents=True)
+    props.write_text("\n".join((
+        "process.roles=broker,controller", "node.id=1", f"controller.quorum.voters=1@127.0.0.1:{controller}",
+        f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller}",
+        f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}", "controller.listener.names=CONTROLLER",
+        "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT", f"log.dirs={data / 'logs'}",
+        "offsets.topic.replication.factor=1", "transaction.state.log.replication.factor=1",
+        "transaction.state.log.min.isr=1", "group.initial.rebalance.delay.ms=0", "",
+    )))
+    cluster = "-"
+    while cluster.startswith("-"):  # as Kafka's Uuid.randomUuid: a leading '-' reads as an option
+        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    java = ["java", f"-Xms{heap}", f"-Xmx{heap}", "-cp", classpath]
+    subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(props)],
+                   check=True, capture_output=True, timeout=120)
+    log = open(data / "server.log", "wb")  # noqa: SIM115 - closed below
+    proc = subprocess.Popen([*java, "kafka.Kafka", str(props)], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        _await_listening(port, proc, data / "server.log")
+        yield f"127.0.0.1:{port}", proc.pid
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+
+
+def _await_listening(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+    import socket
+
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"Kafka exited with {proc.returncode}: {log.read_text()[-2000:]}")
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.2)
+    raise RuntimeError(f"Kafka not listening on {port} after 120 s")
