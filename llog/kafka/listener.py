@@ -164,18 +164,45 @@ class KafkaListener:
         finally:
             if reason is not None:
                 metrics.kafka_connections_closed.labels(reason).inc()
-            with contextlib.suppress(asyncio.QueueFull):
-                conn.answers.put_nowait(None)
-            if not sender.done():
-                sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await sender
+            await self._finish(conn, sender)
             writer.close()
             self._memory.release(conn.held)
             conn.held = 0
             self._slots.give_back(address)
             self._connections.pop(task, None)
             metrics.kafka_connections.dec()
+
+    @staticmethod
+    async def _finish(conn: _Connection, sender: asyncio.Task[None]) -> None:
+        """The client is gone: its answers go nowhere, but what it sent is still done.
+        An answer that is a coroutine runs only when awaited (a produce's is where its
+        commit is awaited and counted), so each is awaited, the one the sender is on
+        included; one that is a task of its own runs on without us (the one the sender
+        waits for, a long poll say, is cancelled with the sender)."""
+        conn.closed = True
+        left: list[_Pending] = []
+        while not conn.answers.empty():
+            item = conn.answers.get_nowait()
+            if item is not None:
+                left.append(item)
+        if not sender.done():
+            if conn.answering is not None and asyncio.iscoroutine(conn.answering.answer):
+                conn.answers.put_nowait(None)  # the sender stops after this answer
+            else:
+                sender.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await sender
+        try:
+            for item in left:
+                if asyncio.iscoroutine(item.answer):
+                    try:
+                        await item.answer
+                    except Exception:
+                        log.exception("Kafka %s request failed after its client closed the connection", item.api)
+        finally:  # cancelled (the loop ending): the rest are dropped, not left unawaited
+            for item in left:
+                if asyncio.iscoroutine(item.answer):
+                    item.answer.close()
 
     async def _read_request(self, reader: asyncio.StreamReader, conn: _Connection) -> str | None:
         """Read one request frame and start handling it; the reason to close the
@@ -276,8 +303,11 @@ class KafkaListener:
     async def _send(self, writer: asyncio.StreamWriter, conn: _Connection) -> None:
         metrics = self.broker.conn.metrics
         while (item := await conn.answers.get()) is not None:
+            conn.answering = item
             try:
                 response = await item.answer
+                if conn.closed:  # finished for its effects (counted); nobody to send it to
+                    response = None
                 if response is not None:  # None: acks=0, no answer
                     response.with_header(correlation_id=item.correlation_id)
                     frame = response.encode(header=True, framed=True)  # at the version it was built for
@@ -285,6 +315,8 @@ class KafkaListener:
                 log.exception("Kafka %s request failed; closing the connection", item.api)
                 writer.close()  # the protocol has no generic error answer for a request
                 return
+            finally:
+                conn.answering = None
             if response is not None:
                 writer.write(frame)
                 await writer.drain()
@@ -353,6 +385,9 @@ class _Connection:
         self.deadline: float | None = None
         self.in_frame = False
         self.timed_out: str | None = None
+        #: The request whose answer the sender awaits, and whether the client is gone.
+        self.answering: _Pending | None = None
+        self.closed = False
 
 
 def _gone(writer: asyncio.StreamWriter) -> bool:
