@@ -84,10 +84,11 @@ class KafkaListener:
         self._health = PeerHealth(lambda: registry.node_id, lambda: registry.registered(float("inf")),
                                   self.broker.conn.metrics, tls=self._tls is not None,
                                   interval_s=self.broker.config.kafka_peer_timeout_s / 2,
-                                  timeout_s=self.broker.config.kafka_peer_timeout_s)
+                                  timeout_s=self.broker.config.kafka_peer_timeout_s,
+                                  fresh_peers=lambda: registry.registered(0.0))
         registry.silent = self._health.silent
         self._health.start()
-        log.info("Kafka listener on %s:%d, node id %d", self.host, self.port, self.registry.node_id)
+        log.info("Kafka listener on %s:%d, %s", self.host, self.port, self.registry.me)
 
     def begin_drain(self) -> None:
         """Stop leading, before the broker stops: from now on Metadata from here names
