@@ -315,7 +315,9 @@ class KafkaListener:
             except Exception:
                 log.exception("Kafka %s request failed; closing the connection", item.api)
                 writer.close()  # the protocol has no generic error answer for a request
-                return
+                # The requests read after it are still done (unanswered), and the read
+                # loop, were it waiting for room in the queue, is not stranded.
+                conn.closed, response = True, None
             finally:
                 conn.answering = None
             if response is not None:
