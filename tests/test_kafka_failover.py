@@ -5,6 +5,7 @@ every partition moving through the pause with nothing lost, stored twice or fata
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -24,8 +25,10 @@ from llog.devstack import free_port
 from llog.kafka.client_settings import PRODUCER
 from llog.kafka.context import leader_of
 from llog.kafka.registry import BrokerNode
+from llog.keys import prefix_range_end
 from llog.reader import Reader
 from llog.topics import Topics
+from tests.broker_harness import broker_process
 from tests.conftest import wait_until
 from tests.test_kafka import KafkaBroker, _exchange, kafka_broker
 
@@ -283,3 +286,25 @@ def test_a_restarted_broker_takes_back_its_node_id_and_peer_health_names_its_pro
     assert re.search(f"Kafka {re.escape(back)}[^\n]* is registered by another process now: was {re.escape(gone)}",
                      err), err[-4000:]
     assert re.search(f"Kafka {re.escape(back)}[^\n]* is not answering", err), err[-4000:]
+
+
+def _registered_pids(conn: Connection) -> dict[int, int]:
+    """Node id -> the pid registered for it (``{root}/_brokers/nodes/``)."""
+    prefix = conn.keys.brokers_prefix()
+    return {int(kv.key[len(prefix):]): json.loads(kv.value)["pid"]
+            for kv in conn.etcd.scan(prefix, prefix_range_end(prefix))}
+
+
+def test_a_worker_started_again_keeps_its_kafka_node_id(config: LlogConfig) -> None:
+    """A broker's worker killed with SIGKILL is started again on the same Kafka socket
+    before its registration's lease runs out: it registers under its node id again."""
+    with Connection(config) as conn, broker_process(config, "--workers", "2", "--kafka-port", "0") as b:
+        wait_until(lambda: len(_registered_pids(conn)) == 2, 30, "both workers registered")
+        before = _registered_pids(conn)
+        victim = next(iter(before))
+        os.kill(before[victim], signal.SIGKILL)
+        wait_until(lambda: _registered_pids(conn).get(victim) not in (None, before[victim]), 60,
+                   "the worker started again, registered")
+        after = _registered_pids(conn)
+        assert after.keys() == before.keys()  # its node id, not a third one
+        assert b.proc.poll() is None
