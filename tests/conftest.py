@@ -85,15 +85,19 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
-@pytest.fixture(scope="session", autouse=True)
-def _no_unawaited_coroutine_in_server_logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
-    """At the end of the run, the log files servers wrote under the run's temporary
-    directories (the load test's processes, the docs' servers) say no coroutine was
-    never awaited either."""
-    yield
-    found = [str(path) for path in tmp_path_factory.getbasetemp().rglob("*.log")
-             if path.is_file() and UNAWAITED.encode() in path.read_bytes()]
+def assert_no_unawaited_coroutine_in_logs(root: Path, skip: frozenset[Path] = frozenset()) -> None:
+    """The ``*.log`` files under ``root`` (but ``skip``) say no coroutine was never awaited."""
+    found = [str(path) for path in root.rglob("*.log")
+             if path not in skip and path.is_file() and UNAWAITED.encode() in path.read_bytes()]
     assert not found, f"a coroutine was never awaited, in: {', '.join(found)}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_unawaited_coroutine_in_temporary_logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """At the end of the run, the log files servers wrote under the run's temporary
+    directories (the load test's processes, say) are checked too."""
+    yield
+    assert_no_unawaited_coroutine_in_logs(tmp_path_factory.getbasetemp())
 
 
 @dataclass(frozen=True)
@@ -166,6 +170,8 @@ def servers() -> Iterator[Servers]:
             s3_ep = s3.endpoint_url
         S3Store(TEST_BUCKET, endpoint_url=s3_ep).create_bucket()
         yield Servers(etcd_ep, s3_ep, workdir)
+        # The docs' servers write their logs here (tests/test_docs.py); etcd's and S3's are not ours.
+        assert_no_unawaited_coroutine_in_logs(workdir, frozenset(getattr(s, "log_path", workdir) for s in started))
     finally:
         for s in reversed(started):
             s.stop()  # type: ignore[attr-defined]
