@@ -23,6 +23,7 @@ class Metrics:
         self._declare_sessions_producer(r)
         self._declare_transactions(r)
         self._declare_broker(r)
+        self._declare_kafka_peers(r)
         self._declare_auth(r)
 
     def _declare_auth(self, r: CollectorRegistry) -> None:
@@ -196,10 +197,6 @@ class Metrics:
             buckets=_LATENCY_BUCKETS, registry=r,
         )
         self.kafka_connections = Gauge("llog_kafka_connections", "open Kafka client connections", registry=r)
-        self.kafka_peers_silent = Gauge(
-            "llog_kafka_peers_silent",
-            "registered brokers not answering this broker's probes, left out of Metadata", registry=r,
-        )
         self.kafka_connections_refused = Counter(
             "llog_kafka_connections_refused",
             "Kafka connections closed on arrival: max_connections or max_connections_per_ip reached",
@@ -216,6 +213,17 @@ class Metrics:
         )
         self.kafka_batches_refused = Counter(
             "llog_kafka_batches_refused", "produced Kafka record batches refused, by error", ["error"], registry=r
+        )
+
+    def _declare_kafka_peers(self, r: CollectorRegistry) -> None:
+        self.kafka_peers_silent = Gauge(
+            "llog_kafka_peers_silent",
+            "registered brokers not answering this broker's probes, left out of Metadata", registry=r,
+        )
+        self.kafka_peer_silent = Gauge(
+            "llog_kafka_peer_silent",
+            "1 for each registered broker not answering this broker's probes: its node id, Kafka address and "
+            "process (pid, instance id)", ["node_id", "address", "pid", "instance"], registry=r,
         )
 
     def value(self, name: str, **labels: str) -> float:

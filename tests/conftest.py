@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -64,6 +64,40 @@ class _MatrixRecorder:
 
 def pytest_configure(config: pytest.Config) -> None:
     config.pluginmanager.register(_MatrixRecorder(), "llog-compat-matrix")
+
+
+#: What Python prints when a coroutine is dropped without running: a request or an
+#: answer the code lost (issue 55). In-process, pyproject's filterwarnings make it an
+#: error; in the servers a test starts, these checks find it.
+UNAWAITED = "was never awaited"
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, pytest.TestReport,
+                                                                                           pytest.TestReport]:
+    """Fail a test phase whose captured output says a coroutine was never awaited: the
+    brokers and compactors the suite starts write their logs to the test's stderr."""
+    report = yield
+    seen = [name for name, text in report.sections if name.endswith(f" {call.when}") and UNAWAITED in text]
+    if seen and report.passed:
+        report.outcome = "failed"
+        report.longrepr = f"a coroutine was never awaited ({', '.join(seen)}): a request or an answer was dropped"
+    return report
+
+
+def assert_no_unawaited_coroutine_in_logs(root: Path, skip: frozenset[Path] = frozenset()) -> None:
+    """The ``*.log`` files under ``root`` (but ``skip``) say no coroutine was never awaited."""
+    found = [str(path) for path in root.rglob("*.log")
+             if path not in skip and path.is_file() and UNAWAITED.encode() in path.read_bytes()]
+    assert not found, f"a coroutine was never awaited, in: {', '.join(found)}"
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_unawaited_coroutine_in_temporary_logs(tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """At the end of the run, the log files servers wrote under the run's temporary
+    directories (the load test's processes, say) are checked too."""
+    yield
+    assert_no_unawaited_coroutine_in_logs(tmp_path_factory.getbasetemp())
 
 
 @dataclass(frozen=True)
@@ -136,6 +170,8 @@ def servers() -> Iterator[Servers]:
             s3_ep = s3.endpoint_url
         S3Store(TEST_BUCKET, endpoint_url=s3_ep).create_bucket()
         yield Servers(etcd_ep, s3_ep, workdir)
+        # The docs' servers write their logs here (tests/test_docs.py); etcd's and S3's are not ours.
+        assert_no_unawaited_coroutine_in_logs(workdir, frozenset(getattr(s, "log_path", workdir) for s in started))
     finally:
         for s in reversed(started):
             s.stop()  # type: ignore[attr-defined]

@@ -180,7 +180,7 @@ def _service(env: dict[str, str], *args: str) -> Iterator[tuple[subprocess.Popen
     """``llog compactor ARGS`` once it has printed its address: the process and its port;
     killed on the way out if the test left it running."""
     svc = subprocess.Popen([sys.executable, "-m", "llog", "compactor", *args], env=env, text=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+                           stdout=subprocess.PIPE)  # its log: the test's stderr (conftest checks it)
     try:
         assert svc.stdout is not None
         line = svc.stdout.readline()
@@ -245,7 +245,7 @@ def _start(
     p = subprocess.Popen(
         [sys.executable, str(WORKER), name, str(audit), str(stall)],
         env=env | {"LLOG_COMPACTOR_PORT": str(port)}, text=True,
-        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,  # its log: the test's stderr (conftest checks it)
     )
     assert p.stdout is not None
     line = p.stdout.readline().split()

@@ -5,7 +5,9 @@ every partition moving through the pause with nothing lost, stored twice or fata
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import threading
 import time
@@ -19,11 +21,14 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from llog.config import LlogConfig
 from llog.connection import Connection
+from llog.devstack import free_port
 from llog.kafka.client_settings import PRODUCER
 from llog.kafka.context import leader_of
 from llog.kafka.registry import BrokerNode
+from llog.keys import prefix_range_end
 from llog.reader import Reader
 from llog.topics import Topics
+from tests.broker_harness import broker_process
 from tests.conftest import wait_until
 from tests.test_kafka import KafkaBroker, _exchange, kafka_broker
 
@@ -240,3 +245,66 @@ def test_a_consumer_group_keeps_its_partitions_when_its_coordinator_pauses(confi
             stop.set()
             for t in consumers:
                 t.join()
+
+
+def test_a_restarted_broker_takes_back_its_node_id_and_peer_health_names_its_process(
+    config: LlogConfig, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """Broker a is killed with SIGKILL and started again on its Kafka port while its old
+    registration lingers (a 15 s lease): it is the same node in Metadata, not a third
+    one, and b's peer health names the process it means: a's first process while that
+    one is gone, the second (its pid) when that one pauses."""
+    with Connection(config) as conn:
+        Topics(conn).create(TOPIC, PARTITIONS)
+    port, lease = free_port(), {"LLOG_SESSION_TTL_S": "15"}
+    with kafka_broker(config, **lease) as b, ExitStack() as stack:
+        a = stack.enter_context(kafka_broker(config, "--kafka-port", str(port), **lease))
+        a_id, b_id = _node_id(a.bootstrap), _node_id(b.bootstrap)
+        first = a.http.proc.pid
+        a.http.kill()
+        wait_until(lambda: b.http.metric("llog_kafka_peer_silent", node_id=str(a_id), address=a.bootstrap,
+                                         pid=str(first)) == 1, 30, "b naming a's first process silent")
+        again = stack.enter_context(kafka_broker(config, "--kafka-port", str(port), **lease))
+        second = again.http.proc.pid
+        assert _node_id(again.bootstrap) == a_id
+        wait_until(lambda: b.http.metric("llog_kafka_peers_silent") == 0, 30, "b hearing from a's node again")
+        host = a.bootstrap.rsplit(":", 1)[0]
+        for bootstrap in (b.bootstrap, again.bootstrap):
+            assert {(n.node_id, n.host, n.port) for n in _metadata(bootstrap).brokers} == {
+                (a_id, host, port), (b_id, host, int(b.bootstrap.rsplit(":", 1)[1]))}
+        os.kill(second, signal.SIGSTOP)
+        try:
+            wait_until(lambda: b.http.metric("llog_kafka_peer_silent", node_id=str(a_id), pid=str(second)) == 1,
+                       30, "b naming a's second process silent")
+            assert b.http.metric("llog_kafka_peers_silent") == 1
+        finally:
+            os.kill(second, signal.SIGCONT)
+        wait_until(lambda: b.http.metric("llog_kafka_peers_silent") == 0, 30, "a's second process answering")
+    err = capfd.readouterr().err  # the brokers' logs: b's peer health names a's processes
+    gone, back = (f"node {a_id} ({a.bootstrap}, pid {pid} on " for pid in (first, second))
+    assert re.search(f"Kafka {re.escape(gone)}[^\n]* is not answering", err), err[-4000:]
+    assert re.search(f"Kafka {re.escape(back)}[^\n]* is registered by another process now: was {re.escape(gone)}",
+                     err), err[-4000:]
+    assert re.search(f"Kafka {re.escape(back)}[^\n]* is not answering", err), err[-4000:]
+
+
+def _registered_pids(conn: Connection) -> dict[int, int]:
+    """Node id -> the pid registered for it (``{root}/_brokers/nodes/``)."""
+    prefix = conn.keys.brokers_prefix()
+    return {int(kv.key[len(prefix):]): json.loads(kv.value)["pid"]
+            for kv in conn.etcd.scan(prefix, prefix_range_end(prefix))}
+
+
+def test_a_worker_started_again_keeps_its_kafka_node_id(config: LlogConfig) -> None:
+    """A broker's worker killed with SIGKILL is started again on the same Kafka socket
+    before its registration's lease runs out: it registers under its node id again."""
+    with Connection(config) as conn, broker_process(config, "--workers", "2", "--kafka-port", "0") as b:
+        wait_until(lambda: len(_registered_pids(conn)) == 2, 30, "both workers registered")
+        before = _registered_pids(conn)
+        victim = next(iter(before))
+        os.kill(before[victim], signal.SIGKILL)
+        wait_until(lambda: _registered_pids(conn).get(victim) not in (None, before[victim]), 60,
+                   "the worker started again, registered")
+        after = _registered_pids(conn)
+        assert after.keys() == before.keys()  # its node id, not a third one
+        assert b.proc.poll() is None

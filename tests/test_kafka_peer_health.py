@@ -6,9 +6,12 @@ before 3.12 would swallow)."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
+
+import pytest
 
 from llog.kafka.peer_health import PeerHealth
 from llog.kafka.registry import BrokerNode
@@ -89,3 +92,55 @@ def test_a_peer_that_accepts_but_never_answers_is_silent() -> None:
         await server.wait_closed()
 
     asyncio.run(run())
+
+
+def test_a_new_process_answering_for_a_silent_node_is_not_taken_for_the_old_one(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Node 1's process stops answering; another process takes node 1 at the same address
+    (a restart) before this broker's cached registry says so. Its answer is not reported
+    as the old process answering again: a fresh read names the new one, which becomes the
+    peer (logged), and the old one's silence is forgotten, metric series included."""
+    port = _refusing_port()
+    old = BrokerNode(1, "127.0.0.1", port, "host-a", 100, "old")
+    new = BrokerNode(1, "127.0.0.1", port, "host-a", 100, "new")  # a container's pid repeats
+    registry = {"cached": [old], "etcd": [old]}
+
+    def fresh() -> list[BrokerNode]:  # as BrokerRegistry.registered(0): the read refreshes the cache
+        registry["cached"] = registry["etcd"]
+        return registry["etcd"]
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        while True:
+            size = int.from_bytes(await reader.readexactly(4), "big")
+            await reader.readexactly(size)
+            writer.write((8).to_bytes(4, "big") + bytes(8))
+            await writer.drain()
+
+    async def run() -> None:
+        metrics = Metrics()
+        health = PeerHealth(lambda: -1, lambda: registry["cached"], metrics, tls=False, interval_s=0.05,
+                            timeout_s=1, fresh_peers=fresh)
+        health.start()
+        try:
+            await asyncio.wait_for(_until(lambda: health.silent() == {1}), 10)
+            assert metrics.value("llog_kafka_peer_silent", node_id="1", address=f"127.0.0.1:{port}", pid="100",
+                                 instance="old") == 1
+            registry["etcd"] = [new]
+            server = await asyncio.start_server(answer, "127.0.0.1", port)
+            try:
+                await asyncio.wait_for(_until(lambda: not health.silent()), 10)
+                await asyncio.wait_for(_until(lambda: "registered by another process" in caplog.text), 10)
+            finally:
+                server.close()
+                await server.wait_closed()
+        finally:
+            await asyncio.wait_for(health.close(), 10)
+        assert metrics.value("llog_kafka_peers_silent") == 0
+        assert metrics.registry.get_sample_value("llog_kafka_peer_silent", {
+            "node_id": "1", "address": f"127.0.0.1:{port}", "pid": "100", "instance": "old"}) is None
+        assert "answers again" not in caplog.text
+        assert f"Kafka {new} is registered by another process now: was {old}" in caplog.text
+
+    with caplog.at_level(logging.WARNING, logger="llog.kafka.peer_health"):
+        asyncio.run(run())

@@ -84,10 +84,11 @@ class KafkaListener:
         self._health = PeerHealth(lambda: registry.node_id, lambda: registry.registered(float("inf")),
                                   self.broker.conn.metrics, tls=self._tls is not None,
                                   interval_s=self.broker.config.kafka_peer_timeout_s / 2,
-                                  timeout_s=self.broker.config.kafka_peer_timeout_s)
+                                  timeout_s=self.broker.config.kafka_peer_timeout_s,
+                                  fresh_peers=lambda: registry.registered(0.0))
         registry.silent = self._health.silent
         self._health.start()
-        log.info("Kafka listener on %s:%d, node id %d", self.host, self.port, self.registry.node_id)
+        log.info("Kafka listener on %s:%d, %s", self.host, self.port, self.registry.me)
 
     def begin_drain(self) -> None:
         """Stop leading, before the broker stops: from now on Metadata from here names
@@ -164,18 +165,45 @@ class KafkaListener:
         finally:
             if reason is not None:
                 metrics.kafka_connections_closed.labels(reason).inc()
-            with contextlib.suppress(asyncio.QueueFull):
-                conn.answers.put_nowait(None)
-            if not sender.done():
-                sender.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await sender
+            await self._finish(conn, sender)
             writer.close()
             self._memory.release(conn.held)
             conn.held = 0
             self._slots.give_back(address)
             self._connections.pop(task, None)
             metrics.kafka_connections.dec()
+
+    @staticmethod
+    async def _finish(conn: _Connection, sender: asyncio.Task[None]) -> None:
+        """The client is gone: its answers go nowhere, but what it sent is still done.
+        An answer that is a coroutine runs only when awaited (a produce's is where its
+        commit is awaited and counted), so each is awaited, the one the sender is on
+        included; one that is a task of its own runs on without us (the one the sender
+        waits for, a long poll say, is cancelled with the sender)."""
+        conn.closed = True
+        left: list[_Pending] = []
+        while not conn.answers.empty():
+            item = conn.answers.get_nowait()
+            if item is not None:
+                left.append(item)
+        if not sender.done():
+            if conn.answering is not None and asyncio.iscoroutine(conn.answering.answer):
+                conn.answers.put_nowait(None)  # the sender stops after this answer
+            else:
+                sender.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await sender
+        try:
+            for item in left:
+                if asyncio.iscoroutine(item.answer):
+                    try:
+                        await item.answer
+                    except Exception:
+                        log.exception("Kafka %s request failed after its client closed the connection", item.api)
+        finally:  # cancelled (the loop ending): the rest are dropped, not left unawaited
+            for item in left:
+                if asyncio.iscoroutine(item.answer):
+                    item.answer.close()
 
     async def _read_request(self, reader: asyncio.StreamReader, conn: _Connection) -> str | None:
         """Read one request frame and start handling it; the reason to close the
@@ -276,15 +304,22 @@ class KafkaListener:
     async def _send(self, writer: asyncio.StreamWriter, conn: _Connection) -> None:
         metrics = self.broker.conn.metrics
         while (item := await conn.answers.get()) is not None:
+            conn.answering = item
             try:
                 response = await item.answer
+                if conn.closed:  # finished for its effects (counted); nobody to send it to
+                    response = None
                 if response is not None:  # None: acks=0, no answer
                     response.with_header(correlation_id=item.correlation_id)
                     frame = response.encode(header=True, framed=True)  # at the version it was built for
             except Exception:
                 log.exception("Kafka %s request failed; closing the connection", item.api)
                 writer.close()  # the protocol has no generic error answer for a request
-                return
+                # The requests read after it are still done (unanswered), and the read
+                # loop, were it waiting for room in the queue, is not stranded.
+                conn.closed, response = True, None
+            finally:
+                conn.answering = None
             if response is not None:
                 writer.write(frame)
                 await writer.drain()
@@ -353,6 +388,9 @@ class _Connection:
         self.deadline: float | None = None
         self.in_frame = False
         self.timed_out: str | None = None
+        #: The request whose answer the sender awaits, and whether the client is gone.
+        self.answering: _Pending | None = None
+        self.closed = False
 
 
 def _gone(writer: asyncio.StreamWriter) -> bool:

@@ -1,6 +1,8 @@
 """The live brokers' Kafka listeners, in etcd: each broker takes the lowest free node
 id under ``{root}/_brokers/`` with a lease it keeps alive, so Metadata lists every
-broker that is up, and a broker that dies drops out when its lease expires."""
+broker that is up, and a broker that dies drops out when its lease expires. A broker
+restarted at the address it had takes its node id back (:meth:`BrokerRegistry.start`),
+and each registration names the process that holds it (host name, pid, instance id)."""
 
 from __future__ import annotations
 
@@ -8,14 +10,17 @@ import hashlib
 import itertools
 import json
 import logging
+import os
+import socket
 import threading
 import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from llog.connection import Connection
 from llog.errors import CoordinationError
-from llog.etcd import Put, absent
+from llog.etcd import KV, Put, mod_revision_is
 from llog.keys import prefix_range_end
 
 log = logging.getLogger(__name__)
@@ -28,6 +33,16 @@ class BrokerNode:
     node_id: int
     host: str
     port: int
+    #: The process registered: its host's name, pid and an id of its own (a pid repeats
+    #: across restarts in a container). Empty in a registration that does not say.
+    hostname: str = ""
+    pid: int = 0
+    instance: str = ""
+
+    def __str__(self) -> str:
+        """How logs name it: ``node 3 (10.0.0.5:9092, pid 812 on host-a, instance 5f0c…)``."""
+        process = f", pid {self.pid} on {self.hostname}, instance {self.instance}" if self.instance else ""
+        return f"node {self.node_id} ({self.host}:{self.port}{process})"
 
 
 def rendezvous(nodes: list[BrokerNode], key: str) -> BrokerNode:
@@ -46,6 +61,7 @@ class BrokerRegistry:
     def __init__(self, conn: Connection, host: str, port: int, ttl_s: int) -> None:
         self._conn = conn
         self.host, self.port = host, port
+        self.hostname, self.instance = socket.gethostname(), uuid.uuid4().hex[:12]
         self._ttl_s = max(2, ttl_s)
         self._lease = 0
         self.node_id = -1
@@ -58,7 +74,9 @@ class BrokerRegistry:
         self.silent: Callable[[], frozenset[int]] = frozenset
 
     def start(self) -> int:
-        """Register; returns this broker's node id."""
+        """Register; returns this broker's node id: the one registered at this address
+        from this host by an earlier process, if its lease has not run out yet (it was
+        killed), so clients find this broker under the id they knew; else the lowest free."""
         self._register()
         self._cached = (time.monotonic(), self._read())
         self._thread = threading.Thread(target=self._keepalive, name="llog-kafka-registry", daemon=True)
@@ -70,8 +88,11 @@ class BrokerRegistry:
         its key has just expired (it is serving), unless it is stopping (then only when
         there is no other)."""
         silent = self.silent() | ({self.node_id} if self._stop.is_set() else frozenset())
-        return ([n for n in self.registered(max_age_s) if n.node_id not in silent]
-                or [BrokerNode(self.node_id, self.host, self.port)])
+        return [n for n in self.registered(max_age_s) if n.node_id not in silent] or [self.me]
+
+    @property
+    def me(self) -> BrokerNode:
+        return BrokerNode(self.node_id, self.host, self.port, self.hostname, os.getpid(), self.instance)
 
     def registered(self, max_age_s: float = 1.0) -> list[BrokerNode]:
         """Every registered broker, by node id (this one included); read from etcd at
@@ -84,18 +105,22 @@ class BrokerRegistry:
         return nodes
 
     def _read(self) -> list[BrokerNode]:
+        out = {node.node_id: node for node, _kv in self._scan()}
+        out[self.node_id] = self.me
+        return [out[k] for k in sorted(out)]
+
+    def _scan(self) -> list[tuple[BrokerNode, KV]]:
         prefix = self._conn.keys.brokers_prefix()
-        out = {}
+        out = []
         for kv in self._conn.etcd.scan(prefix, prefix_range_end(prefix)):
             try:
                 doc = json.loads(kv.value)
-                node = BrokerNode(int(kv.key[len(prefix):]), str(doc["host"]), int(doc["port"]))
-            except (ValueError, KeyError, TypeError):
+                out.append((BrokerNode(int(kv.key[len(prefix):]), str(doc["host"]), int(doc["port"]),
+                                       str(doc.get("hostname", "")), int(doc.get("pid", 0)),
+                                       str(doc.get("instance", ""))), kv))
+            except (ValueError, KeyError, TypeError, AttributeError):
                 log.warning("ignoring a malformed broker registration at %s", kv.key)
-                continue
-            out[node.node_id] = node
-        out[self.node_id] = BrokerNode(self.node_id, self.host, self.port)
-        return [out[k] for k in sorted(out)]
+        return out
 
     def coordinator(self, key: str) -> BrokerNode:
         """The broker that coordinates group ``key`` (:func:`rendezvous`). From the
@@ -121,16 +146,26 @@ class BrokerRegistry:
     def _register(self) -> None:
         etcd, keys = self._conn.etcd, self._conn.keys
         self._lease = etcd.grant_lease(self._ttl_s)
-        value = json.dumps({"host": self.host, "port": self.port}).encode()
-        prefix = keys.brokers_prefix()
-        taken = {kv.key[len(prefix):] for kv in etcd.scan(prefix, prefix_range_end(prefix))}
+        value = json.dumps({"host": self.host, "port": self.port, "hostname": self.hostname, "pid": os.getpid(),
+                            "instance": self.instance}).encode()
+        registered = self._scan()
+        taken = {node.node_id for node, _kv in registered}
+        # This address registered from this host by another process is an earlier one
+        # of this broker, killed before its lease ran out: no other process of this host
+        # can listen where this one does. Its key is taken over (bound to this lease).
+        earlier = sorted(((node.node_id, kv.mod_revision, node) for node, kv in registered
+                          if (node.host, node.port, node.hostname) == (self.host, self.port, self.hostname)
+                          and node.instance != self.instance), key=lambda c: c[0])
         # The id held before (a lease lost in a pause) first, so clients keep their connections.
-        candidates = itertools.chain([self.node_id] if self.node_id >= 0 else [],
-                                     (i for i in range(MAX_NODE_ID) if str(i) not in taken))
-        for node_id in candidates:
+        candidates = itertools.chain(
+            [(self.node_id, 0, None)] if self.node_id >= 0 else [], earlier,
+            ((i, 0, None) for i in range(MAX_NODE_ID) if i not in taken))
+        for node_id, revision, was in candidates:
             key = keys.broker(node_id)
-            if etcd.txn([absent(key)], [Put(key, value, lease=self._lease)]).succeeded:
+            if etcd.txn([mod_revision_is(key, revision)], [Put(key, value, lease=self._lease)]).succeeded:
                 self.node_id = node_id
+                if was is not None:
+                    log.info("Kafka node %d taken back from an earlier process at this address: was %s", node_id, was)
                 return
         raise CoordinationError(f"no free Kafka node id under {keys.brokers_prefix()}")
 
