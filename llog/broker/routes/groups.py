@@ -3,6 +3,7 @@ epoch) and ``GET /offsets`` (a group's members, committed offsets and lag)."""
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import replace
 
 import anyio.to_thread
@@ -24,7 +25,7 @@ from llog.broker.responses import error_response, json_response, results_respons
 from llog.broker.schemas import parse_commit, parse_offsets_query
 from llog.broker.state import Broker, broker_of
 from llog.broker.statuses import partition_error
-from llog.errors import LlogError, StaleEpoch, UnknownTopic
+from llog.errors import InvalidRequest, LlogError, StaleEpoch, UnknownTopic
 from llog.groups.admin import describe_group
 from llog.groups.epoch import current_epoch
 from llog.groups.offsets import Fence, GroupOffsets
@@ -56,8 +57,9 @@ async def offsets(request: Request) -> Response:
 
 
 def commit_offsets(broker: Broker, req: CommitRequest, access: Access) -> tuple[list[CommitResult], list[LlogError]]:
-    """Commit each offset on its own (of the topics the caller may Read); a refused one
-    leaves that partition unchanged. Returns every partition's result and the errors among them."""
+    """Commit each offset on its own (of the topics the caller may Read, each partition
+    named once); a refused one leaves that partition unchanged. Returns every
+    partition's result and the errors among them."""
     offsets = GroupOffsets(broker.conn, req.group)
     fence = Fence(owner=None if req.member is None else Owner(req.member, req.member_lease))
     stale = None
@@ -68,11 +70,15 @@ def commit_offsets(broker: Broker, req: CommitRequest, access: Access) -> tuple[
         else:
             # The guard compares the epoch key's exact bytes: a bump after this read still fences.
             fence = replace(fence, epoch=current)
+    # Which of two offsets for one partition wins would be a guess: neither is committed.
+    named = Counter((c.topic, c.partition) for c in req.offsets)
     out: list[CommitResult] = []
     errors: list[LlogError] = []
-    for c in req.offsets:
+    for i, c in enumerate(req.offsets):
         try:
             access.check(Operation.READ, ResourceType.TOPIC, c.topic)
+            if named[c.topic, c.partition] > 1:
+                raise InvalidRequest(f"offsets[{i}]", f"{c.topic}/{c.partition} appears more than once")
             if stale is not None:
                 raise StaleEpoch(req.group, c.topic, c.partition, c.offset, stale)
             done = offsets.commit(
