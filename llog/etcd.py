@@ -720,15 +720,10 @@ class Etcd:
         resp = self._range(_range_req(key, range_end, 1), "ceiling")
         return _kv(resp.kvs[0]) if resp.kvs else None
 
-    def range(self, start: str, end: str, *, limit: int = 0) -> list[KV]:
-        """Keys in ``[start, end)`` in key order (at most ``limit`` when > 0)."""
-        return [_kv(kv) for kv in self._range(_range_req(start, end, limit)).kvs]
-
-    def range_newest_first(self, start: str, end: str, *, limit: int) -> list[KV]:
-        """Keys in ``[start, end)`` from the last down (at most ``limit``)."""
-        req = _range_req(start, end, limit, sort_order=etcdrpc.RangeRequest.DESCEND,
-                         sort_target=etcdrpc.RangeRequest.KEY)
-        return [_kv(kv) for kv in self._range(req).kvs]
+    def range(self, start: str, end: str, *, limit: int = 0, last_first: bool = False) -> list[KV]:
+        """Keys in ``[start, end)`` in key order, or from the last down (at most ``limit`` when > 0)."""
+        order = {"sort_order": etcdrpc.RangeRequest.DESCEND, "sort_target": etcdrpc.RangeRequest.KEY}
+        return [_kv(kv) for kv in self._range(_range_req(start, end, limit, **(order if last_first else {}))).kvs]
 
     def scan(self, start: str, end: str, *, page: int = 1000) -> Iterator[KV]:
         """Every key in ``[start, end)``, fetched ``page`` at a time."""

@@ -321,8 +321,11 @@ class KafkaListener:
             finally:
                 conn.answering = None
             if response is not None:
-                writer.write(frame)
-                await writer.drain()
+                try:
+                    writer.write(frame)
+                    await writer.drain()
+                except ConnectionError:  # the client went: the rest is still done, unanswered,
+                    conn.closed = True  # and a read loop waiting for room in the queue gets it
             conn.in_progress -= 1
             conn.held -= item.size
             self._memory.release(item.size)

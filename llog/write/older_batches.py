@@ -18,11 +18,12 @@ from __future__ import annotations
 
 import logging
 
+from llog.codec.batch import BatchFormatError
 from llog.codec.etcd_values import ProducerState, SequencedBatch
-from llog.codec.kafka_body import HEAD_SIZE, content_digest, first_producer
+from llog.codec.kafka_body import HEAD_SIZE, batches_of, content_digest, first_producer
 from llog.connection import Connection
 from llog.control import decode_index
-from llog.errors import SequenceReused
+from llog.errors import ObjectNotFound, SequenceReused
 from llog.write.commit_plan import RECORD_COUNTED_PREFIX
 from llog.write.validation import ProducerSequence
 
@@ -62,7 +63,12 @@ def find_older_batch(
     hi = behind(producer.sequence, n, state)
     if hi is None or hi < 0:
         return None
-    found = _walk(conn, topic, partition, producer, n, hi, lookback)
+    try:
+        found = _walk(conn, topic, partition, producer, n, hi, lookback)
+    except (ObjectNotFound, BatchFormatError) as exc:  # vacuumed since the index read, or damaged
+        log.info("producer %r's sequence %d on %s/%d not looked up: %s", producer.id, producer.sequence, topic,
+                 partition, exc)
+        found = None
     outcome = "not_found" if found is None else "retry" if isinstance(found, SequencedBatch) else "reused"
     conn.metrics.older_batch_lookups.labels(outcome).inc()
     return found
@@ -78,7 +84,7 @@ def _walk(
     start_key, end_key = keys.index(topic, partition, 0), keys.index(topic, partition, hi + 1)
     walked = heads = 0
     while walked < lookback:
-        kvs = conn.etcd.range_newest_first(start_key, end_key, limit=min(_PAGE, lookback - walked))
+        kvs = conn.etcd.range(start_key, end_key, limit=min(_PAGE, lookback - walked), last_first=True)
         for kv in kvs:
             walked += 1
             entry = decode_index(kv.key, kv.value)
@@ -97,6 +103,7 @@ def _walk(
             back = (producer.sequence - found[2]) % _WRAP
             if back == 0:
                 body = conn.store.get_range(entry.data_key, entry.byte_offset, entry.byte_length)
+                batches_of(body)  # verified: a damaged body tells nothing of what was stored
                 if content_digest(body) == producer.digest:
                     log.info("producer %r resent sequence %d to %s/%d, committed at %d..%d before its window",
                              producer.id, producer.sequence, topic, partition, end - n + 1, end)
