@@ -12,6 +12,7 @@ import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from llog.devstack import free_port
 
@@ -44,13 +45,18 @@ def apache_kafka(workdir: Path, classpath: str, heap: str = "1g") -> Iterator[tu
         _await_listening(port, proc, data / "server.log")
         yield f"127.0.0.1:{port}", proc.pid
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc)
         log.close()
+
+
+def stop(proc: subprocess.Popen[Any]) -> None:
+    """SIGTERM a JVM, SIGKILL it if it has not exited within 60 s."""
+    proc.terminate()
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
 
 
 def _await_listening(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 from llog.config import LlogConfig
 from llog.connection import Connection
 from tests import java_client
-from tests.apache_kafka import apache_kafka
+from tests.apache_kafka import apache_kafka, stop
 from tests.conftest import wait_until
 from tests.test_kafka import kafka_broker
 
@@ -83,12 +83,7 @@ def test_a_retention_change_on_the_source_reaches_llog(config: LlogConfig, conn:
             wait_until(lambda: len(_syncs(log.read_text().splitlines())) > seen, 300, "one more config sync")
             logged = log.read_text()
         finally:
-            mm2.terminate()
-            try:
-                mm2.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                mm2.kill()
-                mm2.wait()
+            stop(mm2)
     # MirrorMaker 4.1 logs "Could not alter configuration of topic src.orders." after
     # every sync, followed by the exception when there is one (KAFKA-20017: the warning
     # on success is its bug); a refused sync is that line with llog's
