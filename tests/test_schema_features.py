@@ -64,13 +64,25 @@ class Feature:
     echoed: Any = field(default=None)
     #: Spark's ``read_table`` leaves the column out (the fallback).
     spark_absent: bool = False
+    #: An evolution's row: the topic of its format's schema changes, and the value
+    #: each record reads back (before the change, then after), in place of ``read``.
+    evolution: tuple[Any, ...] = ()
 
     @property
     def id(self) -> str:
         return f"{self.fmt}:{self.name}"
 
     @property
+    def topic(self) -> str:
+        return f"{self.fmt}-evolution" if self.evolution else self.fmt
+
+    def expected(self) -> list[Any]:
+        return list(self.evolution) if self.evolution else [self.read] * ROWS
+
+    @property
     def column_name(self) -> str:
+        if self.evolution:
+            return _EVOLUTION_FIELDS[self.name]
         return "f_" + "".join(c if c.isalnum() else "_" for c in self.name)
 
 
@@ -110,6 +122,35 @@ AVRO = [
     _avro("local-timestamp-micros", {"type": "long", "logicalType": "local-timestamp-micros"},
           T.replace(tzinfo=None), "timestamp[us]"),
 ]
+
+
+#: Avro's schema changes, one topic: v1 records, compacted and synced, then v2 records.
+#: Each field here is (v1 field or None, v2 field or None, v1 value, v2 value).
+AVRO_CHANGES: dict[str, tuple[Any, Any, Any, Any]] = {
+    "f_added": (None, {"type": ["null", "string"], "default": None}, None, "a"),
+    "f_gone": ({"type": ["null", "string"], "default": None}, None, "g", None),
+    "f_narrow": ({"type": "int"}, {"type": "long"}, 7, 2**40),
+    "f_old": ({"type": "string"}, None, "o", None),
+    "f_new": (None, {"type": "string", "aliases": ["f_old"]}, None, "n"),
+}
+_EVOLVED = "Iceberg keeps every column it had: the table's schema only widens"
+AVRO_EVOLUTION = [
+    _avro("evolution: add an optional field", None, None, "string", evolution=(None,) * ROWS + ("a",) * ROWS,
+          fallback="a new column, null in the rows written before"),
+    _avro("evolution: remove an optional field", None, None, "string", evolution=("g",) * ROWS + (None,) * ROWS,
+          fallback=f"the column stays, null in the rows written after ({_EVOLVED})"),
+    _avro("evolution: widen int to long", None, None, "int64", evolution=(7,) * ROWS + (2**40,) * ROWS),
+    _avro("evolution: rename with an alias", None, None, "string", evolution=(None,) * ROWS + ("n",) * ROWS,
+          fallback="the new name is a new column; rows compacted before the change keep the old one "
+                   f"({_EVOLVED}; rows compacted after it read the old field under the new name)"),
+]
+_EVOLUTION_FIELDS = dict(zip((f.name for f in AVRO_EVOLUTION), ("f_added", "f_gone", "f_narrow", "f_new"),
+                             strict=True))
+
+
+def _avro_version(v: int) -> dict[str, Any]:
+    return {"type": "record", "name": "Evolving", "namespace": "feat", "fields": [
+        {"name": name, **spec[v]} for name, spec in AVRO_CHANGES.items() if spec[v] is not None]}
 
 
 def _json(name: str, schema: Any, value: Any, column: str, read: Any = None, **kw: Any) -> Feature:
@@ -212,7 +253,7 @@ PROTOBUF = [
            "struct<currency: string, cents: int64>", {"currency": "EUR", "cents": 250}),
 ]
 
-FEATURES = [*AVRO, *JSON, *PROTOBUF]
+FEATURES = [*AVRO, *AVRO_EVOLUTION, *JSON, *PROTOBUF]
 #: Protobuf message classes generated for the run (``Row``, ``Inner``, ``Money``).
 _MSGS: dict[str, Any] = {}
 
@@ -308,7 +349,8 @@ def matrix_config_fixture(servers: Servers, tmp_path_factory: pytest.TempPathFac
 @pytest.fixture(name="reads", scope="module")
 def reads_fixture(matrix_config: LlogConfig, tmp_path_factory: pytest.TempPathFactory,
                   spark: Any) -> Iterator[dict[str, Read]]:
-    """Each format's wide topic, produced, compacted, synced and read by every engine."""
+    """Each format's wide topic (and Avro's changing one), produced, compacted, synced
+    and read by every engine."""
     import duckdb
     from confluent_kafka import Consumer, Producer
     from confluent_kafka.serialization import MessageField, SerializationContext
@@ -317,35 +359,51 @@ def reads_fixture(matrix_config: LlogConfig, tmp_path_factory: pytest.TempPathFa
 
     reads: dict[str, Read] = {}
     cfg = matrix_config
+    opts = {"etcdEndpoints": ",".join(cfg.etcd_endpoints), "objectStore": cfg.object_store,
+            "rootPrefix": cfg.root_prefix, "icebergCatalogUri": cfg.iceberg_catalog_uri or ""}
     with kafka_broker(cfg) as kb, Connection(cfg) as conn, TableCatalog(conn) as tables:
         client = sr.SchemaRegistryClient({"url": kb.http.url})
-        for fmt in ("avro", "json", "protobuf"):
-            got = reads[fmt] = Read()
-            topic = f"feat-{fmt}"
+
+        def read_back(topic: str, versions: list[tuple[Any, Any, list[Any]]], whole: bool) -> Read:
+            """Each version's records sent, read back, compacted and synced in turn; the
+            table read by every engine."""
+            got = Read()
             Topics(conn).create(topic, 1, table="iceberg", value_schema="schema-id")
-            ser, de, records = _serde(fmt, client, tmp_path_factory.mktemp(fmt))
             ctx = SerializationContext(topic, MessageField.VALUE)
-            _send(kb, Producer, topic, [ser(r, ctx) for r in records])  # the serializer registers the schema
+            for ser, de, records in versions:
+                _send(kb, Producer, topic, [ser(r, ctx) for r in records])  # the serializer registers
+                # Protobuf: the messages compared whole (an Any of an unknown type has no dict form).
+                sent = _consume(kb, Consumer, topic, len(got.echoed) + len(records))[len(got.echoed):]
+                got.echoed += [{"": de(v, ctx) == r} if whole else dict(de(v, ctx))
+                               for v, r in zip(sent, records, strict=True)]
+                _compact(cfg, topic)
+                sync_table(tables, topic)
             latest = client.get_latest_version(f"{topic}-value")
-            got.registered = latest.version == 1
+            got.registered = latest.version == len(versions)
             got.compatible = client.test_compatibility(f"{topic}-value", latest.schema) is True
-            # Protobuf: the messages compared whole (an Any of an unknown type has no dict form).
-            got.echoed = [{"": de(v, ctx) == r} if fmt == "protobuf" else dict(de(v, ctx))
-                          for v, r in zip(_consume(kb, Consumer, topic), records, strict=True)]
-            _compact(cfg, topic)
-            sync_table(tables, topic)
             table = tables.table(topic)
             assert table is not None
-            arrow = table.scan().to_arrow()
-            got.types = {f.name: str(f.type) for f in arrow.schema.field("fields").type}
+            arrow = table.scan().to_arrow().sort_by("offset")
+            # pyiceberg reads several files with Arrow's large types: the same column type.
+            got.types = {f.name: str(f.type).replace("large_", "") for f in arrow.schema.field("fields").type}
             got.pyiceberg = arrow.column("fields").to_pylist()
             got.errors = arrow.column("fields_error").to_pylist()
             files = [t.file.file_path.removeprefix("file://") for t in table.scan().plan_files()]
-            rel = duckdb.sql(f"SELECT fields FROM read_parquet({files!r})")
+            rel = duckdb.sql(f"SELECT fields FROM read_parquet({files!r}, union_by_name = true) ORDER BY \"offset\"")
             got.duckdb = [row[0] for row in rel.fetchall()]
-            opts = {"etcdEndpoints": ",".join(cfg.etcd_endpoints), "objectStore": cfg.object_store,
-                    "rootPrefix": cfg.root_prefix, "icebergCatalogUri": cfg.iceberg_catalog_uri or ""}
-            got.spark = [r["fields"].asDict(recursive=True) for r in read_table(spark, topic, opts).collect()]
+            got.spark = [r["fields"].asDict(recursive=True)
+                         for r in read_table(spark, topic, opts).orderBy("offset").collect()]
+            return got
+
+        for fmt in ("avro", "json", "protobuf"):
+            reads[fmt] = read_back(f"feat-{fmt}", [_serde(fmt, client, tmp_path_factory.mktemp(fmt))],
+                                   fmt == "protobuf")
+        from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+
+        reads["avro-evolution"] = read_back("feat-avro-evolution", [
+            (AvroSerializer(client, json.dumps(_avro_version(v))), AvroDeserializer(client),
+             [{name: spec[2 + v] for name, spec in AVRO_CHANGES.items() if spec[v] is not None}] * ROWS)
+            for v in (0, 1)], False)
     yield reads
 
 
@@ -357,13 +415,14 @@ def _send(kb: KafkaBroker, producer: Any, topic: str, values: list[bytes]) -> No
     assert p.flush(30) == 0 and not failed, failed[:3]
 
 
-def _consume(kb: KafkaBroker, consumer: Any, topic: str) -> list[bytes]:
+def _consume(kb: KafkaBroker, consumer: Any, topic: str, n: int) -> list[bytes]:
+    """The topic's first ``n`` values, through the broker."""
     c = consumer({"bootstrap.servers": kb.bootstrap, "group.id": f"g{uuid.uuid4().hex[:6]}",
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
     c.subscribe([topic])
     out: list[bytes] = []
     try:
-        while len(out) < ROWS:
+        while len(out) < n:
             msg = c.poll(10)
             assert msg is not None and msg.error() is None, msg and msg.error()
             out.append(msg.value())
@@ -414,40 +473,41 @@ def _cells() -> list[Any]:
 
 @pytest.mark.parametrize("feature", _cells())
 def test_register(feature: Feature, reads: dict[str, Read]) -> None:
-    got = reads[feature.fmt]
+    got = reads[feature.topic]
     assert got.registered and got.compatible
 
 
 @pytest.mark.parametrize("feature", _cells())
 def test_round_trip(feature: Feature, reads: dict[str, Read]) -> None:
-    echoed = reads[feature.fmt].echoed
+    echoed = reads[feature.topic].echoed
     if feature.fmt == "protobuf":
         assert echoed == [{"": True}] * ROWS
         return
     sent = feature.value if feature.echoed is None else feature.echoed
-    assert [norm(r[feature.column_name]) for r in echoed] == [norm(sent)] * ROWS
+    want = list(feature.evolution) if feature.evolution else [sent] * ROWS
+    assert [norm(r.get(feature.column_name)) for r in echoed] == [norm(v) for v in want]
 
 
 @pytest.mark.parametrize("feature", _cells())
 def test_typed_column(feature: Feature, reads: dict[str, Read]) -> None:
-    got = reads[feature.fmt]
-    assert got.errors == [None] * ROWS
+    got = reads[feature.topic]
+    assert got.errors == [None] * len(got.errors) and got.errors
     assert got.types[feature.column_name] == feature.column
 
 
 @pytest.mark.parametrize("feature", _cells())
 def test_pyiceberg(feature: Feature, reads: dict[str, Read]) -> None:
-    assert [r[feature.column_name] for r in reads[feature.fmt].pyiceberg] == [feature.read] * ROWS
+    assert [r[feature.column_name] for r in reads[feature.topic].pyiceberg] == feature.expected()
 
 
 @pytest.mark.parametrize("feature", _cells())
 def test_duckdb(feature: Feature, reads: dict[str, Read]) -> None:
-    assert [norm(r[feature.column_name]) for r in reads[feature.fmt].duckdb] == [norm(feature.read)] * ROWS
+    assert [norm(r[feature.column_name]) for r in reads[feature.topic].duckdb] == [norm(v) for v in feature.expected()]
 
 
 @pytest.mark.parametrize("feature", _cells())
 def test_spark(feature: Feature, reads: dict[str, Read]) -> None:
     if feature.spark_absent:
-        assert all(feature.column_name not in r for r in reads[feature.fmt].spark)
+        assert all(feature.column_name not in r for r in reads[feature.topic].spark)
         return
-    assert [norm(r[feature.column_name]) for r in reads[feature.fmt].spark] == [norm(feature.read)] * ROWS
+    assert [norm(r[feature.column_name]) for r in reads[feature.topic].spark] == [norm(v) for v in feature.expected()]
