@@ -292,6 +292,15 @@ def config_env(cfg: LlogConfig) -> dict[str, str]:
 
 
 @pytest.fixture
+def kconn(config: LlogConfig) -> Iterator[Connection]:
+    """Compaction and key compaction at once: no minimum age, every partition dirty enough."""
+    cfg = replace(config, compact_min_age_ms=0, settle_after_ms=0, compact_min_dirty_ratio=0.0,
+                  compact_target_bytes=4096)
+    with Connection(cfg) as c:
+        yield c
+
+
+@pytest.fixture
 def opts(config: LlogConfig) -> dict[str, str]:
     """The Spark source's and sink's options for the suite's servers."""
     return {

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Iterator
-from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -33,15 +31,6 @@ confluent_kafka = pytest.importorskip("confluent_kafka")
 #: ``(offset, key, value)``.
 Rec = tuple[int, bytes | None, bytes | None]
 PARTITIONS = 2
-
-
-@pytest.fixture
-def cconn(config: llog.LlogConfig) -> Iterator[llog.Connection]:
-    """Compaction and retention at once: no minimum age, every pass due."""
-    cfg = replace(config, compact_min_age_ms=0, settle_after_ms=0, compact_min_dirty_ratio=0.0,
-                  compact_target_bytes=4096)
-    with llog.Connection(cfg) as c:
-        yield c
 
 
 def _stored(conn: llog.Connection, topic: str, partition: int) -> list[Rec]:
@@ -110,8 +99,8 @@ def _all_read_paths_agree(topic: str, want: dict[int, list[Rec]], brokers: list[
         assert _kafka(kb.bootstrap, topic, want) == want
 
 
-def test_key_compaction_reaches_every_cache(cconn: llog.Connection, tmp_path: Path) -> None:
-    conn = cconn
+def test_key_compaction_reaches_every_cache(kconn: llog.Connection, tmp_path: Path) -> None:
+    conn = kconn
     topic = "kc"
     llog.Topics(conn).create(topic, PARTITIONS, cleanup_policy="compact", delete_retention_ms=0)
     files = {"LLOG_TAIL_CACHE_DIR": str(tmp_path / "tail")}
@@ -155,8 +144,8 @@ def test_key_compaction_reaches_every_cache(cconn: llog.Connection, tmp_path: Pa
 
 
 @pytest.mark.parametrize("how", ["retention", "delete-records"])
-def test_a_moved_log_start_reaches_every_cache(cconn: llog.Connection, tmp_path: Path, how: str) -> None:
-    conn = cconn
+def test_a_moved_log_start_reaches_every_cache(kconn: llog.Connection, tmp_path: Path, how: str) -> None:
+    conn = kconn
     topic = "rt"
     topics = llog.Topics(conn)
     topics.create(topic, PARTITIONS)
@@ -186,11 +175,11 @@ def test_a_moved_log_start_reaches_every_cache(cconn: llog.Connection, tmp_path:
             _all_read_paths_agree(topic, now, [writer.http, other, new.http], [writer, new], conn)
 
 
-def test_a_brokers_watch_moves_its_caches_off_a_key_compacted_range(cconn: llog.Connection) -> None:
+def test_a_brokers_watch_moves_its_caches_off_a_key_compacted_range(kconn: llog.Connection) -> None:
     """In one broker: the compaction cursor's watch, not a re-read of etcd once the
     broker stops trusting its watches, keeps the tail cache from serving what key
     compaction removed."""
-    conn = cconn
+    conn = kconn
     topic = "kw"
     llog.Topics(conn).create(topic, 1, cleanup_policy="compact")
     loop = asyncio.new_event_loop()

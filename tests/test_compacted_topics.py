@@ -216,12 +216,6 @@ def _clean(conn: llog.Connection, topic: str, partition: int = 0) -> Any:
         return c.clean_once(topic, partition)
 
 
-@pytest.fixture
-def kconn(config: llog.LlogConfig) -> Iterator[llog.Connection]:
-    cfg = replace(config, compact_min_age_ms=0, settle_after_ms=0, compact_min_dirty_ratio=0.0,
-                  compact_target_bytes=4096)
-    with llog.Connection(cfg) as c:
-        yield c
 
 
 def test_key_compaction_keeps_the_latest_record_per_key_at_its_offset(kconn: llog.Connection) -> None:
