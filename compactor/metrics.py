@@ -13,6 +13,7 @@ import time
 import weakref
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -21,7 +22,9 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from llog.config import LlogConfig
 from llog.metrics import Metrics
 from llog.store.billing import request_classes, request_usd
-from llog.table.sync import SyncResult
+
+if TYPE_CHECKING:
+    from llog.table.sync import SyncResult
 
 _STAGE_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 _GIB = 1024**3

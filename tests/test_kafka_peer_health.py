@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import socket
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 import pytest
@@ -54,24 +54,28 @@ def test_close_ends_probes_of_a_refusing_peer_every_time() -> None:
     asyncio.run(run())
 
 
-def test_a_refusing_peer_is_silent_and_an_answering_one_is_not() -> None:
-    answered = 0
-
+def _answering(answered: list[None]) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """A peer's connection handler that answers every request with an empty 8-byte
+    frame, noting each answer in ``answered``."""
     async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         while True:
             size = int.from_bytes(await reader.readexactly(4), "big")
             await reader.readexactly(size)
             writer.write((8).to_bytes(4, "big") + bytes(8))
             await writer.drain()
-            nonlocal answered
-            answered += 1
+            answered.append(None)
+    return answer
+
+
+def test_a_refusing_peer_is_silent_and_an_answering_one_is_not() -> None:
+    answered: list[None] = []
 
     async def run() -> None:
-        server = await asyncio.start_server(answer, "127.0.0.1", 0)
+        server = await asyncio.start_server(_answering(answered), "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         nodes = [BrokerNode(1, "127.0.0.1", port), BrokerNode(2, "127.0.0.1", _refusing_port())]
         async with _health(nodes, interval_s=0.05, timeout_s=1) as health:
-            await asyncio.wait_for(_until(lambda: health.silent() == {2} and answered >= 3), 10)
+            await asyncio.wait_for(_until(lambda: health.silent() == {2} and len(answered) >= 3), 10)
             assert health.silent() == {2}  # several rounds answered: never judged silent
         server.close()
         await server.wait_closed()
@@ -110,13 +114,6 @@ def test_a_new_process_answering_for_a_silent_node_is_not_taken_for_the_old_one(
         registry["cached"] = registry["etcd"]
         return registry["etcd"]
 
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        while True:
-            size = int.from_bytes(await reader.readexactly(4), "big")
-            await reader.readexactly(size)
-            writer.write((8).to_bytes(4, "big") + bytes(8))
-            await writer.drain()
-
     async def run() -> None:
         metrics = Metrics()
         health = PeerHealth(lambda: -1, lambda: registry["cached"], metrics, tls=False, interval_s=0.05,
@@ -127,7 +124,7 @@ def test_a_new_process_answering_for_a_silent_node_is_not_taken_for_the_old_one(
             assert metrics.value("llog_kafka_peer_silent", node_id="1", address=f"127.0.0.1:{port}", pid="100",
                                  instance="old") == 1
             registry["etcd"] = [new]
-            server = await asyncio.start_server(answer, "127.0.0.1", port)
+            server = await asyncio.start_server(_answering([]), "127.0.0.1", port)
             try:
                 await asyncio.wait_for(_until(lambda: not health.silent()), 10)
                 await asyncio.wait_for(_until(lambda: "registered by another process" in caplog.text), 10)
