@@ -37,7 +37,7 @@ from compactor.service import CompactorService
 from llog.codec.etcd_values import CompactionCursor
 from llog.connection import Connection
 from llog.errors import TooManyUncompactedKeys
-from llog.etcd_maintenance import EtcdMaintenance
+from llog.etcd.maintenance import EtcdMaintenance
 from llog.keys import prefix_range_end
 from llog.producer import BatchingProducer
 from llog.topics import Topics

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 from llog.connection import Connection
 from llog.errors import ClaimConflict, ClaimLost, CoordinationError
-from llog.etcd import KV, Compare, Delete, Etcd, Get, Op, Put, TxnResult, absent, value_is
+from llog.etcd.client import Etcd
+from llog.etcd.operations import KV, Compare, Delete, Get, Op, Put, TxnResult, absent, value_is
 from llog.topic_guard import TopicGuard
 
 log = logging.getLogger(__name__)

@@ -49,7 +49,7 @@ from llog.codec.etcd_values import COMPACTED, CleanCursor, CompactionRecord, Ind
 from llog.connection import Connection
 from llog.control import decode_index, now_ms, read_control
 from llog.errors import CorruptMetadata, OffsetOutOfRange
-from llog.etcd import Put, absent, mod_revision_is
+from llog.etcd.operations import Put, absent, mod_revision_is
 from llog.reader import Reader
 from llog.records import Headers
 from llog.session import Sessions

@@ -47,7 +47,7 @@ from llog.codec.etcd_values import (
 from llog.connection import Connection
 from llog.control import now_ms, read_control, settle
 from llog.errors import CorruptBlob, CorruptMetadata, ObjectNotFound, OffsetOutOfRange, StoreError
-from llog.etcd import Get, Put, absent, mod_revision_is
+from llog.etcd.operations import Get, Put, absent, mod_revision_is
 from llog.reader import Reader
 from llog.records import Headers
 from llog.session import Session, Sessions

@@ -24,7 +24,7 @@ from compactor.revision_clock import RevisionClock
 from llog.connection import Connection
 from llog.control import now_ms
 from llog.errors import CoordinationError, CorruptMetadata, EtcdSpaceExhausted
-from llog.etcd_maintenance import EtcdMaintenance
+from llog.etcd.maintenance import EtcdMaintenance
 
 log = logging.getLogger(__name__)
 

@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from compactor.metrics import CompactorMetrics
 from compactor.revision_clock import RevisionClock
 from llog.connection import Connection
-from llog.etcd import KV, Delete, mod_revision_is
+from llog.etcd.operations import KV, Delete, mod_revision_is
 from llog.keys import prefix_range_end
 from llog.names import TopicPartition
 

@@ -28,7 +28,7 @@ from llog.codec.etcd_values import CompactionCursor
 from llog.connection import Connection
 from llog.control import ControlState, decode_index, now_ms, read_control
 from llog.errors import CasConflict
-from llog.etcd import Delete, Get, Op, Put, TxnResult, absent, mod_revision_is
+from llog.etcd.operations import Delete, Get, Op, Put, TxnResult, absent, mod_revision_is
 
 log = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import msgpack
 
 from llog.connection import Connection
-from llog.etcd import Get, Put, mod_revision_is
+from llog.etcd.operations import Get, Put, mod_revision_is
 
 log = logging.getLogger(__name__)
 

@@ -41,7 +41,7 @@ from llog.codec.etcd_values import (
 from llog.connection import Connection
 from llog.control import decode_index
 from llog.errors import CorruptMetadata
-from llog.etcd import KV, Compare, Delete, Get, Op, Put, TxnResult, mod_revision_is
+from llog.etcd.operations import KV, Compare, Delete, Get, Op, Put, TxnResult, mod_revision_is
 
 log = logging.getLogger(__name__)
 

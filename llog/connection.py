@@ -11,7 +11,9 @@ import threading
 from llog.codec.etcd_values import MetaFormatError, TopicMeta
 from llog.config import LlogConfig
 from llog.errors import CorruptMetadata, UnknownPartition, UnknownTopic
-from llog.etcd import KV, Etcd, EtcdSecurity
+from llog.etcd.auth import EtcdSecurity
+from llog.etcd.client import Etcd
+from llog.etcd.operations import KV
 from llog.keys import KeyLayout
 from llog.metrics import Metrics
 from llog.names import check_partition, check_topic

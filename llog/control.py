@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from llog.codec.etcd_values import CompactionCursor, Control, IndexEntry, MetaFormatError, Pending
 from llog.connection import Connection
 from llog.errors import CorruptMetadata
-from llog.etcd import KV, Get, Op, Put, mod_revision_is
+from llog.etcd.operations import KV, Get, Op, Put, mod_revision_is
 
 log = logging.getLogger(__name__)
 

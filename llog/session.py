@@ -32,7 +32,7 @@ import msgpack
 from llog.connection import Connection
 from llog.control import now_ms
 from llog.errors import CoordinationError, LlogError
-from llog.etcd import KV, Compare
+from llog.etcd.operations import KV, Compare
 
 log = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ import logging
 from llog.codec.etcd_values import TopicMeta
 from llog.connection import Connection, topic_of
 from llog.errors import CasConflict
-from llog.etcd import Compare, Delete, Op
+from llog.etcd.operations import Compare, Delete, Op
 from llog.group_names import list_groups
 from llog.keys import prefix_range_end
 from llog.names import check_topic

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from llog.connection import Connection
 from llog.errors import UnknownTopic
-from llog.etcd import KV, Compare, Get
+from llog.etcd.operations import KV, Compare, Get
 
 
 @dataclass(frozen=True)

@@ -46,7 +46,7 @@ LAYERS: tuple[Layer, ...] = (
           "inflated with a cap), Parquet bodies (§7.6), the `LLS1` shared blob (§6), the msgpack etcd values (§4), "
           "CRC-32"),
     Layer("2. store and etcd", (
-        "llog/store/*", "llog/etcd.py", "llog/etcd_maintenance.py", "llog/keys.py", "llog/connection.py",
+        "llog/store/*", "llog/etcd/*", "llog/keys.py", "llog/connection.py",
         "llog/session.py", "llog/control.py", "llog/topic_guard.py", "llog/group_names.py",
     ), "the object-store interface (S3, local dir), hedged PUTs, the WAL blob cache and peer reads (§9 step 9), "
        "the etcd operations the protocol needs and etcd maintenance "

@@ -27,8 +27,8 @@ from llog.codec.etcd_values import COMPACTED as KIND_COMPACTED
 from llog.codec.etcd_values import WAL
 from llog.control import decode_index, now_ms, read_control
 from llog.errors import AmbiguousCommit, CoordinationError, HistoryCompacted
-from llog.etcd import Compare, Op, TxnResult
-from llog.etcd_maintenance import EtcdMaintenance
+from llog.etcd.maintenance import EtcdMaintenance
+from llog.etcd.operations import Compare, Op, TxnResult
 from llog.loadtest.chaos import skew_env
 from llog.write.resolution import find_committed
 from tests.conftest import PrivateEtcd, config_env, wait_until

@@ -26,8 +26,8 @@ from llog.cli.doctor import diagnose
 from llog.control import read_control, settle
 from llog.devstack import EtcdServer
 from llog.errors import EtcdSpaceExhausted, TooManyUncompactedKeys
-from llog.etcd import Etcd
-from llog.etcd_maintenance import EtcdMaintenance
+from llog.etcd.client import Etcd
+from llog.etcd.maintenance import EtcdMaintenance
 from llog.producer import BatchingProducer
 from llog.writer import AppendFailure, AppendResult
 from tests.broker_harness import broker_process

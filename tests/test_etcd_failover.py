@@ -21,7 +21,8 @@ import pytest
 import llog
 from llog.devstack import EtcdServer, etcd_cluster
 from llog.errors import CoordinationError
-from llog.etcd import KV, Etcd, Put, absent
+from llog.etcd.client import Etcd
+from llog.etcd.operations import KV, Put, absent
 from llog.groups import GroupOffsets
 from tests.conftest import wait_until
 

@@ -8,7 +8,7 @@ import threading
 from types import SimpleNamespace
 
 from llog.connection import Connection
-from llog.etcd import Compare, Delete, Get, Put, absent, mod_revision_is, value_is
+from llog.etcd.operations import Compare, Delete, Get, Put, absent, mod_revision_is, value_is
 
 
 def test_txn_success_branch_applies_every_op_kind(conn: Connection) -> None:

@@ -17,7 +17,7 @@ import llog
 from llog import AppendGroup
 from llog.codec.etcd_values import ProducerState
 from llog.errors import AmbiguousCommit, InvalidInput, ProducerFenced, SequenceError, SequenceReused
-from llog.etcd import KV
+from llog.etcd.operations import KV
 from llog.keys import prefix_range_end
 from llog.writer import AppendFailure, AppendResult
 from tests.conftest import PrivateEtcd

@@ -24,7 +24,8 @@ from compactor.vacuum import VacuumReport, vacuum
 from llog import AppendGroup
 from llog.control import read_control
 from llog.errors import CoordinationError, SessionExpired
-from llog.etcd import Etcd, TxnResult
+from llog.etcd.client import Etcd
+from llog.etcd.operations import TxnResult
 from llog.keys import prefix_range_end
 from llog.producer import BatchingProducer
 from llog.store import ObjectStore

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Sequence
 from llog.auth.acls import AclBinding, AclFilter, Operation, PatternType, Permission, ResourceType, camel
 from llog.connection import Connection
 from llog.errors import CorruptMetadata
-from llog.etcd import KV, Delete, Put
+from llog.etcd.operations import KV, Delete, Put
 from llog.keys import prefix_range_end
 
 #: Operations in one etcd transaction (etcd's default ``--max-txn-ops`` is 128).

@@ -16,7 +16,7 @@ from urllib.parse import unquote
 from llog.auth.scram import DEFAULT_ITERATIONS, MECHANISMS, ScramCredential, derive, password_matches
 from llog.connection import Connection
 from llog.errors import CorruptMetadata, InvalidInput, UnknownUser, UserExists
-from llog.etcd import Delete, Put, absent, mod_revision_is
+from llog.etcd.operations import Delete, Put, absent, mod_revision_is
 from llog.keys import prefix_range_end
 
 #: Kafka's limit on a SCRAM user name's length.

@@ -21,7 +21,8 @@ from botocore.config import Config
 
 from llog.config import LlogConfig
 from llog.errors import LlogError
-from llog.etcd import Etcd, EtcdSecurity
+from llog.etcd.auth import EtcdSecurity
+from llog.etcd.client import Etcd
 from llog.metrics import Metrics
 from llog.store import ObjectStore
 from llog.store.s3 import S3Store

@@ -34,7 +34,7 @@ from llog.codec.etcd_values import Control, MetaFormatError, Pending
 from llog.connection import Connection
 from llog.control import decode_control, decode_cursor
 from llog.errors import CorruptMetadata
-from llog.etcd import KV, Get
+from llog.etcd.operations import KV, Get
 from llog.names import TopicPartition
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ from typing import Any
 
 from compactor.etcd_history import compact_history, read_record
 from llog.cli.common import connection_from_args, print_json
-from llog.etcd_maintenance import EtcdMaintenance
+from llog.etcd.maintenance import EtcdMaintenance
 
 
 def register(subparsers: Any) -> None:

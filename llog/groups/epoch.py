@@ -7,7 +7,7 @@ from llog.codec.etcd_values import GroupEpoch
 from llog.connection import Connection
 from llog.control import now_ms
 from llog.errors import CasConflict
-from llog.etcd import Get, Put, mod_revision_is
+from llog.etcd.operations import Get, Put, mod_revision_is
 from llog.groups.offsets import decode_epoch
 from llog.names import check_group
 

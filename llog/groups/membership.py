@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Sequence
 
 from llog.connection import Connection
 from llog.errors import CoordinationError
-from llog.etcd import Delete, Put, absent, lease_is, value_is
+from llog.etcd.operations import Delete, Put, absent, lease_is, value_is
 from llog.groups.owner import Owner
 from llog.keys import prefix_range_end
 from llog.names import TopicPartition

@@ -27,7 +27,7 @@ from llog.errors import (
     NotAssigned,
     StaleEpoch,
 )
-from llog.etcd import KV, Compare, Get, Put, lease_is, mod_revision_is, value_is
+from llog.etcd.operations import KV, Compare, Get, Put, lease_is, mod_revision_is, value_is
 from llog.groups.owner import Owner, describe_owner
 from llog.keys import prefix_range_end
 from llog.names import check_group, check_partition, check_topic

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llog.etcd import KV
+from llog.etcd.operations import KV
 
 
 @dataclass(frozen=True)

@@ -39,7 +39,7 @@ from llog.errors import (
     VersionNotSoftDeleted,
     VersionSoftDeleted,
 )
-from llog.etcd import Delete, Put, absent, mod_revision_is
+from llog.etcd.operations import Delete, Put, absent, mod_revision_is
 from llog.keys import prefix_range_end
 from llog.registry.compatibility import incompatibilities
 from llog.registry.formats import Parsed, parse

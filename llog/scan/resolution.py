@@ -13,7 +13,7 @@ from llog.codec.etcd_values import Pending
 from llog.connection import Connection
 from llog.control import ControlState, decode_control, decode_index, read_control, settle
 from llog.errors import CorruptMetadata, InvalidInput, LlogError, OffsetOutOfRange
-from llog.etcd import KV, Get
+from llog.etcd.operations import KV, Get
 from llog.names import check_partition, check_topic
 from llog.scan.partition import PartitionScan
 from llog.scan.slices import Fetch, SliceRef, coalesce

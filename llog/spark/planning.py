@@ -21,7 +21,7 @@ from llog.codec.etcd_values import Control
 from llog.connection import Connection
 from llog.control import decode_control
 from llog.errors import ConfigError, OffsetOutOfRange
-from llog.etcd import Get
+from llog.etcd.operations import Get
 from llog.names import TopicPartition
 from llog.reader import Reader
 from llog.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, Subscription

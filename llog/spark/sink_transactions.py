@@ -22,7 +22,7 @@ from llog.codec.txn_values import SinkProgress
 from llog.connection import Connection
 from llog.control import now_ms
 from llog.errors import CorruptMetadata, LlogError
-from llog.etcd import Compare, Op, Put, mod_revision_is
+from llog.etcd.operations import Compare, Op, Put, mod_revision_is
 from llog.session import Sessions
 from llog.spark.options import SinkOptions
 from llog.txn.commit import commit_together

@@ -23,7 +23,7 @@ from urllib.parse import quote
 import msgpack
 
 from llog.bounded import BoundedCache
-from llog.etcd import Etcd
+from llog.etcd.client import Etcd
 from llog.keys import KeyLayout
 from llog.metrics import Metrics
 from llog.tls import connection

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from llog.connection import Connection
 from llog.errors import TableError
-from llog.etcd import Put, absent
+from llog.etcd.operations import Put, absent
 
 if TYPE_CHECKING:
     from pyiceberg.table import Table

@@ -29,7 +29,7 @@ from llog.errors import (
     TransactionFenced,
     TransactionTooLarge,
 )
-from llog.etcd import KV, Compare, Get, Op, Put, conflict_pause, lease_is, mod_revision_is, value_is
+from llog.etcd.operations import KV, Compare, Get, Op, Put, conflict_pause, lease_is, mod_revision_is, value_is
 from llog.groups.owner import Owner
 from llog.records import KafkaBatches
 from llog.session import Session, Sessions

@@ -26,7 +26,7 @@ from llog.errors import (
     InvalidTxnState,
     UnknownTransactionalId,
 )
-from llog.etcd import Delete, Op, Put, mod_revision_is
+from llog.etcd.operations import Delete, Op, Put, mod_revision_is
 from llog.groups.owner import Owner
 from llog.keys import prefix_range_end
 from llog.names import check_group, check_partition, check_topic

@@ -21,7 +21,7 @@ from llog.errors import (
     SessionExpired,
     TransactionTooLarge,
 )
-from llog.etcd import KV, Get
+from llog.etcd.operations import KV, Get
 from llog.txn.records import Change, Read, TxnRecords, check_producer
 from llog.write.commit_plan import kafka_next_sequence
 from llog.write.staging import StagedBlob

@@ -13,7 +13,7 @@ from llog.bounded import BoundedCache, PartitionLocks
 from llog.codec.etcd_values import MetaFormatError, ProducerState
 from llog.control import ControlState
 from llog.errors import CorruptMetadata
-from llog.etcd import KV
+from llog.etcd.operations import KV
 from llog.names import TopicPartition
 
 #: Partitions (and producer keys) whose state and lock a writer keeps; the least

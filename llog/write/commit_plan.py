@@ -10,7 +10,7 @@ from llog.codec.etcd_values import PRODUCER_WINDOW, Control, Pending, ProducerSt
 from llog.connection import Connection
 from llog.control import ControlState, materialize_ops
 from llog.errors import ProducerFenced, SequenceError, SequenceReused
-from llog.etcd import Compare, Get, Op, Put, mod_revision_is
+from llog.etcd.operations import Compare, Get, Op, Put, mod_revision_is
 from llog.topic_guard import TopicGuard
 from llog.write.caches import ProducerSnapshot
 from llog.write.validation import ProducerSequence

@@ -14,7 +14,7 @@ from llog.codec.etcd_values import FENCED
 from llog.connection import Connection
 from llog.control import ControlState, decode_control
 from llog.errors import CoordinationError, EtcdSpaceExhausted, LlogError, SessionExpired, UnknownTopic
-from llog.etcd import Get, TxnResult
+from llog.etcd.operations import Get, TxnResult
 from llog.names import TopicPartition
 from llog.session import Session
 from llog.topic_guard import TopicGuard

@@ -24,7 +24,7 @@ from llog.errors import (
     SequenceError,
     SessionExpired,
 )
-from llog.etcd import Get, TxnResult, conflict_pause
+from llog.etcd.operations import Get, TxnResult, conflict_pause
 from llog.session import Session
 from llog.write.acknowledgement import AppendResult, acknowledge, duplicate
 from llog.write.caches import ProducerSnapshot, WriterCaches, decode_producer

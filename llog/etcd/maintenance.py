@@ -1,7 +1,7 @@
-"""etcd maintenance over an :class:`~llog.etcd.Etcd` connection: history compaction and
+"""etcd maintenance over an :class:`~llog.etcd.client.Etcd` connection: history compaction and
 whether a revision is still readable, defragmentation, alarms, per-member status.
 
-Kept apart from :class:`~llog.etcd.Etcd` (the data path: reads, transactions, leases,
+Kept apart from :class:`~llog.etcd.client.Etcd` (the data path: reads, transactions, leases,
 watches); it sends its RPCs through the same connection, metrics and failover.
 """
 
@@ -13,7 +13,8 @@ from typing import Any
 from etcd3 import etcdrpc
 
 from llog.errors import HistoryCompacted
-from llog.etcd import Etcd, _range_req
+from llog.etcd.client import Etcd
+from llog.etcd.operations import range_request
 
 #: Defragmenting rewrites a member's whole database file: give it longer than an RPC.
 _MIN_DEFRAG_TIMEOUT_S = 120.0
@@ -28,7 +29,7 @@ class EtcdMaintenance:
     def readable_at(self, revision: int) -> bool:
         """Whether etcd still holds its history at ``revision`` (a read there works)."""
         etcd = self.etcd
-        req = _range_req("\0", None, 1, revision=revision, count_only=True)
+        req = range_request("\0", None, 1, revision=revision, count_only=True)
         try:
             etcd._call(
                 "range_at", lambda c, t: c.kvstub.Range(req, t, metadata=c.metadata),
