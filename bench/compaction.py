@@ -71,7 +71,7 @@ from common import (
 from compactor import Compactor
 from compactor.compact import COMPACTED
 from llog import AppendGroup, Reader, Topics, Writer
-from llog.codec.etcd_values import IndexEntry
+from llog.codec.etcd_values.partition import IndexEntry
 from llog.config import LlogConfig
 from llog.connection import Connection
 

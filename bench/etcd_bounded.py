@@ -34,7 +34,7 @@ from common import LocalStack, bench_args, emit_json, print_table
 
 from compactor.etcd_history import read_record
 from compactor.service import CompactorService
-from llog.codec.etcd_values import CompactionCursor
+from llog.codec.etcd_values.compaction import CompactionCursor
 from llog.connection import Connection
 from llog.errors import TooManyUncompactedKeys
 from llog.etcd.maintenance import EtcdMaintenance

@@ -73,7 +73,7 @@ from bench.common import (
     seconds,
 )
 from compactor.compact import COMPACTED, Compactor
-from llog.codec.etcd_values import IndexEntry
+from llog.codec.etcd_values.partition import IndexEntry
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.records import AppendGroup, Record

@@ -45,7 +45,10 @@ from compactor.recovery import finish_interrupted
 from compactor.revision_clock import RevisionClock
 from compactor.stages import WRITING_COMPACTED_INDEX, StageHook, StageRunner
 from llog.codec import batch
-from llog.codec.etcd_values import COMPACTED, CleanCursor, CompactionRecord, IndexEntry, MetaFormatError, TopicMeta
+from llog.codec.etcd_values.compaction import CleanCursor, CompactionRecord
+from llog.codec.etcd_values.maps import MetaFormatError
+from llog.codec.etcd_values.partition import COMPACTED, IndexEntry
+from llog.codec.etcd_values.topic import TopicMeta
 from llog.connection import Connection
 from llog.control import decode_index, now_ms, read_control
 from llog.errors import CorruptMetadata, OffsetOutOfRange

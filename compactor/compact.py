@@ -38,12 +38,8 @@ from compactor.revision_clock import RevisionClock
 from compactor.stages import WRITING_COMPACTED_INDEX, StageHook, StageRunner
 from compactor.typed_columns import TypedColumns
 from llog.codec import batch, bodies
-from llog.codec.etcd_values import (
-    PARQUET_ENCODING,
-    CompactionCursor,
-    CompactionRecord,
-    DamagedRange,
-)
+from llog.codec.etcd_values.compaction import CompactionCursor, CompactionRecord, DamagedRange
+from llog.codec.etcd_values.partition import PARQUET_ENCODING
 from llog.connection import Connection
 from llog.control import now_ms, read_control, settle
 from llog.errors import CorruptBlob, CorruptMetadata, ObjectNotFound, OffsetOutOfRange, StoreError

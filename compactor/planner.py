@@ -7,7 +7,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llog.codec.etcd_values import WAL, CompactionCursor, MetaFormatError
+from llog.codec.etcd_values.compaction import CompactionCursor
+from llog.codec.etcd_values.maps import MetaFormatError
+from llog.codec.etcd_values.partition import WAL
 from llog.connection import Connection
 from llog.control import decode_index
 from llog.errors import CorruptMetadata

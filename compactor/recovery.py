@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from compactor.claims import Claim
 from compactor.metrics import CompactorMetrics
 from compactor.stages import Finished, StageHook, StageRunner, decode_record
-from llog.codec.etcd_values import CompactionRecord
+from llog.codec.etcd_values.compaction import CompactionRecord
 from llog.connection import Connection
 
 

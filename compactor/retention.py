@@ -24,7 +24,7 @@ from compactor.claims import Claim, claimed_txn
 from compactor.metrics import compactor_metrics
 from compactor.planner import read_cursor
 from compactor.revision_clock import RevisionClock
-from llog.codec.etcd_values import CompactionCursor
+from llog.codec.etcd_values.compaction import CompactionCursor
 from llog.connection import Connection
 from llog.control import ControlState, decode_index, now_ms, read_control
 from llog.errors import CasConflict

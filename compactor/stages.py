@@ -30,14 +30,9 @@ from dataclasses import dataclass
 
 from compactor.claims import Claim, claimed_txn
 from compactor.metrics import CompactorMetrics
-from llog.codec.etcd_values import (
-    COMPACTED,
-    WAL,
-    CompactionCursor,
-    CompactionRecord,
-    IndexEntry,
-    MetaFormatError,
-)
+from llog.codec.etcd_values.compaction import CompactionCursor, CompactionRecord
+from llog.codec.etcd_values.maps import MetaFormatError
+from llog.codec.etcd_values.partition import COMPACTED, WAL, IndexEntry
 from llog.connection import Connection
 from llog.control import decode_index
 from llog.errors import CorruptMetadata

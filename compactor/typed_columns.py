@@ -12,7 +12,7 @@ from typing import Any
 
 from llog.codec import parquet_body
 from llog.codec.batch import RecordColumns
-from llog.codec.etcd_values import TopicMeta
+from llog.codec.etcd_values.topic import TopicMeta
 from llog.connection import Connection
 from llog.errors import SchemaRegistryError
 from llog.registry import SchemaRegistry

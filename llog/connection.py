@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import threading
 
-from llog.codec.etcd_values import MetaFormatError, TopicMeta
+from llog.codec.etcd_values.maps import MetaFormatError
+from llog.codec.etcd_values.topic import TopicMeta
 from llog.config import LlogConfig
 from llog.errors import CorruptMetadata, UnknownPartition, UnknownTopic
 from llog.etcd.auth import EtcdSecurity

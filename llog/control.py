@@ -8,7 +8,9 @@ import logging
 import time
 from dataclasses import dataclass
 
-from llog.codec.etcd_values import CompactionCursor, Control, IndexEntry, MetaFormatError, Pending
+from llog.codec.etcd_values.compaction import CompactionCursor
+from llog.codec.etcd_values.maps import MetaFormatError
+from llog.codec.etcd_values.partition import Control, IndexEntry, Pending
 from llog.connection import Connection
 from llog.errors import CorruptMetadata
 from llog.etcd.operations import KV, Get, Op, Put, mod_revision_is

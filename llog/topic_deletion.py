@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import logging
 
-from llog.codec.etcd_values import TopicMeta
+from llog.codec.etcd_values.topic import TopicMeta
 from llog.connection import Connection, topic_of
 from llog.errors import CasConflict
 from llog.etcd.operations import Compare, Delete, Op

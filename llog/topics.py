@@ -7,20 +7,15 @@ from dataclasses import dataclass, replace
 from enum import Enum
 from typing import Any
 
-from llog.codec.etcd_values import (
+from llog.codec.etcd_values.compaction import CompactionCursor, DamagedRange
+from llog.codec.etcd_values.maps import MetaFormatError
+from llog.codec.etcd_values.partition import COMPACTED, FENCED, OPEN, Control, Pending
+from llog.codec.etcd_values.topic import (
     CLEANUP_POLICIES,
-    COMPACTED,
     COMPACTED_FORMATS,
-    FENCED,
-    OPEN,
     TABLE_FORMATS,
     VALUE_SCHEMA_MODES,
     VALUE_VALIDATIONS,
-    CompactionCursor,
-    Control,
-    DamagedRange,
-    MetaFormatError,
-    Pending,
     TopicMeta,
 )
 from llog.config import LlogConfig

@@ -26,22 +26,11 @@ import msgpack
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from llog.codec import batch, blob, kafka_body
-from llog.codec.etcd_values import (
-    COMPACTED,
-    FENCED,
-    OPEN,
-    CleanCursor,
-    CompactionCursor,
-    CompactionRecord,
-    Control,
-    DamagedRange,
-    GroupEpoch,
-    IndexEntry,
-    Pending,
-    ProducerState,
-    SequencedBatch,
-    TopicMeta,
-)
+from llog.codec.etcd_values.compaction import CleanCursor, CompactionCursor, CompactionRecord, DamagedRange
+from llog.codec.etcd_values.groups import GroupEpoch
+from llog.codec.etcd_values.partition import COMPACTED, FENCED, OPEN, Control, IndexEntry, Pending
+from llog.codec.etcd_values.producers import ProducerState, SequencedBatch
+from llog.codec.etcd_values.topic import TopicMeta
 from llog.codec.txn_values import (
     COMPLETE_COMMIT,
     ONGOING,

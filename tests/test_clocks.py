@@ -23,8 +23,8 @@ from compactor import Compactor
 from compactor.compact import COMPACTED
 from compactor.revision_clock import MAX_SAMPLES, RevisionClock
 from compactor.service import CompactorService
-from llog.codec.etcd_values import COMPACTED as KIND_COMPACTED
-from llog.codec.etcd_values import WAL
+from llog.codec.etcd_values.partition import COMPACTED as KIND_COMPACTED
+from llog.codec.etcd_values.partition import WAL
 from llog.control import decode_index, now_ms, read_control
 from llog.errors import AmbiguousCommit, CoordinationError, HistoryCompacted
 from llog.etcd.maintenance import EtcdMaintenance
@@ -264,7 +264,7 @@ def test_resolution_without_history_falls_back_to_the_index_key(
         st = read_control(conn, "nohistory", 0)
         EtcdMaintenance(conn.etcd).compact(st.mod_revision)
 
-        def resolve(start: int) -> llog.codec.etcd_values.Pending | None:
+        def resolve(start: int) -> llog.codec.etcd_values.partition.Pending | None:
             return find_committed(conn, "nohistory", 0, first.append_id, st.control, st.mod_revision, [start], 1)
 
         found = resolve(0)

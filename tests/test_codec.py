@@ -12,19 +12,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from llog.codec import batch, blob
-from llog.codec.etcd_values import (
-    COMPACTED,
-    FENCED,
-    OPEN,
-    WAL,
-    CompactionCursor,
-    CompactionRecord,
-    Control,
-    IndexEntry,
-    MetaFormatError,
-    Pending,
-    TopicMeta,
-)
+from llog.codec.etcd_values.compaction import CompactionCursor, CompactionRecord
+from llog.codec.etcd_values.maps import MetaFormatError
+from llog.codec.etcd_values.partition import COMPACTED, FENCED, OPEN, WAL, Control, IndexEntry, Pending
+from llog.codec.etcd_values.topic import TopicMeta
 from llog.records import Record
 
 Row = tuple[int, bytes | None, bytes | None, tuple[tuple[str, bytes], ...]]
@@ -492,7 +483,7 @@ def test_meta_decode_of_wrong_types_raises(cls: Any, raw: bytes) -> None:
 
 
 def test_a_group_generation_round_trips_and_a_malformed_one_is_refused() -> None:
-    from llog.codec.etcd_values import GroupGeneration, GroupMember
+    from llog.codec.etcd_values.groups import GroupGeneration, GroupMember
 
     gen = GroupGeneration(7, "consumer", "range", "m-1", (
         GroupMember("m-1", None, "c1", 6000, 300000, (("range", b"\x00\x01"), ("roundrobin", b"")), b"\x00a"),

@@ -20,8 +20,9 @@ from compactor.planner import select_run
 from compactor.recovery import finish_interrupted
 from compactor.stages import StageHook
 from llog import AppendGroup, Record
-from llog.codec.etcd_values import COMPACTED as KIND_COMPACTED
-from llog.codec.etcd_values import WAL, CompactionRecord, IndexEntry
+from llog.codec.etcd_values.compaction import CompactionRecord
+from llog.codec.etcd_values.partition import COMPACTED as KIND_COMPACTED
+from llog.codec.etcd_values.partition import WAL, IndexEntry
 from llog.control import read_control
 
 TOPIC = "orders"

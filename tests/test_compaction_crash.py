@@ -17,7 +17,8 @@ import llog
 from compactor import Compactor
 from compactor.compact import read_cursor
 from llog import AppendGroup, Record
-from llog.codec.etcd_values import COMPACTED, CompactionRecord, IndexEntry
+from llog.codec.etcd_values.compaction import CompactionRecord
+from llog.codec.etcd_values.partition import COMPACTED, IndexEntry
 from llog.control import read_control
 from llog.records import Headers
 from tests.conftest import config_env

@@ -17,7 +17,8 @@ from compactor import compact_once
 from compactor.compact import COMPACTED, DAMAGED, IDLE
 from compactor.retention import apply_retention
 from llog.codec import blob
-from llog.codec.etcd_values import DamagedRange, IndexEntry
+from llog.codec.etcd_values.compaction import DamagedRange
+from llog.codec.etcd_values.partition import IndexEntry
 from llog.keys import prefix_range_end
 from llog.records import KafkaBatches
 from tests.kafka_crafted import batch, record

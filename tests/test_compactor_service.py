@@ -24,7 +24,8 @@ import llog
 from compactor import StageEvent, compact_once
 from compactor.service import CompactorService, parse_targets
 from llog import AppendGroup
-from llog.codec.etcd_values import COMPACTED, CompactionRecord, IndexEntry
+from llog.codec.etcd_values.compaction import CompactionRecord
+from llog.codec.etcd_values.partition import COMPACTED, IndexEntry
 from llog.devstack import free_port
 from llog.errors import ConfigError
 from tests.conftest import config_env, wait_until

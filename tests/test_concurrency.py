@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 import llog
-from llog.codec.etcd_values import IndexEntry
+from llog.codec.etcd_values.partition import IndexEntry
 from llog.control import read_control
 from tests.conftest import config_env
 from tests.workers.append_worker import payload

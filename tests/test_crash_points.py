@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 import llog
-from llog.codec.etcd_values import IndexEntry, Pending
+from llog.codec.etcd_values.partition import IndexEntry, Pending
 from llog.control import read_control
 from tests.conftest import config_env
 

@@ -19,18 +19,10 @@ import msgpack
 import pytest
 
 from llog.codec import batch, blob, bodies, kafka_body
-from llog.codec.etcd_values import (
-    CleanCursor,
-    CompactionCursor,
-    CompactionRecord,
-    Control,
-    DamagedRange,
-    IndexEntry,
-    Pending,
-    ProducerState,
-    SequencedBatch,
-    TopicMeta,
-)
+from llog.codec.etcd_values.compaction import CleanCursor, CompactionCursor, CompactionRecord, DamagedRange
+from llog.codec.etcd_values.partition import Control, IndexEntry, Pending
+from llog.codec.etcd_values.producers import ProducerState, SequencedBatch
+from llog.codec.etcd_values.topic import TopicMeta
 from llog.codec.txn_values import PartitionSequences, SinkProgress, StagedAppend, StagedOffset, TxnRecord
 from llog.keys import KeyLayout
 from llog.records import Record

@@ -15,7 +15,7 @@ import pytest
 
 import llog
 from llog import AppendGroup
-from llog.codec.etcd_values import ProducerState
+from llog.codec.etcd_values.producers import ProducerState
 from llog.errors import AmbiguousCommit, InvalidInput, ProducerFenced, SequenceError, SequenceReused
 from llog.etcd.operations import KV
 from llog.keys import prefix_range_end
@@ -327,7 +327,7 @@ def test_unresolvable_outcome_is_ambiguous_then_the_retry_resolves(
 
 
 def test_a_batch_comes_before_the_window_by_record_counted_sequences_across_the_wrap() -> None:
-    from llog.codec.etcd_values import ProducerState, SequencedBatch
+    from llog.codec.etcd_values.producers import ProducerState, SequencedBatch
     from llog.write.older_batches import behind
 
     # Window: batches of 3 records at sequences 100, 103 (offsets 50.., 60..).

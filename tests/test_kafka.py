@@ -440,7 +440,7 @@ def test_the_docs_list_every_served_api_at_its_versions() -> None:
 
 
 def test_kafka_producer_ids_count_sequences_in_records() -> None:
-    from llog.codec.etcd_values import ProducerState
+    from llog.codec.etcd_values.producers import ProducerState
     from llog.errors import SequenceError
     from llog.write.commit_plan import sequence_verdict
     from llog.write.validation import ProducerSequence

@@ -14,7 +14,8 @@ import pytest
 from compactor import compact_once
 from compactor.stages import StageEvent
 from llog.codec import batch, parquet_body
-from llog.codec.etcd_values import IndexEntry, TopicMeta
+from llog.codec.etcd_values.partition import IndexEntry
+from llog.codec.etcd_values.topic import TopicMeta
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import CorruptBlob, InvalidInput, UnknownTopic

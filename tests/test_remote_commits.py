@@ -17,7 +17,7 @@ from llog.broker.tailcache import TailCache
 from llog.broker.wakeup import TailView
 from llog.codec import kafka_body
 from llog.codec.bodies import KafkaBody
-from llog.codec.etcd_values import Pending
+from llog.codec.etcd_values.partition import Pending
 from llog.config import LlogConfig
 from llog.control import read_control
 from llog.errors import LlogError, OffsetOutOfRange

@@ -21,7 +21,7 @@ from pyspark.sql import SparkSession
 from pyspark.sql.functions import spark_partition_id
 
 from compactor.compact import compact_once
-from llog.codec.etcd_values import COMPACTED, IndexEntry
+from llog.codec.etcd_values.partition import COMPACTED, IndexEntry
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.control import read_control

@@ -18,7 +18,9 @@ from compactor.metrics import compactor_metrics
 from compactor.retention import apply_retention
 from compactor.stages import StageEvent
 from compactor.vacuum import vacuum
-from llog.codec.etcd_values import PARQUET_ENCODING, MetaFormatError, TopicMeta
+from llog.codec.etcd_values.maps import MetaFormatError
+from llog.codec.etcd_values.partition import PARQUET_ENCODING
+from llog.codec.etcd_values.topic import TopicMeta
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import InvalidInput

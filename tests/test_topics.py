@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from llog import Connection, Reader, Topics, Writer
-from llog.codec.etcd_values import FENCED, OPEN
+from llog.codec.etcd_values.partition import FENCED, OPEN
 from llog.errors import (
     Fenced,
     InvalidInput,

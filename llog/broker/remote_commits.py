@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from llog.broker.tailcache import TailCache
 from llog.codec import bodies
-from llog.codec.etcd_values import Pending
+from llog.codec.etcd_values.partition import Pending
 from llog.errors import LlogError
 from llog.metrics import Metrics
 from llog.names import TopicPartition

@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import replace
 
 from llog.codec import kafka_body
-from llog.codec.etcd_values import DLQ_SUFFIX, TopicMeta
+from llog.codec.etcd_values.topic import DLQ_SUFFIX, TopicMeta
 from llog.connection import Connection
 from llog.errors import SchemaViolation
 from llog.producer import BatchingProducer

@@ -21,7 +21,7 @@ from llog.broker.remote_commits import RemoteCommits
 from llog.broker.screening import Screening
 from llog.broker.tailcache import TailCache
 from llog.broker.wakeup import PartitionTails
-from llog.codec.etcd_values import TopicMeta
+from llog.codec.etcd_values.topic import TopicMeta
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import UnknownTopic

@@ -30,7 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from llog.broker.loop_inbox import LoopInbox
-from llog.codec.etcd_values import Control, MetaFormatError, Pending
+from llog.codec.etcd_values.maps import MetaFormatError
+from llog.codec.etcd_values.partition import Control, Pending
 from llog.connection import Connection
 from llog.control import decode_control, decode_cursor
 from llog.errors import CorruptMetadata

@@ -8,7 +8,7 @@ from typing import Any
 
 from llog.cli import values
 from llog.cli.common import connection_from_args, print_json
-from llog.codec.etcd_values import VALUE_SCHEMA_MODES, VALUE_VALIDATIONS
+from llog.codec.etcd_values.topic import VALUE_SCHEMA_MODES, VALUE_VALIDATIONS
 from llog.connection import Connection
 from llog.errors import InvalidInput, LlogError
 from llog.table import TableCatalog, delete_topic, sync_table

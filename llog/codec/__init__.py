@@ -1,2 +1,2 @@
 """Binary codecs: record bodies (``batch``), shared WAL blobs (``blob``) and the
-msgpack metadata values stored in etcd (``meta``). Pure code, no I/O."""
+msgpack values stored in etcd (``etcd_values``). Pure code, no I/O."""

@@ -7,7 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any, Final, Literal
 
-from llog.codec.etcd_values import PRODUCER_WINDOW, MetaFormatError, Pending, _field, _pack, _unpack
+from llog.codec.etcd_values.maps import MetaFormatError, field_of, pack, unpack
+from llog.codec.etcd_values.partition import Pending
+from llog.codec.etcd_values.producers import PRODUCER_WINDOW
 
 TxnState = Literal["empty", "ongoing", "complete-commit", "complete-abort"]
 EMPTY: Final = "empty"
@@ -172,7 +174,7 @@ class TxnRecord:
         return ()
 
     def encode(self) -> bytes:
-        return _pack({
+        return pack({
             "producer_id": self.producer_id,
             "epoch": self.epoch,
             "timeout_ms": self.timeout_ms,
@@ -188,31 +190,31 @@ class TxnRecord:
 
     @classmethod
     def decode(cls, raw: bytes) -> TxnRecord:
-        m = _unpack(raw)
-        state = _field(m, "state", str)
+        m = unpack(raw)
+        state = field_of(m, "state", str)
         if state not in STATES:
             raise MetaFormatError(f"transaction state {state!r} is not one of {', '.join(STATES)}")
         partitions = []
-        for p in _field(m, "partitions", list):
+        for p in field_of(m, "partitions", list):
             t, n = _array(p, 2, "a transaction's partition")
             if not isinstance(t, str) or not isinstance(n, int) or isinstance(n, bool) or n < 0:
                 raise MetaFormatError("a transaction's partition is not [topic, partition >= 0]")
             partitions.append((t, n))
-        groups = _field(m, "groups", list)
+        groups = field_of(m, "groups", list)
         if not all(isinstance(g, str) for g in groups):
             raise MetaFormatError("a transaction's group is not a string")
         r = cls(
-            producer_id=_field(m, "producer_id", int),
-            epoch=_field(m, "epoch", int),
-            timeout_ms=_field(m, "timeout_ms", int),
+            producer_id=field_of(m, "producer_id", int),
+            epoch=field_of(m, "epoch", int),
+            timeout_ms=field_of(m, "timeout_ms", int),
             state=state,
-            number=_field(m, "number", int),
-            started_at_ms=_field(m, "started_at_ms", int),
+            number=field_of(m, "number", int),
+            started_at_ms=field_of(m, "started_at_ms", int),
             partitions=tuple(partitions),
             groups=tuple(groups),
-            staged=tuple(StagedAppend.from_array(s) for s in _field(m, "staged", list)),
-            offsets=tuple(StagedOffset.from_array(o) for o in _field(m, "offsets", list)),
-            sequences=tuple(PartitionSequences.from_array(s) for s in _field(m, "sequences", list)),
+            staged=tuple(StagedAppend.from_array(s) for s in field_of(m, "staged", list)),
+            offsets=tuple(StagedOffset.from_array(o) for o in field_of(m, "offsets", list)),
+            sequences=tuple(PartitionSequences.from_array(s) for s in field_of(m, "sequences", list)),
         )
         if r.producer_id < 0 or r.epoch < 0 or r.timeout_ms <= 0 or r.number < 0:
             raise MetaFormatError("a transaction record has a negative producer id, epoch or number, or no timeout")
@@ -229,9 +231,9 @@ class SinkProgress:
     committed_at_ms: int
 
     def encode(self) -> bytes:
-        return _pack({"batch_id": self.batch_id, "committed_at_ms": self.committed_at_ms})
+        return pack({"batch_id": self.batch_id, "committed_at_ms": self.committed_at_ms})
 
     @classmethod
     def decode(cls, raw: bytes) -> SinkProgress:
-        m = _unpack(raw)
-        return cls(_field(m, "batch_id", int), _field(m, "committed_at_ms", int))
+        m = unpack(raw)
+        return cls(field_of(m, "batch_id", int), field_of(m, "committed_at_ms", int))

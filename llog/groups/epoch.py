@@ -3,7 +3,7 @@ epoch, so commits from any older instance (a zombie) are rejected."""
 
 from __future__ import annotations
 
-from llog.codec.etcd_values import GroupEpoch
+from llog.codec.etcd_values.groups import GroupEpoch
 from llog.connection import Connection
 from llog.control import now_ms
 from llog.errors import CasConflict

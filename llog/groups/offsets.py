@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llog.codec.etcd_values import GroupEpoch, GroupOffset, MetaFormatError
+from llog.codec.etcd_values.groups import GroupEpoch, GroupOffset
+from llog.codec.etcd_values.maps import MetaFormatError
 from llog.connection import Connection
 from llog.control import now_ms, read_control
 from llog.errors import (

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 
 from llog.auth.acls import CLUSTER_NAME, Operation, ResourceType, camel
 from llog.auth.authorizer import Caller
-from llog.codec.etcd_values import TopicMeta
+from llog.codec.etcd_values.topic import TopicMeta
 from llog.errors import NotAuthorized
 from llog.kafka.batch_checks import BatchChecker
 from llog.kafka.coordinator import Coordinator

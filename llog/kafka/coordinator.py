@@ -25,7 +25,7 @@ import uuid
 from dataclasses import dataclass, field
 from enum import Enum
 
-from llog.codec.etcd_values import GroupEpoch, GroupGeneration
+from llog.codec.etcd_values.groups import GroupEpoch, GroupGeneration
 from llog.connection import Connection
 from llog.groups.epoch import bump_epoch
 from llog.kafka import group_generations

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 
-from llog.codec.etcd_values import GroupEpoch, GroupGeneration, GroupMember
+from llog.codec.etcd_values.groups import GroupEpoch, GroupGeneration, GroupMember
 from llog.connection import Connection
 from llog.groups.epoch import current_epoch
 

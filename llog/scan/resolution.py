@@ -9,7 +9,7 @@ import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
-from llog.codec.etcd_values import Pending
+from llog.codec.etcd_values.partition import Pending
 from llog.connection import Connection
 from llog.control import ControlState, decode_control, decode_index, read_control, settle
 from llog.errors import CorruptMetadata, InvalidInput, LlogError, OffsetOutOfRange

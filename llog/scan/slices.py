@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from llog.codec.etcd_values import PARQUET_ENCODING
+from llog.codec.etcd_values.partition import PARQUET_ENCODING
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from bisect import bisect_right
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from llog.codec.etcd_values import Control
+from llog.codec.etcd_values.partition import Control
 from llog.connection import Connection
 from llog.control import decode_control
 from llog.errors import ConfigError, OffsetOutOfRange

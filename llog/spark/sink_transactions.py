@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable
 
-from llog.codec.etcd_values import MetaFormatError
+from llog.codec.etcd_values.maps import MetaFormatError
 from llog.codec.txn_values import SinkProgress
 from llog.connection import Connection
 from llog.control import now_ms

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llog.codec.etcd_values import COMPACTED, PARQUET_ENCODING
+from llog.codec.etcd_values.partition import COMPACTED, PARQUET_ENCODING
 from llog.connection import Connection
 from llog.control import decode_index
 from llog.errors import ConfigError

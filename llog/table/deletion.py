@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import logging
 
-from llog.codec.etcd_values import TopicMeta
+from llog.codec.etcd_values.topic import TopicMeta
 from llog.connection import Connection
 from llog.table.catalog import TableCatalog
 from llog.topics import Topics

@@ -30,7 +30,7 @@ import logging
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING
 
-from llog.codec.etcd_values import COMPACTED, PARQUET_ENCODING
+from llog.codec.etcd_values.partition import COMPACTED, PARQUET_ENCODING
 from llog.connection import Connection
 from llog.control import decode_index
 from llog.errors import LlogError, TableError

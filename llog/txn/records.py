@@ -7,7 +7,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import TypeVar
 
-from llog.codec.etcd_values import MetaFormatError
+from llog.codec.etcd_values.maps import MetaFormatError
 from llog.codec.txn_values import COMPLETE_ABORT, TxnRecord
 from llog.connection import Connection
 from llog.errors import CasConflict, CorruptMetadata, InvalidProducerIdMapping, TransactionFenced

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from llog.codec.etcd_values import PRODUCER_WINDOW
+from llog.codec.etcd_values.producers import PRODUCER_WINDOW
 from llog.codec.txn_values import ONGOING, PartitionSequences, StagedAppend, StagedBatch, TxnRecord
 from llog.connection import Connection
 from llog.errors import (

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from llog.codec.etcd_values import Pending, ProducerState, SequencedBatch
+from llog.codec.etcd_values.partition import Pending
+from llog.codec.etcd_values.producers import ProducerState, SequencedBatch
 from llog.connection import Connection
 from llog.control import ControlState, decode_index, read_control
 from llog.errors import LlogError

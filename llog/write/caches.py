@@ -10,7 +10,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llog.bounded import BoundedCache, PartitionLocks
-from llog.codec.etcd_values import MetaFormatError, ProducerState
+from llog.codec.etcd_values.maps import MetaFormatError
+from llog.codec.etcd_values.producers import ProducerState
 from llog.control import ControlState
 from llog.errors import CorruptMetadata
 from llog.etcd.operations import KV

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from llog.codec.etcd_values import PRODUCER_WINDOW, Control, Pending, ProducerState, SequencedBatch
+from llog.codec.etcd_values.partition import Control, Pending
+from llog.codec.etcd_values.producers import PRODUCER_WINDOW, ProducerState, SequencedBatch
 from llog.connection import Connection
 from llog.control import ControlState, materialize_ops
 from llog.errors import ProducerFenced, SequenceError, SequenceReused

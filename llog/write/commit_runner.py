@@ -10,7 +10,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from llog.codec.etcd_values import FENCED
+from llog.codec.etcd_values.partition import FENCED
 from llog.connection import Connection
 from llog.control import ControlState, decode_control
 from llog.errors import CoordinationError, EtcdSpaceExhausted, LlogError, SessionExpired, UnknownTopic

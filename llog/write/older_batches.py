@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 
 from llog.codec.batch import BatchFormatError
-from llog.codec.etcd_values import ProducerState, SequencedBatch
+from llog.codec.etcd_values.producers import ProducerState, SequencedBatch
 from llog.codec.kafka_body import HEAD_SIZE, batches_of, content_digest, first_producer
 from llog.connection import Connection
 from llog.control import decode_index

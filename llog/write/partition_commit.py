@@ -11,7 +11,8 @@ from collections.abc import Callable
 from enum import Enum
 from typing import TypeVar
 
-from llog.codec.etcd_values import FENCED, Pending, SequencedBatch
+from llog.codec.etcd_values.partition import FENCED, Pending
+from llog.codec.etcd_values.producers import SequencedBatch
 from llog.connection import Connection
 from llog.control import ControlState, decode_control, read_control
 from llog.errors import (

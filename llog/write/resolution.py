@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 
-from llog.codec.etcd_values import WAL, Control, Pending
+from llog.codec.etcd_values.partition import WAL, Control, Pending
 from llog.connection import Connection
 from llog.control import decode_control, decode_index
 from llog.errors import AmbiguousCommit, CoordinationError, HistoryCompacted

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from llog.codec import batch, blob, kafka_body
-from llog.codec.etcd_values import Pending
+from llog.codec.etcd_values.partition import Pending
 from llog.errors import InvalidInput
 from llog.session import Session
 from llog.write.validation import PreparedGroup

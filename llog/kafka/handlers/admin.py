@@ -21,7 +21,7 @@ from kafka.protocol.admin import (
 )
 
 from llog.auth.acls import Operation, ResourceType
-from llog.codec.etcd_values import DELETE_RETENTION_MS, TopicMeta
+from llog.codec.etcd_values.topic import DELETE_RETENTION_MS, TopicMeta
 from llog.errors import InvalidInput, LlogError
 from llog.group_names import list_groups as stored_groups
 from llog.kafka.context import Context

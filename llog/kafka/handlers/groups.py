@@ -23,7 +23,7 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorResponse
 
 from llog.auth.acls import Operation, ResourceType
-from llog.codec.etcd_values import GroupEpoch
+from llog.codec.etcd_values.groups import GroupEpoch
 from llog.errors import InvalidInput, LlogError
 from llog.groups.offsets import Fence, GroupOffsets
 from llog.kafka.context import Context

@@ -8,7 +8,7 @@ from typing import Any
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 
 from llog.auth.acls import Operation, ResourceType
-from llog.codec.etcd_values import TopicMeta
+from llog.codec.etcd_values.topic import TopicMeta
 from llog.errors import LlogError, NotAuthorized, UnknownTopic
 from llog.kafka.api_spec import Api
 from llog.kafka.context import ZERO_TOPIC_ID, Context, leader_of

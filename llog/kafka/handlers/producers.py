@@ -16,7 +16,8 @@ from kafka.protocol.admin import DescribeProducersResponse
 from kafka.protocol.producer import InitProducerIdResponse
 
 from llog.auth.acls import Operation, ResourceType
-from llog.codec.etcd_values import MetaFormatError, ProducerState
+from llog.codec.etcd_values.maps import MetaFormatError
+from llog.codec.etcd_values.producers import ProducerState
 from llog.errors import CorruptMetadata, LlogError
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code

@@ -17,7 +17,7 @@ from kafka.protocol.admin import (
 )
 
 from llog.auth.acls import Operation, ResourceType
-from llog.codec.etcd_values import TopicMeta
+from llog.codec.etcd_values.topic import TopicMeta
 from llog.connection import Connection
 from llog.errors import InvalidInput, InvalidPartition, InvalidTopicName, LlogError, UnknownTopic
 from llog.kafka.context import ZERO_TOPIC_ID, Context

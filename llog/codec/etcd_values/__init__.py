@@ -1,0 +1,10 @@
+"""msgpack values stored in etcd (protocol/README.md, "etcd values"), a module per kind:
+a partition's control, pending append and index entries (:mod:`.partition`), a topic's
+definition (:mod:`.topic`), the compactor's cursors and records (:mod:`.compaction`),
+consumer groups' values (:mod:`.groups`), idempotent producers' state
+(:mod:`.producers`); what they share (:mod:`.maps`).
+
+Each value is a msgpack map with the fields below, written in this order so the bytes
+are deterministic (the golden vectors pin them). Unknown fields are ignored on read,
+so later versions can add fields.
+"""
