@@ -31,7 +31,7 @@ from llog.codec.etcd_values.groups import GroupEpoch
 from llog.codec.etcd_values.partition import COMPACTED, FENCED, OPEN, Control, IndexEntry, Pending
 from llog.codec.etcd_values.producers import ProducerState, SequencedBatch
 from llog.codec.etcd_values.topic import TopicMeta
-from llog.codec.txn_values import (
+from llog.codec.etcd_values.transaction import (
     COMPLETE_COMMIT,
     ONGOING,
     PartitionSequences,

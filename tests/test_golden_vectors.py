@@ -23,7 +23,7 @@ from llog.codec.etcd_values.compaction import CleanCursor, CompactionCursor, Com
 from llog.codec.etcd_values.partition import Control, IndexEntry, Pending
 from llog.codec.etcd_values.producers import ProducerState, SequencedBatch
 from llog.codec.etcd_values.topic import TopicMeta
-from llog.codec.txn_values import PartitionSequences, SinkProgress, StagedAppend, StagedOffset, TxnRecord
+from llog.codec.etcd_values.transaction import PartitionSequences, SinkProgress, StagedAppend, StagedOffset, TxnRecord
 from llog.keys import KeyLayout
 from llog.records import Record
 

@@ -10,7 +10,7 @@ import random
 import pytest
 
 import llog
-from llog.codec.txn_values import COMPLETE_ABORT, COMPLETE_COMMIT, ONGOING
+from llog.codec.etcd_values.transaction import COMPLETE_ABORT, COMPLETE_COMMIT, ONGOING
 from llog.connection import Connection
 from llog.errors import InvalidInput, NotAssigned, TransactionFenced, UnknownTopic
 from llog.groups.consumer import Consumer

@@ -25,7 +25,7 @@ from kafka.protocol.producer.transaction import (
 )
 
 from compactor.vacuum import vacuum
-from llog.codec.txn_values import COMPLETE_ABORT, COMPLETE_COMMIT, ONGOING
+from llog.codec.etcd_values.transaction import COMPLETE_ABORT, COMPLETE_COMMIT, ONGOING
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import CoordinationError, TransactionFenced, UnknownTransactionalId

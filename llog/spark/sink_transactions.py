@@ -18,7 +18,7 @@ import logging
 from collections.abc import Iterable
 
 from llog.codec.etcd_values.maps import MetaFormatError
-from llog.codec.txn_values import SinkProgress
+from llog.codec.etcd_values.transaction import SinkProgress
 from llog.connection import Connection
 from llog.control import now_ms
 from llog.errors import CorruptMetadata, LlogError

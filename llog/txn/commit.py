@@ -17,7 +17,7 @@ from llog.codec import blob, kafka_body
 from llog.codec.batch import BatchFormatError
 from llog.codec.etcd_values.groups import GroupOffset
 from llog.codec.etcd_values.partition import FENCED, Control
-from llog.codec.txn_values import COMPLETE_COMMIT, ONGOING, StagedAppend, StagedOffset, TxnRecord
+from llog.codec.etcd_values.transaction import COMPLETE_COMMIT, ONGOING, StagedAppend, StagedOffset, TxnRecord
 from llog.connection import Connection
 from llog.control import decode_control, materialize_ops, now_ms
 from llog.errors import (

@@ -9,14 +9,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import replace
 from urllib.parse import unquote
 
-from llog.codec.txn_values import (
-    COMPLETE_ABORT,
-    COMPLETE_COMMIT,
-    EMPTY,
-    ONGOING,
-    StagedOffset,
-    TxnRecord,
-)
+from llog.codec.etcd_values.transaction import COMPLETE_ABORT, COMPLETE_COMMIT, EMPTY, ONGOING, StagedOffset, TxnRecord
 from llog.connection import Connection
 from llog.control import now_ms
 from llog.errors import (

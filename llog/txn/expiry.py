@@ -10,7 +10,7 @@ import logging
 import threading
 import time
 
-from llog.codec.txn_values import ONGOING, TxnRecord
+from llog.codec.etcd_values.transaction import ONGOING, TxnRecord
 from llog.errors import LlogError
 from llog.txn.coordinator import Coordinator
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import TypeVar
 
 from llog.codec.etcd_values.maps import MetaFormatError
-from llog.codec.txn_values import COMPLETE_ABORT, TxnRecord
+from llog.codec.etcd_values.transaction import COMPLETE_ABORT, TxnRecord
 from llog.connection import Connection
 from llog.errors import CasConflict, CorruptMetadata, InvalidProducerIdMapping, TransactionFenced
 from llog.etcd.operations import KV, Compare, Delete, Get, Op, Put, conflict_pause, mod_revision_is

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 from llog.codec.etcd_values.producers import PRODUCER_WINDOW
-from llog.codec.txn_values import ONGOING, PartitionSequences, StagedAppend, StagedBatch, TxnRecord
+from llog.codec.etcd_values.transaction import ONGOING, PartitionSequences, StagedAppend, StagedBatch, TxnRecord
 from llog.connection import Connection
 from llog.errors import (
     InvalidTxnState,

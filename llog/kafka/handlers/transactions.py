@@ -23,7 +23,7 @@ from kafka.protocol.producer.transaction import (
 )
 
 from llog.auth.acls import Operation, ResourceType
-from llog.codec.txn_values import COMPLETE_ABORT, COMPLETE_COMMIT, EMPTY, ONGOING, TxnRecord
+from llog.codec.etcd_values.transaction import COMPLETE_ABORT, COMPLETE_COMMIT, EMPTY, ONGOING, TxnRecord
 from llog.errors import ConcurrentTransactions, LlogError
 from llog.kafka.context import Context
 from llog.kafka.coordinator import GroupError
