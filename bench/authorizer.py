@@ -40,7 +40,7 @@ from llog.auth.acl_store import AclStore
 from llog.auth.acls import AclBinding, Operation, PatternType, Permission, ResourceType
 from llog.auth.users import Users
 from llog.connection import Connection
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 USER, PASSWORD, TOPIC = "bench", "bench-secret", "b"
 

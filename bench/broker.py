@@ -43,7 +43,7 @@ from bench.common import LocalStack, bench_args, emit_json, median, print_table
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.producer import BatchingProducer
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 PARTITIONS = 8
 

@@ -34,7 +34,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.broker import broker_process, pct
 from bench.common import MIB, LocalStack, bench_args, emit_json, print_table
 from llog.connection import Connection
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.broker_harness import PeakRss
 
 TOPIC = "edge"

@@ -40,7 +40,7 @@ from llog.errors import TooManyUncompactedKeys
 from llog.etcd.maintenance import EtcdMaintenance
 from llog.keys import prefix_range_end
 from llog.producer import BatchingProducer
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 TOPIC = "bounded"
 

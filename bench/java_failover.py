@@ -35,7 +35,7 @@ from bench.kafka_failover import Timeline  # noqa: E402
 from llog.connection import Connection  # noqa: E402
 from llog.devstack import BrokerProcess, LocalStack, free_port  # noqa: E402
 from llog.reader import Reader  # noqa: E402
-from llog.topics import Topics  # noqa: E402
+from llog.topic.admin import Topics  # noqa: E402
 from tests import java_client  # noqa: E402
 
 TOPIC = "jv"

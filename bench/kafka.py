@@ -67,7 +67,7 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.producer import BatchingProducer
 from llog.reader import Reader
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 PARTITIONS = 8
 

@@ -35,7 +35,7 @@ from llog.connection import Connection  # noqa: E402
 from llog.devstack import BrokerProcess, LocalStack  # noqa: E402
 from llog.kafka.client_settings import CONSUMER, PRODUCER  # noqa: E402
 from llog.reader import Reader  # noqa: E402
-from llog.topics import Topics  # noqa: E402
+from llog.topic.admin import Topics  # noqa: E402
 
 TOPIC, GROUP = "failover", "failover-group"
 

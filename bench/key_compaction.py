@@ -30,7 +30,7 @@ from compactor import compact_once
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.records import Record
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.writer import Writer
 
 #: The child: scan, then clean, printing seconds and peak memory after each (JSON).

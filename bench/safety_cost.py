@@ -41,7 +41,7 @@ from dataclasses import replace
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.records import AppendGroup, Record
-from llog.topics import Topics
+from llog import Topics  # the name both trees have (the baseline's module is llog.topics)
 from llog.writer import Writer
 from llog.producer import BatchingProducer
 

@@ -29,7 +29,7 @@ from llog.connection import Connection
 from llog.nemesis.control import set_faults
 from llog.nemesis.faults import FaultPlan, FaultRule
 from llog.producer import BatchingProducer
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 PARTITIONS = 8
 

@@ -79,7 +79,7 @@ from llog.connection import Connection
 from llog.records import AppendGroup, Record
 from llog.spark import local_session, read_table, read_topic
 from llog.spark.schema import ARROW_SCHEMA, SPARK_SCHEMA
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.writer import Writer
 
 log = logging.getLogger("bench.spark_scan")

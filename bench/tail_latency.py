@@ -52,7 +52,7 @@ from llog.connection import Connection
 from llog.nemesis.control import proxy_state, set_latency
 from llog.producer import BatchingProducer
 from llog.records import Record
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 #: S3 Standard request prices, us-east-1, USD per request.
 PUT_USD = 0.005 / 1000

@@ -38,7 +38,7 @@ from bench.common import LocalStack, bench_args, emit_json, median, print_table
 from bench.kafka import kafka_broker_process, produce_range
 from bench.kafka_peer import PARTITIONS, create_topic
 from llog.connection import Connection
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests import java_client
 from tests.apache_kafka import apache_kafka
 

@@ -36,7 +36,7 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.reader import Reader
 from llog.table import TableCatalog
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 PARTITIONS = 4
 AVRO = {"type": "record", "name": "Click", "fields": [{"name": "page", "type": "string"},

@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # run as a file
 from bench.broker import broker_process
 from bench.common import LocalStack, bench_args, cpu_seconds, emit_json, median, print_table
 from llog.connection import Connection
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 PARTITIONS = 8
 

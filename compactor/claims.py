@@ -24,7 +24,7 @@ from llog.connection import Connection
 from llog.errors import ClaimConflict, ClaimLost, CoordinationError
 from llog.etcd.client import Etcd
 from llog.etcd.operations import KV, Compare, Delete, Get, Op, Put, TxnResult, absent, value_is
-from llog.topic_guard import TopicGuard
+from llog.topic.guard import TopicGuard
 
 log = logging.getLogger(__name__)
 

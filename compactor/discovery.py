@@ -2,7 +2,7 @@
 
 A partition has data once its ``meta/control`` key exists. Instead of scanning every
 key (index keys run into the millions), discovery skips from topic to topic
-(:meth:`llog.topics.Topics.list`) and, inside a topic, from partition to partition:
+(:meth:`llog.topic.admin.Topics.list`) and, inside a topic, from partition to partition:
 one ceiling lookup per topic and per partition that has keys.
 """
 
@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from llog.connection import Connection
 from llog.keys import prefix_range_end
 from llog.names import TopicPartition
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 
 def partitions_with_data(conn: Connection, topic: str, partitions: int) -> list[int]:

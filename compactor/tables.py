@@ -10,7 +10,7 @@ from compactor.metrics import CompactorMetrics
 from llog.connection import Connection
 from llog.errors import LlogError
 from llog.table import TableCatalog, sync_table
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 log = logging.getLogger(__name__)
 

@@ -58,7 +58,7 @@ from llog.errors import LlogError, UnknownTopic
 from llog.keys import prefix_range_end
 from llog.store import ObjectInfo
 from llog.table import TableCatalog, sync_table
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.txn.records import staged_data_keys
 
 log = logging.getLogger(__name__)

@@ -31,7 +31,7 @@ from llog.errors import TopicConflict
 from llog.partitioner import partition_for_key
 from llog.records import AppendGroup, Record
 from llog.spark import local_session
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.writer import Writer
 
 PARTITIONS = 4

@@ -33,7 +33,7 @@ from llog.devstack import LocalStack
 from llog.records import AppendGroup, Record
 from llog.spark import local_session, read_topic
 from llog.table import TableCatalog, sync_table
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.writer import Writer
 
 PARTITIONS = 4

@@ -93,7 +93,7 @@ from llog.errors import (
 from llog.reader import Reader
 from llog.records import AppendGroup, ConsumedRecord, Record
 from llog.registry import SchemaRegistry
-from llog.topics import PartitionInfo, TopicDescription, Topics
+from llog.topic.admin import PartitionInfo, TopicDescription, Topics
 from llog.txn.transaction import Transaction
 from llog.writer import AppendFailure, AppendResult, Writer
 

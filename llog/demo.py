@@ -34,7 +34,7 @@ from llog.groups import Consumer
 from llog.groups.offsets import GroupOffsets
 from llog.producer import BatchingProducer
 from llog.reader import Reader
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 TOPIC = "demo"
 GROUP = "demo-readers"

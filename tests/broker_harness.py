@@ -20,7 +20,7 @@ import pytest
 
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.conftest import config_env
 
 

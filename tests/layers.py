@@ -47,18 +47,18 @@ LAYERS: tuple[Layer, ...] = (
           "CRC-32"),
     Layer("2. store and etcd", (
         "llog/store/*", "llog/etcd/*", "llog/keys.py", "llog/connection.py",
-        "llog/session.py", "llog/control.py", "llog/topic_guard.py", "llog/group_names.py",
+        "llog/session.py", "llog/control.py", "llog/topic/__init__.py", "llog/topic/guard.py", "llog/group_names.py",
     ), "the object-store interface (S3, local dir), hedged PUTs, the WAL blob cache and peer reads (§9 step 9), "
        "the etcd operations the protocol needs and etcd maintenance "
        "(compact, defragment, alarms), the key layout (§3), one `Connection` holding both; what writers, "
        "readers and compactors share: sessions (§3), control reads, materialization and settle (W4), the topic "
        "guard (§4.5), the names of the consumer groups"),
     Layer("3. write and read", (
-        "llog/write/*", "llog/writer.py", "llog/scan/*", "llog/reader.py", "llog/timelookup.py", "llog/topics.py",
-        "llog/topic_deletion.py",
+        "llog/write/*", "llog/writer.py", "llog/scan/*", "llog/reader.py", "llog/topic/*", "!llog/topic/__init__.py",
+        "!llog/topic/guard.py",
     ), "the write path `llog/write/` (§8: W0 checks and the uncompacted-keys gate, W1 staging, W2 commits, "
        "unknown outcomes, W3 acknowledgement) behind the `Writer` façade; the read path `llog/scan/` (§9) "
-       "behind the `Reader` façade; time lookups; topic admin and fencing"),
+       "behind the `Reader` façade; topics (`llog/topic/`): admin and fencing, deletion, time lookups"),
     Layer("4. clients and tables", ("llog/producer/*", "llog/groups/*", "llog/table/*", "llog/auth/*",
                                     "llog/registry/*", "llog/txn/*"),
           "the batching producer (accumulator → sender), committed offsets, membership, the `Consumer`; "

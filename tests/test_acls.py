@@ -35,7 +35,7 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import InvalidInput
 from llog.reader import Reader
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.broker_harness import broker_process, conn_with_topic_t  # noqa: F401 (the fixture conn, with topic t)
 from tests.conftest import config_env
 from tests.test_kafka import KafkaBroker, kafka_broker

@@ -15,7 +15,7 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import InvalidInput
 from llog.reader import Reader
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.writer import Writer
 from tests import java_client
 from tests.conftest import config_env

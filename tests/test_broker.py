@@ -14,7 +14,7 @@ import pytest
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.reader import Reader
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.broker_harness import (  # noqa: F401 (the fixtures conn and broker)
     BrokerProcess,
     broker_on_topic_t,

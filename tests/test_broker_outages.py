@@ -26,7 +26,7 @@ from llog.errors import (
 )
 from llog.metrics import Metrics
 from llog.reader import Reader
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.broker_harness import (  # noqa: F401 (the fixtures conn and broker)
     BrokerProcess,
     broker_on_topic_t,

@@ -20,7 +20,7 @@ from llog.groups.offsets import GroupOffsets
 from llog.partitioner import partition_for_key
 from llog.reader import Reader
 from llog.records import AppendGroup, Record
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.writer import Writer
 from tests.conftest import config_env
 

@@ -20,7 +20,7 @@ from compactor.retention import apply_retention
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.records import AppendGroup, Record
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.writer import Writer
 from tests.conftest import config_env
 

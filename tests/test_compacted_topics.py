@@ -25,7 +25,7 @@ from llog.control import read_control
 from llog.errors import InvalidInput, KeyRequired
 from llog.groups import Consumer
 from llog.producer import BatchingProducer
-from llog.topics import parse_cleanup_policy
+from llog.topic.admin import parse_cleanup_policy
 from tests.conftest import config_env
 from tests.test_kafka import KafkaBroker, kb_fixture  # noqa: F401 (the fixture kb)
 

@@ -72,9 +72,9 @@ def test_delete_removes_every_key_and_offset_and_a_new_topic_starts_empty(config
 def test_offsets_of_groups_beyond_the_deleting_transaction_go_too(
     config: llog.LlogConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import llog.topic_deletion
+    import llog.topic.deletion
 
-    monkeypatch.setattr(llog.topic_deletion, "OFFSET_RANGES_PER_DELETE", 1)  # one group in the transaction, two after
+    monkeypatch.setattr(llog.topic.deletion, "OFFSET_RANGES_PER_DELETE", 1)  # one group in the transaction, two after
     with llog.Connection(config) as conn:
         llog.Topics(conn).create("many", 1)
         with llog.Writer(conn) as w:

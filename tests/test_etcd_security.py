@@ -24,7 +24,7 @@ from llog.connection import Connection
 from llog.devstack import LocalServer, answers, etcd_binary, free_port
 from llog.errors import CoordinationError
 from llog.reader import Reader
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.writer import Writer
 from tests.broker_harness import broker_process
 

@@ -11,7 +11,7 @@ from llog.groups import Consumer, GroupOffsets
 from llog.groups.epoch import bump_epoch
 from llog.groups.membership import range_assign
 from llog.groups.offsets import Fence
-from llog.timelookup import offset_for_timestamp
+from llog.topic.time_lookup import offset_for_timestamp
 
 
 def _fill(conn: llog.Connection, topic: str, partitions: int, per_partition: int) -> None:

@@ -18,7 +18,7 @@ from llog.metrics import Metrics
 from llog.reader import Reader
 from llog.store import open_store
 from llog.store.hedging import MIN_SAMPLES, UNTIMED_DELAY_S, HedgedPuts, LatencyWindow, race
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.writer import Writer
 
 # -- race ------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ import socket
 
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.broker_harness import BrokerProcess, broker_process
 
 

@@ -27,7 +27,7 @@ from llog.groups.offsets import GroupOffsets
 from llog.producer import BatchingProducer
 from llog.reader import Reader
 from llog.records import Record
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.broker_harness import (
     BrokerProcess,
     broker_process,

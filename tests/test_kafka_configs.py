@@ -13,7 +13,7 @@ import pytest
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import InvalidInput
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.conftest import config_env
 from tests.test_kafka import KafkaBroker, _exchange, kb_fixture  # noqa: F401 (the fixture kb)
 

@@ -19,7 +19,7 @@ from typing import Any
 
 from llog.connection import Connection
 from llog.groups.offsets import GroupOffsets
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests import java_client
 from tests.test_kafka import KafkaBroker, kb_fixture  # noqa: F401 (the fixture kb)
 

@@ -20,7 +20,7 @@ import pytest
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.reader import Reader
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.broker_harness import PeakRss
 from tests.kafka_crafted import hostile_batches, plain_batch
 from tests.test_kafka import KafkaBroker, _exchange, _recv_exactly, kafka_broker

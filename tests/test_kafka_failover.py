@@ -27,7 +27,7 @@ from llog.kafka.context import leader_of
 from llog.kafka.registry import BrokerNode
 from llog.keys import prefix_range_end
 from llog.reader import Reader
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.broker_harness import broker_process
 from tests.conftest import wait_until
 from tests.test_kafka import KafkaBroker, _exchange, kafka_broker

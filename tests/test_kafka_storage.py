@@ -25,7 +25,7 @@ from llog.producer.accumulator import QueuedGroup
 from llog.producer.sender import _merge
 from llog.reader import Reader
 from llog.records import KafkaBatches, Record
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.test_kafka import KafkaBroker, _exchange, kafka_broker
 
 kafka = pytest.importorskip("kafka")

@@ -18,7 +18,7 @@ from llog.connection import Connection
 from llog.groups import Consumer
 from llog.producer import BatchingProducer
 from llog.records import Record
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests import java_client
 from tests.test_kafka import KafkaBroker, kafka_broker, kb_fixture  # noqa: F401 (the fixture kb)
 

@@ -12,7 +12,7 @@ import pytest
 from llog.connection import Connection
 from llog.groups.offsets import GroupOffsets
 from llog.reader import Reader
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.test_kafka import KafkaBroker, kb_fixture  # noqa: F401 (the fixture kb)
 
 

@@ -18,7 +18,7 @@ from llog.loadtest.reconcile import Ack, reconcile
 from llog.loadtest.routing import NoLiveOwner, Router, owner_set
 from llog.loadtest.scenario import load_scenario, parse_scenario
 from llog.records import Record
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.writer import Writer
 
 SCENARIOS = Path(__file__).resolve().parents[1] / "loadtest" / "scenarios"

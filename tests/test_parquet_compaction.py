@@ -22,7 +22,7 @@ from llog.errors import CorruptBlob, InvalidInput, UnknownTopic
 from llog.producer import BatchingProducer
 from llog.reader import Reader
 from llog.records import Record
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.broker_harness import broker_process
 
 pa = pytest.importorskip("pyarrow")

@@ -17,7 +17,7 @@ from llog.errors import BackPressure, Fenced, InvalidInput, LlogError, UnknownPa
 from llog.partitioner import partition_for_key
 from llog.producer import BatchingProducer
 from llog.reader import Reader
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.writer import AppendResult, Writer
 
 

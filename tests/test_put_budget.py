@@ -16,7 +16,7 @@ from llog.errors import ConfigError, InvalidInput
 from llog.producer import BatchingProducer
 from llog.producer.put_budget import PutBudget
 from llog.reader import Reader
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 
 def test_tokens_refill_at_the_rate_up_to_the_burst() -> None:

@@ -31,7 +31,7 @@ from llog.nemesis.s3_proxy import S3Proxy, classify
 from llog.reader import Reader
 from llog.records import AppendGroup, Record
 from llog.store.s3 import S3Store
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.writer import AppendFailure, Writer
 from tests.conftest import TEST_BUCKET, ProxiedS3, Servers
 

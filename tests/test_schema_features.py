@@ -29,7 +29,7 @@ import pytest
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.table import TableCatalog, sync_table
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.conftest import Servers, config_env
 from tests.test_kafka import KafkaBroker, kafka_broker
 from tests.test_typed_tables import _generated

@@ -23,7 +23,7 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import IncompatibleSchema, InvalidSchema
 from llog.registry import Compatibility, SchemaRegistry
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.test_kafka import KafkaBroker, kafka_broker
 
 sr = pytest.importorskip("confluent_kafka.schema_registry")

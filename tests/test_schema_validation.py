@@ -17,7 +17,7 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.reader import Reader
 from llog.table import TableCatalog
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.test_kafka import KafkaBroker
 from tests.test_typed_tables import _compact_and_sync, kb_fixture, tcfg_fixture  # noqa: F401 (fixtures kb, tcfg)
 

@@ -16,7 +16,7 @@ from llog.errors import InvalidInput, NotAssigned, TransactionFenced, UnknownTop
 from llog.groups.consumer import Consumer
 from llog.groups.offsets import GroupOffsets
 from llog.reader import Reader
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.txn.records import TxnRecords
 from llog.writer import Writer
 

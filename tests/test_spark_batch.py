@@ -27,7 +27,7 @@ from llog.connection import Connection
 from llog.control import read_control
 from llog.reader import Reader
 from llog.records import AppendGroup, Record
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.writer import Writer
 
 BUCKET = "llog-test"  # created by the servers fixture in conftest.py

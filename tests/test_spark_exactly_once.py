@@ -16,7 +16,7 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.reader import Reader
 from llog.records import AppendGroup
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.writer import Writer
 
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from llog.connection import Connection
 from llog.reader import Reader
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests import java_client
 from tests.test_kafka import KafkaBroker, kb_fixture  # noqa: F401 (the fixture kb)
 

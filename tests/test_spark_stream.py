@@ -17,7 +17,7 @@ from pyspark.sql import SparkSession
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.records import AppendGroup
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.writer import AppendResult, Writer
 
 BUCKET = "llog-test"  # created by the servers fixture in conftest.py

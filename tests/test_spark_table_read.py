@@ -24,7 +24,7 @@ from llog.records import AppendGroup, Record
 from llog.spark import read_topic
 from llog.spark.planning import read_controls
 from llog.spark.table_read import plan_topic_read
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.writer import Writer
 
 PARTITIONS = 3

@@ -23,7 +23,7 @@ from llog.connection import Connection
 from llog.errors import InvalidInput, TableError
 from llog.table import TableCatalog, sync_table
 from llog.table.snapshots import ManifestLists, expire
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.test_parquet_compaction import _entries, _write
 from tests.test_table_topics import _fresh, _records
 

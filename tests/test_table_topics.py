@@ -27,7 +27,7 @@ from llog.errors import InvalidInput
 from llog.reader import Reader
 from llog.records import Record
 from llog.table import TableCatalog, TableInfo, delete_topic, sync_table
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.test_parquet_compaction import _entries, _write
 
 pytest.importorskip("pyiceberg")

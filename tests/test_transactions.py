@@ -31,7 +31,7 @@ from llog.connection import Connection
 from llog.errors import CoordinationError, TransactionFenced, UnknownTransactionalId
 from llog.reader import Reader
 from llog.records import AppendGroup
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.txn.coordinator import Coordinator
 from llog.txn.expiry import TxnExpiry
 from llog.txn.records import TxnRecords

@@ -22,7 +22,7 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.reader import Reader
 from llog.table import TableCatalog, sync_table
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from tests.test_kafka import KafkaBroker, kafka_broker
 
 sr = pytest.importorskip("confluent_kafka.schema_registry")

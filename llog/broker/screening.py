@@ -30,7 +30,7 @@ from llog.producer import BatchingProducer
 from llog.records import ConsumedRecord, KafkaBatches, Record
 from llog.registry import SchemaRegistry
 from llog.registry.validation import ValueValidator
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 log = logging.getLogger(__name__)
 

@@ -30,7 +30,7 @@ from llog.producer import BatchingProducer
 from llog.reader import Reader
 from llog.records import Record
 from llog.registry import SchemaRegistry
-from llog.topics import Topics
+from llog.topic.admin import Topics
 from llog.txn.coordinator import Coordinator
 from llog.txn.expiry import TxnExpiry
 from llog.txn.pipeline import StagePipeline

@@ -12,7 +12,7 @@ from llog.codec.etcd_values.topic import VALUE_SCHEMA_MODES, VALUE_VALIDATIONS
 from llog.connection import Connection
 from llog.errors import InvalidInput, LlogError
 from llog.table import TableCatalog, delete_topic, sync_table
-from llog.topics import UNCHANGED, Topics
+from llog.topic.admin import UNCHANGED, Topics
 
 
 def register(subparsers: Any) -> None:

@@ -15,7 +15,7 @@ from datetime import datetime, timezone
 from typing import Literal
 
 from llog.reader import Reader
-from llog.timelookup import offset_for_timestamp
+from llog.topic.time_lookup import offset_for_timestamp
 
 Kind = Literal["earliest", "latest", "offset", "from_end", "from_start", "timestamp"]
 

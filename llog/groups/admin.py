@@ -13,7 +13,7 @@ from llog.groups.offsets import Committed, GroupOffsets
 from llog.keys import prefix_range_end
 from llog.names import TopicPartition, check_group
 from llog.reader import Reader
-from llog.timelookup import offset_for_timestamp
+from llog.topic.time_lookup import offset_for_timestamp
 
 
 @dataclass(frozen=True)

@@ -33,7 +33,7 @@ from llog.groups.offsets import Committed, Fence, GroupOffsets
 from llog.names import TopicPartition, check_group, check_topic
 from llog.reader import Reader
 from llog.records import ConsumedRecord
-from llog.timelookup import offset_for_timestamp
+from llog.topic.time_lookup import offset_for_timestamp
 
 log = logging.getLogger(__name__)
 

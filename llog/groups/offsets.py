@@ -32,7 +32,7 @@ from llog.etcd.operations import KV, Compare, Get, Put, lease_is, mod_revision_i
 from llog.groups.owner import Owner, describe_owner
 from llog.keys import prefix_range_end
 from llog.names import check_group, check_partition, check_topic
-from llog.topic_guard import TopicGuard
+from llog.topic.guard import TopicGuard
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any
 from llog.errors import InvalidInput
 from llog.kafka.context import Context
 from llog.kafka.handlers.admin import ALTERABLE, CLEANUP_POLICY, DURATIONS, RETENTION, parse_duration, topic_configs
-from llog.topics import parse_cleanup_policy
+from llog.topic.admin import parse_cleanup_policy
 
 #: Kafka's topic configs (4.1's, and those of earlier versions a mirroring tool may
 #: still send) for a broker's local log segments, flushing, cleaning, replication and

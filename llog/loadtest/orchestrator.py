@@ -45,7 +45,7 @@ from llog.loadtest.txn_check import check
 from llog.nemesis.control import ProxyFaults, proxy_state, set_faults
 from llog.nemesis.faults import FaultPlan
 from llog.nemesis.network import Network
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 log = logging.getLogger(__name__)
 

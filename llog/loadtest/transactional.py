@@ -28,7 +28,7 @@ from llog.control import read_control
 from llog.groups.offsets import GroupOffsets
 from llog.kafka.client_settings import CONSUMER, PRODUCER
 from llog.producer import BatchingProducer
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 log = logging.getLogger(__name__)
 #: librdkafka's own log (refused connections to a killed broker, ...): the orchestrator

@@ -25,8 +25,8 @@ from llog.etcd.operations import Get
 from llog.names import TopicPartition
 from llog.reader import Reader
 from llog.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, Subscription
-from llog.timelookup import offset_for_timestamp
-from llog.topics import Topics
+from llog.topic.admin import Topics
+from llog.topic.time_lookup import offset_for_timestamp
 
 #: Offsets per topic-partition, e.g. the next offset to read.
 Offsets = dict[TopicPartition, int]

@@ -1,4 +1,4 @@
-"""Deleting a topic with its table: :meth:`llog.topics.Topics.delete` removes the
+"""Deleting a topic with its table: :meth:`llog.topic.admin.Topics.delete` removes the
 topic's etcd state (spec §4.5), and a table topic's Iceberg table is then dropped
 from the catalog, its metadata files deleted (its data files are the topic's objects,
 which vacuum deletes). What ``llog topics delete`` and Kafka's DeleteTopics run."""
@@ -10,7 +10,7 @@ import logging
 from llog.codec.etcd_values.topic import TopicMeta
 from llog.connection import Connection
 from llog.table.catalog import TableCatalog
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 log = logging.getLogger(__name__)
 

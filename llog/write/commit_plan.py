@@ -12,7 +12,7 @@ from llog.connection import Connection
 from llog.control import ControlState, materialize_ops
 from llog.errors import ProducerFenced, SequenceError, SequenceReused
 from llog.etcd.operations import Compare, Get, Op, Put, mod_revision_is
-from llog.topic_guard import TopicGuard
+from llog.topic.guard import TopicGuard
 from llog.write.caches import ProducerSnapshot
 from llog.write.validation import ProducerSequence
 

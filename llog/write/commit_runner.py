@@ -17,7 +17,7 @@ from llog.errors import CoordinationError, EtcdSpaceExhausted, LlogError, Sessio
 from llog.etcd.operations import Get, TxnResult
 from llog.names import TopicPartition
 from llog.session import Session
-from llog.topic_guard import TopicGuard
+from llog.topic.guard import TopicGuard
 from llog.write.acknowledgement import Ack, AppendFailure, AppendResult, Outcome, acknowledge
 from llog.write.caches import ProducerSnapshot, WriterCaches
 from llog.write.commit_plan import PartitionTxn, plan_txn, sequence_verdict

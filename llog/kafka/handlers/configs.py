@@ -1,7 +1,7 @@
 """AlterConfigs and IncrementalAlterConfigs (``kafka-configs.sh --alter``, admin
 clients): a topic's ``retention.ms``, ``retention.bytes``, ``cleanup.policy`` and key
 compaction durations, the configs llog keeps per topic, changed in one change of its
-definition (:meth:`llog.topics.Topics.configure`). The rest follow
+definition (:meth:`llog.topic.admin.Topics.configure`). The rest follow
 :mod:`llog.kafka.topic_settings`, as CreateTopics does: a reset of a policy llog fixes,
 or its own value, succeeds and changes nothing, another value is refused
 (``INVALID_CONFIG``), Kafka's local-log tuning is accepted without effect, a config
@@ -25,7 +25,7 @@ from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
 from llog.kafka.handlers.admin import ALTERABLE, BROKER_RESOURCE, TOPIC_RESOURCE
 from llog.kafka.topic_settings import topic_settings
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 SET, DELETE = 0, 1  # IncrementalAlterConfigs operations (APPEND 2, SUBTRACT 3)
 

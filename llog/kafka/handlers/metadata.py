@@ -13,7 +13,7 @@ from llog.errors import LlogError, NotAuthorized, UnknownTopic
 from llog.kafka.api_spec import Api
 from llog.kafka.context import ZERO_TOPIC_ID, Context, leader_of
 from llog.kafka.errors import error_code
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 
 def versions_response(version: int, apis: Iterable[Api]) -> ApiVersionsResponse:

@@ -12,7 +12,7 @@ from llog.auth.acls import Operation, ResourceType
 from llog.errors import LlogError
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
-from llog.timelookup import offset_for_timestamp
+from llog.topic.time_lookup import offset_for_timestamp
 
 LATEST = -1
 EARLIEST = -2

@@ -26,7 +26,7 @@ from llog.kafka.handlers.admin import ALTERABLE, topic_configs
 from llog.kafka.topic_settings import topic_settings
 from llog.names import MAX_PARTITIONS
 from llog.table import delete_topic
-from llog.topics import Topics
+from llog.topic.admin import Topics
 
 
 def create_topics(ctx: Context, req: Any) -> CreateTopicsResponse:
@@ -79,7 +79,7 @@ def _create(ctx: Context, t: Any, validate_only: bool, settings: dict[str, Any])
 
 def create_partitions(ctx: Context, req: Any) -> CreatePartitionsResponse:
     """CreatePartitions (``kafka-topics.sh --alter --partitions N``): a topic grows to
-    the count asked for (:meth:`llog.topics.Topics.add_partitions`)."""
+    the count asked for (:meth:`llog.topic.admin.Topics.add_partitions`)."""
     R = CreatePartitionsResponse
     results = []
     for t in req.topics:
@@ -113,7 +113,7 @@ def _grow(ctx: Context, t: Any, validate_only: bool) -> tuple[int, str | None]:
 
 def delete_topics(ctx: Context, req: Any) -> DeleteTopicsResponse:
     """DeleteTopics (``kafka-topics.sh --delete``, admin clients): each topic goes
-    through :meth:`llog.topics.Topics.delete`, complete when it returns (the data
+    through :meth:`llog.topic.admin.Topics.delete`, complete when it returns (the data
     objects follow with vacuum). v6 names a topic by name or by the id Metadata gave
     it."""
     R = DeleteTopicsResponse
@@ -157,7 +157,7 @@ def _delete_topic(conn: Connection, name: str) -> tuple[int, str | None]:
 def delete_records(ctx: Context, req: Any) -> DeleteRecordsResponse:
     """DeleteRecords (``kafka-delete-records.sh``, admin clients, Kafka Streams purging
     its repartition topics): each partition's log start moves up to the offset asked
-    for (-1: the high watermark) through :meth:`llog.topics.Topics.delete_records`; the
+    for (-1: the high watermark) through :meth:`llog.topic.admin.Topics.delete_records`; the
     low watermark after is returned. Past the high watermark: ``OFFSET_OUT_OF_RANGE``."""
     R = DeleteRecordsResponse
     topics = Topics(ctx.broker.conn)

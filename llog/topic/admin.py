@@ -25,8 +25,8 @@ from llog.errors import CasConflict, CorruptMetadata, InvalidInput, TopicConflic
 from llog.etcd.operations import Get, Put, absent, mod_revision_is
 from llog.keys import prefix_range_end
 from llog.names import MAX_PARTITIONS, check_topic
-from llog.topic_deletion import remove_topic
-from llog.topic_guard import TopicGuard
+from llog.topic.deletion import remove_topic
+from llog.topic.guard import TopicGuard
 
 
 class Unchanged(Enum):
@@ -203,11 +203,11 @@ class Topics:
 
         One etcd transaction, guarded by the record's ``create_revision``, removes the
         topic record, every key of its partitions and the committed offsets for it in
-        up to :data:`~llog.topic_deletion.OFFSET_RANGES_PER_DELETE` groups (those of
+        up to :data:`~llog.topic.deletion.OFFSET_RANGES_PER_DELETE` groups (those of
         other groups right after): its name is free at once, and a topic created again
         under it starts empty, with no offsets. Writers, group commits and the
         compactor that still know the old topic fail their next transaction on the
-        topic guard (:mod:`llog.topic_guard`) with :class:`UnknownTopic`, so nothing is
+        topic guard (:mod:`llog.topic.guard`) with :class:`UnknownTopic`, so nothing is
         written under it again. Its data objects are left to vacuum, which deletes them
         as unreferenced (spec §11). A table topic's Iceberg table stays in the catalog:
         :func:`llog.table.delete_topic` drops it too (``llog topics delete`` and Kafka's

@@ -13,7 +13,7 @@ from llog.etcd.operations import Compare, Delete, Op
 from llog.group_names import list_groups
 from llog.keys import prefix_range_end
 from llog.names import check_topic
-from llog.topic_guard import TopicGuard
+from llog.topic.guard import TopicGuard
 
 log = logging.getLogger(__name__)
 
@@ -23,7 +23,7 @@ OFFSET_RANGES_PER_DELETE = 120
 
 
 def remove_topic(conn: Connection, name: str) -> TopicMeta:
-    """Delete topic ``name``'s etcd state (:meth:`llog.topics.Topics.delete` documents
+    """Delete topic ``name``'s etcd state (:meth:`llog.topic.admin.Topics.delete` documents
     it); the definition it had."""
     check_topic(name)
     keys = conn.keys
