@@ -38,8 +38,8 @@ from llog.codec.etcd_values.compaction import CompactionCursor
 from llog.connection import Connection
 from llog.errors import TooManyUncompactedKeys
 from llog.etcd.maintenance import EtcdMaintenance
-from llog.keys import prefix_range_end
 from llog.producer import BatchingProducer
+from llog.state.keys import prefix_range_end
 from llog.topic.admin import Topics
 
 TOPIC = "bounded"

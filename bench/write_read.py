@@ -76,9 +76,9 @@ from llog.codec import batch, blob
 from llog.codec.crc import crc32
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.control import decode_index, now_ms
 from llog.producer import BatchingProducer
 from llog.records import payload_size
+from llog.state.control import decode_index, now_ms
 from llog.store import ObjectStore, open_store
 
 PARTITIONS = 16

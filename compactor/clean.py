@@ -50,12 +50,12 @@ from llog.codec.etcd_values.maps import MetaFormatError
 from llog.codec.etcd_values.partition import COMPACTED, IndexEntry
 from llog.codec.etcd_values.topic import TopicMeta
 from llog.connection import Connection
-from llog.control import decode_index, now_ms, read_control
 from llog.errors import CorruptMetadata, OffsetOutOfRange
 from llog.etcd.operations import Put, absent, mod_revision_is
 from llog.reader import Reader
 from llog.records import Headers
-from llog.session import Sessions
+from llog.state.control import decode_index, now_ms, read_control
+from llog.state.session import Sessions
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@
 3. Read the run's records through the reader and write them as ONE body (timestamps,
    keys and headers kept): ``bytes-batch-v1``, or a Parquet file for a topic whose
    ``compacted_format`` is ``parquet`` (:mod:`llog.codec.parquet_body`), to
-   ``data/compacted/{session}/{uuid}``, under the compactor's session (:mod:`llog.session`).
+   ``data/compacted/{session}/{uuid}``, under the compactor's session (:mod:`llog.state.session`).
 4. Create ``meta/compaction`` if absent, guarded by the cursor's ``mod_revision`` (no
    one compacted or applied retention since step 2), the claim, and the session key's
    create_revision (the session still lives, so vacuum has not judged the blob); then
@@ -41,12 +41,12 @@ from llog.codec import batch, bodies
 from llog.codec.etcd_values.compaction import CompactionCursor, CompactionRecord, DamagedRange
 from llog.codec.etcd_values.partition import PARQUET_ENCODING
 from llog.connection import Connection
-from llog.control import now_ms, read_control, settle
 from llog.errors import CorruptBlob, CorruptMetadata, ObjectNotFound, OffsetOutOfRange, StoreError
 from llog.etcd.operations import Get, Put, absent, mod_revision_is
 from llog.reader import Reader
 from llog.records import Headers
-from llog.session import Session, Sessions
+from llog.state.control import now_ms, read_control, settle
+from llog.state.session import Session, Sessions
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llog.connection import Connection
-from llog.keys import prefix_range_end
 from llog.names import TopicPartition
+from llog.state.keys import prefix_range_end
 from llog.topic.admin import Topics
 
 

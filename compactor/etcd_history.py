@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from compactor.metrics import CompactorMetrics
 from compactor.revision_clock import RevisionClock
 from llog.connection import Connection
-from llog.control import now_ms
 from llog.errors import CoordinationError, CorruptMetadata, EtcdSpaceExhausted
 from llog.etcd.maintenance import EtcdMaintenance
+from llog.state.control import now_ms
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from llog.codec.etcd_values.compaction import CompactionCursor
 from llog.codec.etcd_values.maps import MetaFormatError
 from llog.codec.etcd_values.partition import WAL
 from llog.connection import Connection
-from llog.control import decode_index
 from llog.errors import CorruptMetadata
+from llog.state.control import decode_index
 
 _PAGE = 256
 

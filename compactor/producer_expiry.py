@@ -18,8 +18,8 @@ from compactor.metrics import CompactorMetrics
 from compactor.revision_clock import RevisionClock
 from llog.connection import Connection
 from llog.etcd.operations import KV, Delete, mod_revision_is
-from llog.keys import prefix_range_end
 from llog.names import TopicPartition
+from llog.state.keys import prefix_range_end
 
 log = logging.getLogger(__name__)
 

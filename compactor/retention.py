@@ -26,9 +26,9 @@ from compactor.planner import read_cursor
 from compactor.revision_clock import RevisionClock
 from llog.codec.etcd_values.compaction import CompactionCursor
 from llog.connection import Connection
-from llog.control import ControlState, decode_index, now_ms, read_control
 from llog.errors import CasConflict
 from llog.etcd.operations import Delete, Get, Op, Put, TxnResult, absent, mod_revision_is
+from llog.state.control import ControlState, decode_index, now_ms, read_control
 
 log = logging.getLogger(__name__)
 

@@ -63,9 +63,9 @@ from compactor.tables import TableSyncer
 from compactor.vacuum import vacuum
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.control import read_control
 from llog.errors import ClaimConflict, ClaimLost, ConfigError, LlogError, UnknownPartition, UnknownTopic
 from llog.names import TopicPartition, check_partition, check_topic
+from llog.state.control import read_control
 
 log = logging.getLogger(__name__)
 

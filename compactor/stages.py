@@ -34,9 +34,9 @@ from llog.codec.etcd_values.compaction import CompactionCursor, CompactionRecord
 from llog.codec.etcd_values.maps import MetaFormatError
 from llog.codec.etcd_values.partition import COMPACTED, WAL, IndexEntry
 from llog.connection import Connection
-from llog.control import decode_index
 from llog.errors import CorruptMetadata
 from llog.etcd.operations import KV, Compare, Delete, Get, Op, Put, TxnResult, mod_revision_is
+from llog.state.control import decode_index
 
 log = logging.getLogger(__name__)
 

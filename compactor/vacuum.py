@@ -53,9 +53,9 @@ from dataclasses import dataclass
 from compactor.metrics import compactor_metrics
 from compactor.stages import decode_record
 from llog.connection import Connection
-from llog.control import decode_index, read_control
 from llog.errors import LlogError, UnknownTopic
-from llog.keys import prefix_range_end
+from llog.state.control import decode_index, read_control
+from llog.state.keys import prefix_range_end
 from llog.store import ObjectInfo
 from llog.table import TableCatalog, sync_table
 from llog.topic.admin import Topics

@@ -15,9 +15,9 @@ from llog.errors import CorruptMetadata, UnknownPartition, UnknownTopic
 from llog.etcd.auth import EtcdSecurity
 from llog.etcd.client import Etcd
 from llog.etcd.operations import KV
-from llog.keys import KeyLayout
 from llog.metrics import Metrics
 from llog.names import check_partition, check_topic
+from llog.state.keys import KeyLayout
 from llog.store import ObjectStore, open_store
 from llog.store.blob_cache import BlobCache
 from llog.store.peers import PeerBlobs

@@ -4,7 +4,7 @@ the groups themselves, so topic deletion can clear every group's offsets for a t
 from __future__ import annotations
 
 from llog.connection import Connection
-from llog.keys import prefix_range_end
+from llog.state.keys import prefix_range_end
 
 
 def list_groups(conn: Connection) -> list[str]:

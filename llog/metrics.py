@@ -114,7 +114,7 @@ class Metrics:
         )
 
     def _declare_sessions_producer(self, r: CollectorRegistry) -> None:
-        # Sessions (llog/session.py).
+        # Sessions (llog/state/session.py).
         self.sessions_opened = Counter(
             "llog_sessions_opened", "writer and compactor sessions opened", ["kind"], registry=r
         )

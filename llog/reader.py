@@ -17,7 +17,6 @@ from llog.codec import batch
 from llog.codec.bodies import Body
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.control import read_control
 from llog.errors import InvalidInput
 from llog.names import check_partition, check_topic
 from llog.records import ConsumedRecord
@@ -28,6 +27,7 @@ from llog.scan.partition import PartitionScan
 from llog.scan.read_ahead import ReadAhead
 from llog.scan.resolution import Resolver, ScanRequest
 from llog.scan.slices import Fetch
+from llog.state.control import read_control
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,7 @@ none, and a blob for 16 partitions costs one round trip instead of 16. Idempoten
 appends (``producer_id`` + ``sequence``) add the producer's key to that same
 transaction, cached the same way ("Idempotent produce" in the spec).
 
-Every blob is written under the writer's current session (:mod:`llog.session`) and its
+Every blob is written under the writer's current session (:mod:`llog.state.session`) and its
 commit transaction compares the session key's create_revision: a writer paused past
 its session's TTL gets :class:`SessionExpired` instead of committing a blob that vacuum
 may have deleted. The compare rides in the same transaction, so it costs no round trip.
@@ -30,10 +30,10 @@ from concurrent.futures import ThreadPoolExecutor
 
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.control import now_ms, settle
 from llog.errors import LlogError
 from llog.records import AppendGroup, Record
-from llog.session import Sessions
+from llog.state.control import now_ms, settle
+from llog.state.session import Sessions
 from llog.store.hedging import HedgedPuts
 from llog.write.acknowledgement import AppendFailure, AppendResult, Outcome
 from llog.write.backpressure import UncompactedKeysGate

@@ -41,8 +41,8 @@ from llog.codec.etcd_values.transaction import (
     StagedOffset,
     TxnRecord,
 )
-from llog.keys import KeyLayout
 from llog.records import Record
+from llog.state.keys import KeyLayout
 
 VECTORS = Path(__file__).resolve().parent / "vectors"
 KEYS = KeyLayout("llog")

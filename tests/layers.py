@@ -46,8 +46,8 @@ LAYERS: tuple[Layer, ...] = (
           "inflated with a cap), Parquet bodies (§7.6), the `LLS1` shared blob (§6), the msgpack etcd values (§4), "
           "CRC-32"),
     Layer("2. store and etcd", (
-        "llog/store/*", "llog/etcd/*", "llog/keys.py", "llog/connection.py",
-        "llog/session.py", "llog/control.py", "llog/topic/__init__.py", "llog/topic/guard.py", "llog/group_names.py",
+        "llog/store/*", "llog/etcd/*", "llog/state/*", "llog/connection.py", "llog/topic/__init__.py",
+        "llog/topic/guard.py", "llog/group_names.py",
     ), "the object-store interface (S3, local dir), hedged PUTs, the WAL blob cache and peer reads (§9 step 9), "
        "the etcd operations the protocol needs and etcd maintenance "
        "(compact, defragment, alarms), the key layout (§3), one `Connection` holding both; what writers, "

@@ -10,7 +10,7 @@ import pytest
 
 import llog
 from llog import AppendGroup, Record
-from llog.keys import prefix_range_end
+from llog.state.keys import prefix_range_end
 
 TOPIC = "bad"
 PARTITIONS = 2

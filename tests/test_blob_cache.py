@@ -16,11 +16,11 @@ from urllib.parse import quote, urlsplit
 import pytest
 
 import llog
-from llog.control import decode_index, read_control
 from llog.errors import CorruptBlob, ObjectNotFound
 from llog.metrics import Metrics
 from llog.records import AppendGroup
 from llog.scan.read_ahead import ReadAhead
+from llog.state.control import decode_index, read_control
 from llog.store.blob_cache import BlobCache
 from llog.store.local import LocalStore
 from tests.broker_harness import broker_process

@@ -20,8 +20,8 @@ from compactor.retention import apply_retention
 from llog.broker.fetch import NeedsIO, PartitionRead, read_partitions
 from llog.broker.state import Broker
 from llog.broker.wakeup import TailView
-from llog.control import decode_cursor
 from llog.errors import LlogError
+from llog.state.control import decode_cursor
 from tests.broker_harness import BrokerProcess, broker_process
 from tests.conftest import wait_until
 from tests.test_kafka import KafkaBroker, kafka_broker

@@ -25,11 +25,11 @@ from compactor.revision_clock import MAX_SAMPLES, RevisionClock
 from compactor.service import CompactorService
 from llog.codec.etcd_values.partition import COMPACTED as KIND_COMPACTED
 from llog.codec.etcd_values.partition import WAL
-from llog.control import decode_index, now_ms, read_control
 from llog.errors import AmbiguousCommit, CoordinationError, HistoryCompacted
 from llog.etcd.maintenance import EtcdMaintenance
 from llog.etcd.operations import Compare, Op, TxnResult
 from llog.loadtest.chaos import skew_env
+from llog.state.control import decode_index, now_ms, read_control
 from llog.write.resolution import find_committed
 from tests.conftest import PrivateEtcd, config_env, wait_until
 

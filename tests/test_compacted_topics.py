@@ -21,10 +21,10 @@ import llog
 from compactor import compact_once
 from compactor.retention import apply_retention
 from llog import Record
-from llog.control import read_control
 from llog.errors import InvalidInput, KeyRequired
 from llog.groups import Consumer
 from llog.producer import BatchingProducer
+from llog.state.control import read_control
 from llog.topic.admin import parse_cleanup_policy
 from tests.conftest import config_env
 from tests.test_kafka import KafkaBroker, kb_fixture  # noqa: F401 (the fixture kb)

@@ -23,7 +23,7 @@ from llog import AppendGroup, Record
 from llog.codec.etcd_values.compaction import CompactionRecord
 from llog.codec.etcd_values.partition import COMPACTED as KIND_COMPACTED
 from llog.codec.etcd_values.partition import WAL, IndexEntry
-from llog.control import read_control
+from llog.state.control import read_control
 
 TOPIC = "orders"
 #: select_run's aged_revision with no minimum age: above every key's mod_revision.

@@ -19,8 +19,8 @@ from compactor.compact import read_cursor
 from llog import AppendGroup, Record
 from llog.codec.etcd_values.compaction import CompactionRecord
 from llog.codec.etcd_values.partition import COMPACTED, IndexEntry
-from llog.control import read_control
 from llog.records import Headers
+from llog.state.control import read_control
 from tests.conftest import config_env
 
 WORKER = Path(__file__).parent / "workers" / "compactor_crash.py"

@@ -19,8 +19,8 @@ from compactor.retention import apply_retention
 from llog.codec import blob
 from llog.codec.etcd_values.compaction import DamagedRange
 from llog.codec.etcd_values.partition import IndexEntry
-from llog.keys import prefix_range_end
 from llog.records import KafkaBatches
+from llog.state.keys import prefix_range_end
 from tests.kafka_crafted import batch, record
 from tests.test_corruption import DAMAGE, TOPIC, _write
 

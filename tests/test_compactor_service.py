@@ -28,6 +28,7 @@ from llog.codec.etcd_values.compaction import CompactionRecord
 from llog.codec.etcd_values.partition import COMPACTED, IndexEntry
 from llog.devstack import free_port
 from llog.errors import ConfigError
+from llog.state.keys import prefix_range_end
 from tests.conftest import config_env, wait_until
 
 WORKER = Path(__file__).parent / "workers" / "compactor_service.py"
@@ -97,14 +98,14 @@ def test_service_discovers_compacts_serves_http_and_prunes(config: llog.LlogConf
             assert 'llog_s3_cost_estimate_usd{kind="put_requests"}' in text
             assert _get(port, "/nope")[0] == 404
             # A deleted topic is pruned at the next discovery.
-            conn.etcd.delete_range(conn.keys.topic_prefix("found"), llog.keys.prefix_range_end(
+            conn.etcd.delete_range(conn.keys.topic_prefix("found"), prefix_range_end(
                 conn.keys.topic_prefix("found")))
             wait_until(lambda: not any(t == "found" for t, _ in svc.targets), 20, "pruning")
             assert ("seeded", 1) in svc.targets
         assert not svc.health()[0]
         # Stopped: the lease is revoked, no claim is left behind.
         root = conn.keys.all_prefix()
-        keys = conn.etcd.keys(root, llog.keys.prefix_range_end(root))
+        keys = conn.etcd.keys(root, prefix_range_end(root))
         assert [k for k in keys if k.endswith("/meta/compactor-claim")] == []
     with llog.Connection(cfg) as conn, llog.Reader(conn) as r:
         assert [c.value for c in r.scan("seeded", 1)] == [b"s%d" % i for i in range(5)]
@@ -257,7 +258,7 @@ def _start(
 def _claims_of(conn: llog.Connection, owner: str) -> list[str]:
     root = conn.keys.all_prefix()
     return [
-        kv.key for kv in conn.etcd.scan(root, llog.keys.prefix_range_end(root))
+        kv.key for kv in conn.etcd.scan(root, prefix_range_end(root))
         if kv.key.endswith("/meta/compactor-claim") and kv.value.decode().startswith(f"{owner}/")
     ]
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import llog
 from llog.codec.etcd_values.partition import IndexEntry
-from llog.control import read_control
+from llog.state.control import read_control
 from tests.conftest import config_env
 from tests.workers.append_worker import payload
 

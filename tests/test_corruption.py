@@ -16,7 +16,7 @@ from compactor import compact_once
 from compactor.vacuum import vacuum
 from llog import AppendGroup
 from llog.codec import blob
-from llog.control import read_control
+from llog.state.control import read_control
 
 TOPIC = "rot"
 

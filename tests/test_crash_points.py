@@ -20,7 +20,7 @@ import pytest
 
 import llog
 from llog.codec.etcd_values.partition import IndexEntry, Pending
-from llog.control import read_control
+from llog.state.control import read_control
 from tests.conftest import config_env
 
 WORKER = Path(__file__).parent / "workers" / "crash_writer.py"

@@ -17,8 +17,8 @@ import pytest
 import llog
 from compactor import compact_once
 from compactor.retention import apply_retention
-from llog.control import read_control
 from llog.errors import InvalidInput, OffsetOutOfRange
+from llog.state.control import read_control
 from tests import java_client
 from tests.conftest import config_env
 from tests.test_kafka import KafkaBroker, kb_fixture  # noqa: F401 (the fixture kb)

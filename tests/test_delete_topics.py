@@ -19,7 +19,7 @@ from compactor import compact_once
 from compactor.vacuum import vacuum
 from llog.errors import ClaimLost, UnknownTopic
 from llog.groups.offsets import GroupOffsets
-from llog.keys import prefix_range_end
+from llog.state.keys import prefix_range_end
 from tests import java_client
 from tests.conftest import config_env
 from tests.test_kafka import KafkaBroker, kb_fixture  # noqa: F401 (the fixture kb)

@@ -23,12 +23,12 @@ from compactor.service import CompactorService
 from llog import AppendGroup
 from llog.cli import main as cli
 from llog.cli.doctor import diagnose
-from llog.control import read_control, settle
 from llog.devstack import EtcdServer
 from llog.errors import EtcdSpaceExhausted, TooManyUncompactedKeys
 from llog.etcd.client import Etcd
 from llog.etcd.maintenance import EtcdMaintenance
 from llog.producer import BatchingProducer
+from llog.state.control import read_control, settle
 from llog.writer import AppendFailure, AppendResult
 from tests.broker_harness import broker_process
 from tests.conftest import PrivateEtcd, config_env, wait_until

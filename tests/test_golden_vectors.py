@@ -24,8 +24,8 @@ from llog.codec.etcd_values.partition import Control, IndexEntry, Pending
 from llog.codec.etcd_values.producers import ProducerState, SequencedBatch
 from llog.codec.etcd_values.topic import TopicMeta
 from llog.codec.etcd_values.transaction import PartitionSequences, SinkProgress, StagedAppend, StagedOffset, TxnRecord
-from llog.keys import KeyLayout
 from llog.records import Record
+from llog.state.keys import KeyLayout
 
 ROOT = Path(__file__).resolve().parent.parent
 VECTORS = ROOT / "protocol" / "vectors"

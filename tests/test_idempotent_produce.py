@@ -18,7 +18,7 @@ from llog import AppendGroup
 from llog.codec.etcd_values.producers import ProducerState
 from llog.errors import AmbiguousCommit, InvalidInput, ProducerFenced, SequenceError, SequenceReused
 from llog.etcd.operations import KV
-from llog.keys import prefix_range_end
+from llog.state.keys import prefix_range_end
 from llog.writer import AppendFailure, AppendResult
 from tests.conftest import PrivateEtcd
 

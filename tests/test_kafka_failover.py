@@ -25,8 +25,8 @@ from llog.devstack import free_port
 from llog.kafka.client_settings import PRODUCER
 from llog.kafka.context import leader_of
 from llog.kafka.registry import BrokerNode
-from llog.keys import prefix_range_end
 from llog.reader import Reader
+from llog.state.keys import prefix_range_end
 from llog.topic.admin import Topics
 from tests.broker_harness import broker_process
 from tests.conftest import wait_until

@@ -18,13 +18,13 @@ from compactor import compact_once
 from llog.codec.kafka_body import check_batches
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.control import read_control
 from llog.errors import CorruptBlob
 from llog.producer import BatchingProducer
 from llog.producer.accumulator import QueuedGroup
 from llog.producer.sender import _merge
 from llog.reader import Reader
 from llog.records import KafkaBatches, Record
+from llog.state.control import read_control
 from llog.topic.admin import Topics
 from tests.test_kafka import KafkaBroker, _exchange, kafka_broker
 

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llog.keys import OFFSET_DIGITS, KeyLayout, prefix_range_end
+from llog.state.keys import OFFSET_DIGITS, KeyLayout, prefix_range_end
 
 K = KeyLayout("root")
 

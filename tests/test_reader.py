@@ -16,7 +16,7 @@ from compactor.retention import apply_retention
 from compactor.vacuum import vacuum
 from llog import AppendGroup
 from llog.codec import batch
-from llog.control import decode_index, read_control
+from llog.state.control import decode_index, read_control
 
 
 def _etcd_ops(conn: llog.Connection) -> dict[str, float]:

@@ -19,10 +19,10 @@ from llog.codec import kafka_body
 from llog.codec.bodies import KafkaBody
 from llog.codec.etcd_values.partition import Pending
 from llog.config import LlogConfig
-from llog.control import read_control
 from llog.errors import LlogError, OffsetOutOfRange
 from llog.names import TopicPartition
 from llog.records import AppendGroup, ConsumedRecord
+from llog.state.control import read_control
 from tests.broker_harness import broker_process
 from tests.conftest import ProxiedS3, wait_until
 

@@ -16,7 +16,7 @@ from compactor.retention import apply_retention, retention_cut
 from compactor.vacuum import vacuum
 from llog import Record
 from llog.codec import batch
-from llog.control import now_ms, read_control
+from llog.state.control import now_ms, read_control
 
 TOPIC = "r"
 VALUE = b"x" * 1000

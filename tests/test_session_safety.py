@@ -22,12 +22,12 @@ import llog
 from compactor import Compactor, StageEvent
 from compactor.vacuum import VacuumReport, vacuum
 from llog import AppendGroup
-from llog.control import read_control
 from llog.errors import CoordinationError, SessionExpired
 from llog.etcd.client import Etcd
 from llog.etcd.operations import TxnResult
-from llog.keys import prefix_range_end
 from llog.producer import BatchingProducer
+from llog.state.control import read_control
+from llog.state.keys import prefix_range_end
 from llog.store import ObjectStore
 from tests.broker_harness import BrokerProcess, broker_process
 from tests.conftest import config_env, wait_until

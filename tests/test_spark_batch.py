@@ -24,9 +24,9 @@ from compactor.compact import compact_once
 from llog.codec.etcd_values.partition import COMPACTED, IndexEntry
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.control import read_control
 from llog.reader import Reader
 from llog.records import AppendGroup, Record
+from llog.state.control import read_control
 from llog.topic.admin import Topics
 from llog.writer import Writer
 

@@ -16,8 +16,8 @@ from llog.errors import (
     UnknownPartition,
     UnknownTopic,
 )
-from llog.keys import prefix_range_end
 from llog.records import AppendGroup
+from llog.state.keys import prefix_range_end
 from llog.writer import AppendFailure, AppendResult
 
 

@@ -16,7 +16,7 @@ from compactor import Compactor, StageEvent, compact_once
 from compactor.stages import StageHook
 from compactor.vacuum import referenced_keys, vacuum
 from llog import AppendGroup
-from llog.control import read_control
+from llog.state.control import read_control
 
 TOPIC = "v"
 #: S3 reports modification times in whole seconds, so the grace must exceed one.

@@ -13,7 +13,7 @@ from llog.auth.acls import AclBinding, AclFilter, Operation, PatternType, Permis
 from llog.connection import Connection
 from llog.errors import CorruptMetadata
 from llog.etcd.operations import KV, Delete, Put
-from llog.keys import prefix_range_end
+from llog.state.keys import prefix_range_end
 
 #: Operations in one etcd transaction (etcd's default ``--max-txn-ops`` is 128).
 _OPS_PER_TXN = 100

@@ -17,7 +17,7 @@ from llog.auth.scram import DEFAULT_ITERATIONS, MECHANISMS, ScramCredential, der
 from llog.connection import Connection
 from llog.errors import CorruptMetadata, InvalidInput, UnknownUser, UserExists
 from llog.etcd.operations import Delete, Put, absent, mod_revision_is
-from llog.keys import prefix_range_end
+from llog.state.keys import prefix_range_end
 
 #: Kafka's limit on a SCRAM user name's length.
 MAX_NAME_CHARS = 255

@@ -33,10 +33,10 @@ from llog.broker.loop_inbox import LoopInbox
 from llog.codec.etcd_values.maps import MetaFormatError
 from llog.codec.etcd_values.partition import Control, Pending
 from llog.connection import Connection
-from llog.control import decode_control, decode_cursor
 from llog.errors import CorruptMetadata
 from llog.etcd.operations import KV, Get
 from llog.names import TopicPartition
+from llog.state.control import decode_control, decode_cursor
 
 log = logging.getLogger(__name__)
 

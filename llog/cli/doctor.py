@@ -18,10 +18,10 @@ from typing import Any, Literal
 from compactor.etcd_history import read_record
 from llog.cli.common import connection_from_args
 from llog.connection import Connection
-from llog.control import now_ms
 from llog.errors import EtcdSpaceExhausted, LlogError
 from llog.etcd.client import Etcd
 from llog.etcd.maintenance import EtcdMaintenance
+from llog.state.control import now_ms
 
 #: History deeper than this many revisions, with no recent llog compaction, is a warning.
 DEFAULT_MAX_HISTORY_REVISIONS = 100_000

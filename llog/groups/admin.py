@@ -6,13 +6,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from llog.connection import Connection
-from llog.control import read_control
 from llog.errors import GroupNotEmpty, InvalidInput
 from llog.groups.epoch import current_epoch
 from llog.groups.offsets import Committed, GroupOffsets
-from llog.keys import prefix_range_end
 from llog.names import TopicPartition, check_group
 from llog.reader import Reader
+from llog.state.control import read_control
+from llog.state.keys import prefix_range_end
 from llog.topic.time_lookup import offset_for_timestamp
 
 

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from llog.codec.etcd_values.groups import GroupEpoch
 from llog.connection import Connection
-from llog.control import now_ms
 from llog.errors import CasConflict
 from llog.etcd.operations import Get, Put, mod_revision_is
 from llog.groups.offsets import decode_epoch
 from llog.names import check_group
+from llog.state.control import now_ms
 
 
 def current_epoch(conn: Connection, group: str) -> GroupEpoch | None:

@@ -21,8 +21,8 @@ from llog.connection import Connection
 from llog.errors import CoordinationError
 from llog.etcd.operations import Delete, Put, absent, lease_is, value_is
 from llog.groups.owner import Owner
-from llog.keys import prefix_range_end
 from llog.names import TopicPartition
+from llog.state.keys import prefix_range_end
 
 log = logging.getLogger(__name__)
 

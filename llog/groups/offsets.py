@@ -18,7 +18,6 @@ from dataclasses import dataclass
 from llog.codec.etcd_values.groups import GroupEpoch, GroupOffset
 from llog.codec.etcd_values.maps import MetaFormatError
 from llog.connection import Connection
-from llog.control import now_ms, read_control
 from llog.errors import (
     BackwardsCommit,
     CasConflict,
@@ -30,8 +29,9 @@ from llog.errors import (
 )
 from llog.etcd.operations import KV, Compare, Get, Put, lease_is, mod_revision_is, value_is
 from llog.groups.owner import Owner, describe_owner
-from llog.keys import prefix_range_end
 from llog.names import check_group, check_partition, check_topic
+from llog.state.control import now_ms, read_control
+from llog.state.keys import prefix_range_end
 from llog.topic.guard import TopicGuard
 
 

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from llog.connection import Connection
 from llog.errors import CoordinationError
 from llog.etcd.operations import KV, Put, mod_revision_is
-from llog.keys import prefix_range_end
+from llog.state.keys import prefix_range_end
 
 log = logging.getLogger(__name__)
 

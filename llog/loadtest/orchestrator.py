@@ -28,7 +28,6 @@ from typing import Any
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.devstack import DevStackError, LocalStack, etcd_nodes, free_port, node_argv, node_host
-from llog.keys import prefix_range_end
 from llog.loadtest.chaos import Chaos, skew_env
 from llog.loadtest.collector import Collector, Target
 from llog.loadtest.generator import LoadGenerator
@@ -45,6 +44,7 @@ from llog.loadtest.txn_check import check
 from llog.nemesis.control import ProxyFaults, proxy_state, set_faults
 from llog.nemesis.faults import FaultPlan
 from llog.nemesis.network import Network
+from llog.state.keys import prefix_range_end
 from llog.topic.admin import Topics
 
 log = logging.getLogger(__name__)

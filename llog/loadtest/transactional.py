@@ -24,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from llog.connection import Connection
-from llog.control import read_control
 from llog.groups.offsets import GroupOffsets
 from llog.kafka.client_settings import CONSUMER, PRODUCER
 from llog.producer import BatchingProducer
+from llog.state.control import read_control
 from llog.topic.admin import Topics
 
 log = logging.getLogger(__name__)

@@ -40,7 +40,6 @@ from llog.errors import (
     VersionSoftDeleted,
 )
 from llog.etcd.operations import Delete, Put, absent, mod_revision_is
-from llog.keys import prefix_range_end
 from llog.registry.compatibility import incompatibilities
 from llog.registry.formats import Parsed, parse
 from llog.registry.model import (
@@ -52,6 +51,7 @@ from llog.registry.model import (
     Schema,
     SubjectVersion,
 )
+from llog.state.keys import prefix_range_end
 
 log = logging.getLogger(__name__)
 

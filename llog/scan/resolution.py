@@ -11,12 +11,12 @@ from dataclasses import dataclass
 
 from llog.codec.etcd_values.partition import Pending
 from llog.connection import Connection
-from llog.control import ControlState, decode_control, decode_index, read_control, settle
 from llog.errors import CorruptMetadata, InvalidInput, LlogError, OffsetOutOfRange
 from llog.etcd.operations import KV, Get
 from llog.names import check_partition, check_topic
 from llog.scan.partition import PartitionScan
 from llog.scan.slices import Fetch, SliceRef, coalesce
+from llog.state.control import ControlState, decode_control, decode_index, read_control, settle
 
 log = logging.getLogger(__name__)
 #: Index keys per etcd range read while walking a partition.

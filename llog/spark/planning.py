@@ -19,12 +19,12 @@ from dataclasses import dataclass
 
 from llog.codec.etcd_values.partition import Control
 from llog.connection import Connection
-from llog.control import decode_control
 from llog.errors import ConfigError, OffsetOutOfRange
 from llog.etcd.operations import Get
 from llog.names import TopicPartition
 from llog.reader import Reader
 from llog.spark.options import EARLIEST, LATEST, OffsetSpec, SourceOptions, Subscription
+from llog.state.control import decode_control
 from llog.topic.admin import Topics
 from llog.topic.time_lookup import offset_for_timestamp
 

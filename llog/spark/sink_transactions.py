@@ -20,11 +20,11 @@ from collections.abc import Iterable
 from llog.codec.etcd_values.maps import MetaFormatError
 from llog.codec.etcd_values.transaction import SinkProgress
 from llog.connection import Connection
-from llog.control import now_ms
 from llog.errors import CorruptMetadata, LlogError
 from llog.etcd.operations import Compare, Op, Put, mod_revision_is
-from llog.session import Sessions
 from llog.spark.options import SinkOptions
+from llog.state.control import now_ms
+from llog.state.session import Sessions
 from llog.txn.commit import commit_together
 from llog.txn.coordinator import Coordinator
 from llog.txn.transaction import Transaction

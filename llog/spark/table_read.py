@@ -28,10 +28,10 @@ from typing import Any
 
 from llog.codec.etcd_values.partition import COMPACTED, PARQUET_ENCODING
 from llog.connection import Connection
-from llog.control import decode_index
 from llog.errors import ConfigError
 from llog.spark.options import parse_source_options
 from llog.spark.planning import Offsets, batch_offsets
+from llog.state.control import decode_index
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ import msgpack
 
 from llog.bounded import BoundedCache
 from llog.etcd.client import Etcd
-from llog.keys import KeyLayout
 from llog.metrics import Metrics
+from llog.state.keys import KeyLayout
 from llog.tls import connection
 
 log = logging.getLogger(__name__)

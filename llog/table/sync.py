@@ -32,8 +32,8 @@ from typing import TYPE_CHECKING
 
 from llog.codec.etcd_values.partition import COMPACTED, PARQUET_ENCODING
 from llog.connection import Connection
-from llog.control import decode_index
 from llog.errors import LlogError, TableError
+from llog.state.control import decode_index
 from llog.table.catalog import TableCatalog
 from llog.table.orphans import delete_orphans
 from llog.table.snapshots import expire, files_of_snapshots

@@ -20,11 +20,11 @@ from llog.codec.etcd_values.topic import (
 )
 from llog.config import LlogConfig
 from llog.connection import Connection, topic_of
-from llog.control import ControlState, decode_control, decode_index, now_ms, read_control
 from llog.errors import CasConflict, CorruptMetadata, InvalidInput, TopicConflict
 from llog.etcd.operations import Get, Put, absent, mod_revision_is
-from llog.keys import prefix_range_end
 from llog.names import MAX_PARTITIONS, check_topic
+from llog.state.control import ControlState, decode_control, decode_index, now_ms, read_control
+from llog.state.keys import prefix_range_end
 from llog.topic.deletion import remove_topic
 from llog.topic.guard import TopicGuard
 

@@ -11,8 +11,8 @@ from llog.connection import Connection, topic_of
 from llog.errors import CasConflict
 from llog.etcd.operations import Compare, Delete, Op
 from llog.group_names import list_groups
-from llog.keys import prefix_range_end
 from llog.names import check_topic
+from llog.state.keys import prefix_range_end
 from llog.topic.guard import TopicGuard
 
 log = logging.getLogger(__name__)

@@ -7,8 +7,8 @@ reaches the target holds that record, so only that one slice is read.
 
 from __future__ import annotations
 
-from llog.control import decode_index, read_control
 from llog.reader import Reader
+from llog.state.control import decode_index, read_control
 
 
 def offset_for_timestamp(reader: Reader, topic: str, partition: int, timestamp_ms: int) -> int | None:

@@ -19,7 +19,6 @@ from llog.codec.etcd_values.groups import GroupOffset
 from llog.codec.etcd_values.partition import FENCED, Control
 from llog.codec.etcd_values.transaction import COMPLETE_COMMIT, ONGOING, StagedAppend, StagedOffset, TxnRecord
 from llog.connection import Connection
-from llog.control import decode_control, materialize_ops, now_ms
 from llog.errors import (
     CasConflict,
     ConcurrentTransactions,
@@ -33,7 +32,8 @@ from llog.errors import (
 from llog.etcd.operations import KV, Compare, Get, Op, Put, conflict_pause, lease_is, mod_revision_is, value_is
 from llog.groups.owner import Owner
 from llog.records import KafkaBatches
-from llog.session import Session, Sessions
+from llog.state.control import decode_control, materialize_ops, now_ms
+from llog.state.session import Session, Sessions
 from llog.txn.records import Change, Read, TxnRecords, aborted, check_producer, fenced, group_marker_deletes
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,6 @@ from urllib.parse import unquote
 
 from llog.codec.etcd_values.transaction import COMPLETE_ABORT, COMPLETE_COMMIT, EMPTY, ONGOING, StagedOffset, TxnRecord
 from llog.connection import Connection
-from llog.control import now_ms
 from llog.errors import (
     CorruptMetadata,
     InvalidInput,
@@ -21,9 +20,10 @@ from llog.errors import (
 )
 from llog.etcd.operations import Delete, Op, Put, mod_revision_is
 from llog.groups.owner import Owner
-from llog.keys import prefix_range_end
 from llog.names import check_group, check_partition, check_topic
-from llog.session import Sessions
+from llog.state.control import now_ms
+from llog.state.keys import prefix_range_end
+from llog.state.session import Sessions
 from llog.txn.commit import commit
 from llog.txn.records import (
     Change,

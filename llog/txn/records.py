@@ -12,7 +12,7 @@ from llog.codec.etcd_values.transaction import COMPLETE_ABORT, TxnRecord
 from llog.connection import Connection
 from llog.errors import CasConflict, CorruptMetadata, InvalidProducerIdMapping, TransactionFenced
 from llog.etcd.operations import KV, Compare, Delete, Get, Op, Put, conflict_pause, mod_revision_is
-from llog.keys import prefix_range_end
+from llog.state.keys import prefix_range_end
 
 _T = TypeVar("_T")
 

@@ -14,6 +14,7 @@ the :class:`~llog.writer.Writer` façade (as :mod:`llog.scan` is behind the ``Re
 * :mod:`~llog.write.acknowledgement` — W3: what an append came to;
   :mod:`~llog.write.caches` — what a writer remembers between commits.
 
-Sessions (:mod:`llog.session`) and control reads and settle (:mod:`llog.control`) stay
-a layer below: the compactor and the readers use them too.
+Sessions (:mod:`llog.state.session`) and control reads and settle
+(:mod:`llog.state.control`) stay a layer below: the compactor and the readers use them
+too.
 """

@@ -9,8 +9,8 @@ from dataclasses import dataclass, replace
 from llog.codec.etcd_values.partition import Pending
 from llog.codec.etcd_values.producers import ProducerState, SequencedBatch
 from llog.connection import Connection
-from llog.control import ControlState, decode_index, read_control
 from llog.errors import LlogError
+from llog.state.control import ControlState, decode_index, read_control
 from llog.write.caches import WriterCaches
 
 

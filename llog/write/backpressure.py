@@ -25,9 +25,9 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from llog.connection import Connection
-from llog.control import decode_cursor
 from llog.errors import TooManyUncompactedKeys
 from llog.names import TopicPartition
+from llog.state.control import decode_cursor
 
 log = logging.getLogger(__name__)
 

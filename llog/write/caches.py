@@ -12,10 +12,10 @@ from dataclasses import dataclass
 from llog.bounded import BoundedCache, PartitionLocks
 from llog.codec.etcd_values.maps import MetaFormatError
 from llog.codec.etcd_values.producers import ProducerState
-from llog.control import ControlState
 from llog.errors import CorruptMetadata
 from llog.etcd.operations import KV
 from llog.names import TopicPartition
+from llog.state.control import ControlState
 
 #: Partitions (and producer keys) whose state and lock a writer keeps; the least
 #: recently committed are forgotten beyond this (the next commit there reads first).

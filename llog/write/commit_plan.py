@@ -9,9 +9,9 @@ from dataclasses import dataclass
 from llog.codec.etcd_values.partition import Control, Pending
 from llog.codec.etcd_values.producers import PRODUCER_WINDOW, ProducerState, SequencedBatch
 from llog.connection import Connection
-from llog.control import ControlState, materialize_ops
 from llog.errors import ProducerFenced, SequenceError, SequenceReused
 from llog.etcd.operations import Compare, Get, Op, Put, mod_revision_is
+from llog.state.control import ControlState, materialize_ops
 from llog.topic.guard import TopicGuard
 from llog.write.caches import ProducerSnapshot
 from llog.write.validation import ProducerSequence

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 from llog.codec.etcd_values.partition import FENCED
 from llog.connection import Connection
-from llog.control import ControlState, decode_control
 from llog.errors import CoordinationError, EtcdSpaceExhausted, LlogError, SessionExpired, UnknownTopic
 from llog.etcd.operations import Get, TxnResult
 from llog.names import TopicPartition
-from llog.session import Session
+from llog.state.control import ControlState, decode_control
+from llog.state.session import Session
 from llog.topic.guard import TopicGuard
 from llog.write.acknowledgement import Ack, AppendFailure, AppendResult, Outcome, acknowledge
 from llog.write.caches import ProducerSnapshot, WriterCaches

@@ -22,8 +22,8 @@ from llog.codec.batch import BatchFormatError
 from llog.codec.etcd_values.producers import ProducerState, SequencedBatch
 from llog.codec.kafka_body import HEAD_SIZE, batches_of, content_digest, first_producer
 from llog.connection import Connection
-from llog.control import decode_index
 from llog.errors import ObjectNotFound, SequenceReused
+from llog.state.control import decode_index
 from llog.write.commit_plan import RECORD_COUNTED_PREFIX
 from llog.write.validation import ProducerSequence
 

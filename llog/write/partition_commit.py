@@ -14,7 +14,6 @@ from typing import TypeVar
 from llog.codec.etcd_values.partition import FENCED, Pending
 from llog.codec.etcd_values.producers import SequencedBatch
 from llog.connection import Connection
-from llog.control import ControlState, decode_control, read_control
 from llog.errors import (
     AmbiguousCommit,
     CasConflict,
@@ -26,7 +25,8 @@ from llog.errors import (
     SessionExpired,
 )
 from llog.etcd.operations import Get, TxnResult, conflict_pause
-from llog.session import Session
+from llog.state.control import ControlState, decode_control, read_control
+from llog.state.session import Session
 from llog.write.acknowledgement import AppendResult, acknowledge, duplicate
 from llog.write.caches import ProducerSnapshot, WriterCaches, decode_producer
 from llog.write.commit_plan import PartitionTxn, plan_txn, sequence_verdict

@@ -16,8 +16,8 @@ import logging
 
 from llog.codec.etcd_values.partition import WAL, Control, Pending
 from llog.connection import Connection
-from llog.control import decode_control, decode_index
 from llog.errors import AmbiguousCommit, CoordinationError, HistoryCompacted
+from llog.state.control import decode_control, decode_index
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from llog.codec import batch, blob, kafka_body
 from llog.codec.etcd_values.partition import Pending
 from llog.errors import InvalidInput
-from llog.session import Session
+from llog.state.session import Session
 from llog.write.validation import PreparedGroup
 
 

@@ -28,7 +28,7 @@ import signal
 import sys
 
 import llog
-from llog.control import read_control
+from llog.state.control import read_control
 
 
 def _say(obj: object) -> None:

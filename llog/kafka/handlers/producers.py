@@ -22,7 +22,7 @@ from llog.errors import CorruptMetadata, LlogError
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
 from llog.kafka.handlers.transactions import init_transactional
-from llog.keys import prefix_range_end
+from llog.state.keys import prefix_range_end
 from llog.txn.records import MAX_EPOCH
 from llog.write.commit_plan import RECORD_COUNTED_PREFIX, next_sequence
 

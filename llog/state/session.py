@@ -30,9 +30,9 @@ from typing import Literal
 import msgpack
 
 from llog.connection import Connection
-from llog.control import now_ms
 from llog.errors import CoordinationError, LlogError
 from llog.etcd.operations import KV, Compare
+from llog.state.control import now_ms
 
 log = logging.getLogger(__name__)
 
