@@ -265,7 +265,8 @@ class LocalStack:
     moto's S3 server with ``s3=True``. ``s3_latency`` (a profile name, implies ``s3``)
     puts the nemesis S3 proxy in front of it, and clients talk to the proxy.
     :attr:`config` connects to it and :meth:`env` gives the ``LLOG_*``/``AWS_*``
-    variables a child process needs."""
+    variables a child process needs. A working directory it made itself (no
+    ``workdir``) is removed by :meth:`stop`; one it was given is kept."""
 
     def __init__(
         self,
@@ -282,6 +283,7 @@ class LocalStack:
             from llog.nemesis.latency import profile
 
             profile(s3_latency)  # an unknown name fails before any server starts
+        self._owns_workdir = workdir is None
         self.workdir = workdir or scratch_dir("llog-stack-")
         self.workdir.mkdir(parents=True, exist_ok=True)
         #: Every etcd member; :attr:`etcd` is the first.
@@ -374,6 +376,8 @@ class LocalStack:
             self.s3.stop()
         for member in self.etcds:
             member.stop()
+        if self._owns_workdir:
+            shutil.rmtree(self.workdir, ignore_errors=True)
 
     def __enter__(self) -> LocalStack:
         return self.start()

@@ -15,6 +15,7 @@ and its object keys, so tests never see each other's data.
 from __future__ import annotations
 
 import os
+import shutil
 import time
 import uuid
 from collections.abc import Callable, Generator, Iterator
@@ -175,6 +176,7 @@ def servers() -> Iterator[Servers]:
     finally:
         for s in reversed(started):
             s.stop()  # type: ignore[attr-defined]
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 @pytest.fixture

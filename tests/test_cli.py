@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.metadata
 import json
+import os
 import signal
 import socket
 import subprocess
@@ -173,6 +174,23 @@ def test_dev_up_serves_a_stack_with_a_broker_and_stops_cleanly(tmp_path: Path) -
     etcd_port = int(exports["LLOG_ETCD_ENDPOINTS"].rsplit(":", 1)[1])
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", etcd_port)) != 0  # etcd stopped with it
+    assert (tmp_path / "stack").is_dir()  # a directory it was given stays
+
+
+def test_dev_up_removes_the_directory_it_made_when_it_stops(tmp_path: Path) -> None:
+    proc = subprocess.Popen([sys.executable, "-m", "llog", "dev", "up", "--no-broker"],
+                            env={**os.environ, "TMPDIR": str(tmp_path)}, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stderr is not None
+        line = proc.stderr.readline()
+        assert line.startswith("# llog dev stack in ") and "(removed when it stops)" in line, line
+        made = Path(line.split()[5])
+        assert made.parent == tmp_path and (made / "etcd-data").is_dir()
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_global_flags_work_before_and_after_the_subcommand(config: LlogConfig, conn: Connection) -> None:

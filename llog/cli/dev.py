@@ -72,7 +72,9 @@ def _up(args: argparse.Namespace) -> int:
             if args.env_file:
                 args.env_file.write_text("\n".join(lines) + "\n")
             print("\n".join(lines), flush=True)
-            print(f"# llog dev stack in {stack.workdir}; Ctrl-C stops it", file=sys.stderr, flush=True)
+            kept = "kept" if args.dir else "removed"
+            print(f"# llog dev stack in {stack.workdir} ({kept} when it stops); Ctrl-C stops it",
+                  file=sys.stderr, flush=True)
             with contextlib.suppress(KeyboardInterrupt):
                 while not stop.wait(0.5):
                     if broker is not None and broker.proc.poll() is not None:
