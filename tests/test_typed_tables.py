@@ -295,6 +295,41 @@ def _generated(tmp_path: Path, proto: str, module: str) -> Any:
         sys.path.remove(str(tmp_path))
 
 
+
+def _pool_class(tmp_path: Path, proto: str, message: str) -> Any:
+    """Message ``message`` of ``proto`` text, in a descriptor pool of its own: two
+    versions of one message (one file name, one full name) live in one process, where
+    protoc's generated modules would clash in the default pool."""
+    import subprocess
+    import sys
+
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    d = tmp_path / f"pool{uuid.uuid4().hex[:6]}"
+    d.mkdir()
+    (d / "schema.proto").write_text(proto)
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{d}", f"--descriptor_set_out={d / 'set.pb'}",
+                    "schema.proto"], check=True, capture_output=True)
+    pool = descriptor_pool.DescriptorPool()
+    for f in descriptor_pb2.FileDescriptorSet.FromString((d / "set.pb").read_bytes()).file:
+        pool.Add(f)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(message))
+
+
+def test_protobuf_fields_with_presence_are_null_while_unset(tmp_path: Path) -> None:
+    """Issue 56: a oneof's members other than the one set, and a proto3 ``optional``
+    left unset, read null, not their type's default (0 or ""): a column tells a value
+    from none. A plain proto3 scalar has no presence: unset, it reads its default."""
+    from llog.registry import protobuf_messages
+
+    m = _pool_class(tmp_path, """syntax = "proto3";
+package p;
+message M { oneof c { string s = 1; int64 i = 2; } optional string o = 3; string plain = 4; M next = 5; }
+""", "p.M")
+    assert protobuf_messages.shape(m(s="x")) == {"s": "x", "i": None, "o": None, "plain": "", "next": None}
+    assert protobuf_messages.shape(m(i=0, o="")) == {"s": None, "i": 0, "o": "", "plain": "", "next": None}
+
+
 def test_protobuf_well_known_types_are_typed_by_servers_that_never_imported_them(
     file_config: LlogConfig, tmp_path: Path
 ) -> None:
