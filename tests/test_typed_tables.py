@@ -330,6 +330,43 @@ message M { oneof c { string s = 1; int64 i = 2; } optional string o = 3; string
     assert protobuf_messages.shape(m(i=0, o="")) == {"s": None, "i": 0, "o": "", "plain": "", "next": None}
 
 
+def test_json_refs_resolve_to_columns_and_the_broker_s_check_follows_them(conn: Connection) -> None:
+    """Issue 56: a JSON Schema's ``$ref``s, local (``#/definitions/X``, ``#/$defs/X``)
+    and to another subject's schema (the reference's name, with or without a ``#/…``
+    fragment), become typed columns, and values check against them (the broker's
+    ``value_validation``) as confluent-kafka's serializer checks them; a recursive
+    ``$ref`` is the value's JSON text."""
+    from llog.registry import Reference, SchemaRegistry
+    from llog.registry.columns import ValueColumns
+    from llog.registry.validation import ValueValidator
+
+    reg = SchemaRegistry(conn)
+    topic = f"jrefs{uuid.uuid4().hex[:6]}"
+    point = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+             "$defs": {"Label": {"type": "object", "properties": {"text": {"type": "string"}}}}}
+    reg.register(f"{topic}-point", json.dumps(point), "JSON")
+    row = {"type": "object", "definitions": {"Old": {"type": "integer"}},
+           "$defs": {"Node": {"type": "object", "properties": {"v": {"type": "integer"}, "next": {
+               "$ref": "#/$defs/Node"}}}},
+           "properties": {"old": {"$ref": "#/definitions/Old"}, "node": {"$ref": "#/$defs/Node"},
+                          "at": {"$ref": "point.json"}, "label": {"$ref": "point.json#/$defs/Label"},
+                          "self": {"$ref": "#"}}}
+    rs = reg.register(f"{topic}-value", json.dumps(row), "JSON", [Reference("point.json", f"{topic}-point", 1)])
+    columns = ValueColumns(reg, topic, "schema-id")
+    assert {f.name: str(f.type) for f in columns.arrow_type} == {
+        "old": "int64", "node": "struct<v: int64, next: string>", "at": "struct<x: int64, y: int64>",
+        "label": "struct<text: string>", "self": "string"}
+    value = {"old": 1, "node": {"v": 2, "next": {"v": 3}}, "at": {"x": 4, "y": 5}, "label": {"text": "t"},
+             "self": {"old": 6}}
+    prefix = b"\x00" + rs.schema_id.to_bytes(4, "big")
+    typed, errors = columns.decode([prefix + json.dumps(value).encode()])
+    assert errors.to_pylist() == [None]
+    assert typed.to_pylist() == [{"old": 1, "node": {"v": 2, "next": '{"v":3}'}, "at": {"x": 4, "y": 5},
+                                  "label": {"text": "t"}, "self": '{"old":6}'}]
+    bad = [{"at": {"x": "4"}}, {"label": {"text": 1}}, {"node": {"next": {"v": "no"}}}, {"old": "no"}]
+    assert [i for i, _ in ValueValidator(reg).problems(topic, "schema-id", [
+        prefix + json.dumps(v).encode() for v in [value, *bad]])] == [1, 2, 3, 4]
+
 def test_protobuf_well_known_types_are_typed_by_servers_that_never_imported_them(
     file_config: LlogConfig, tmp_path: Path
 ) -> None:
