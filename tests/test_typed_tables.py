@@ -180,6 +180,35 @@ def test_latest_mode_on_a_file_store_duckdb_and_spark(file_config: LlogConfig, s
     assert "fields_error" in df.columns and df.count() == 250
 
 
+
+def test_a_type_change_iceberg_cannot_promote_stops_the_sync_and_says_why(file_config: LlogConfig) -> None:
+    """Issue 56: JSON Schema's integer to number is a compatible change, but Iceberg does
+    not promote long to double: the sync refuses the new files with a TableError that
+    says why (pyiceberg's ValidationError, not a ValueError, once slipped past as a bare
+    "sync failed") and the table keeps its rows."""
+    from llog.errors import TableError
+    from llog.registry import SchemaRegistry
+    from llog.writer import Writer
+
+    cfg = replace(file_config, compact_min_age_ms=0, settle_after_ms=0)
+    with Connection(cfg) as conn, TableCatalog(conn) as tables:
+        Topics(conn).create("widened", 1, table="iceberg", value_schema="latest")
+        reg = SchemaRegistry(conn)
+        for kind, value in (("integer", b'{"n": 7}'), ("number", b'{"n": 2.5}')):
+            reg.register("widened-value", json.dumps({"type": "object", "properties": {"n": {"type": kind}}}),
+                         "JSON")
+            with Writer(conn) as w:
+                w.append("widened", 0, [value])
+            while compact_once(conn, "widened", 0).outcome == "compacted":
+                pass
+            if kind == "integer":
+                sync_table(tables, "widened")
+        with pytest.raises(TableError, match=r"cannot widen the table's schema .*long -> double.*retention"):
+            sync_table(tables, "widened")
+        table = tables.table("widened")
+        assert table is not None
+        assert table.scan().to_arrow().column("fields").to_pylist() == [{"n": 7}]
+
 def test_references_recursion_and_logical_types_decode_into_columns(conn: Connection) -> None:
     """Named types from a reference, a recursive type (its JSON text), dotted names,
     uuid, time, decimal and a map: every row decodes; a bad row keeps its reason."""
