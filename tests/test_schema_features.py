@@ -245,19 +245,19 @@ JSON = [
 SHARED_JSON = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
                "$defs": {"Label": {"type": "object", "properties": {"text": {"type": "string"}}}}}
 
-_OPEN = ("BACKWARD (the default) refuses a property added to an open content model (v1's records may carry it, "
-         "of any type): v2 is registered with the subject's level NONE")
+_OPEN = ("BACKWARD, the default level, refuses a property added to an open content model, where v1's records "
+         "may carry it with any type: v2 is registered with the subject's level NONE")
 JSON_EVOLUTION = [
     _changed("json", "add an optional property", "string",
              Change("f_added", {}, {"f_added": {"type": "string"}}, ({}, {"f_added": "a"}), refused=True),
-             (None, "a", None), fallback=f"{_OPEN}; a new column, null in the rows compacted before"),
+             (None, "a", None), fallback=f"{_OPEN}. A new column, null in the rows compacted before"),
     _changed("json", "remove an optional property", "string",
              Change("f_gone", {"f_gone": {"type": "string"}}, {}, ({"f_gone": "g"}, {})), ("g", None, None),
              fallback=f"the column stays, null in the rows compacted after ({_EVOLVED})"),
     _changed("json", "rename (no such feature)", "string",
              Change("f_new", {"f_old": {"type": "string"}}, {"f_new": {"type": "string"}},
                     ({"f_old": "o"}, {"f_new": "n"}), refused=True), (None, "n", None),
-             fallback=f"JSON Schema has no aliases: a rename is a removal and an addition ({_OPEN}); the new name "
+             fallback=f"JSON Schema has no aliases: a rename is a removal and an addition. {_OPEN}. The new name "
                       "is a new column, which v1's records compacted after the change leave null"),
     _changed("json", "widen integer to number", "int64",
              Change("f_narrow", {"f_narrow": {"type": "integer"}}, {"f_narrow": {"type": "number"}},
