@@ -4,11 +4,14 @@ do records round-trip through Confluent's serializers and a broker, what column 
 become in the topic's Iceberg table, and do pyiceberg, DuckDB and Spark (``read_table``)
 read back the value that was sent.
 
-One wide schema per format carries every feature as a field. Its records go through a
-broker and ``llog compact`` in processes of their own (never this one, which built the
-schemas: an import here cannot hide one missing in a server), into a table read once
-per engine; each cell of the matrix is then one test case over what was read
-(tests/schema_matrix.py names them, ``make matrix`` renders the table).
+One wide schema per format carries every feature as a field. Schema changes are rows
+too: each format's changing topic gets v1's records, compacted and synced, then v2's,
+then v1's again (compacted under v2, the subject's latest). Records go through a broker
+that checks each value against its schema (``value_validation=refuse``) and ``llog
+compact`` in processes of their own (never this one, which built the schemas: an import
+here cannot hide one missing in a server), into a table read once per engine; each cell
+of the matrix is then one test case over what was read (tests/schema_matrix.py names
+them, ``make matrix`` renders the table).
 """
 
 from __future__ import annotations
@@ -28,11 +31,12 @@ import pytest
 
 from llog.config import LlogConfig
 from llog.connection import Connection
+from llog.errors import TableError
 from llog.table import TableCatalog, sync_table
 from llog.topic.admin import Topics
 from tests.conftest import Servers, config_env
 from tests.test_kafka import KafkaBroker, kafka_broker
-from tests.test_typed_tables import _generated
+from tests.test_typed_tables import _generated, _pool_class
 
 sr = pytest.importorskip("confluent_kafka.schema_registry")
 pytest.importorskip("pyiceberg")
@@ -40,6 +44,40 @@ pytest.importorskip("pyiceberg")
 ROWS = 3
 UTC = dt.timezone.utc
 T = dt.datetime(2026, 11, 28, 12, 30, 15, 123000, tzinfo=UTC)
+#: The version each batch of ROWS records of a changing topic is written with: v1, v2,
+#: then v1 again, compacted after the change (so decoded with v2, the reader's schema).
+BATCHES = (0, 1, 0)
+
+
+class _Marker:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __repr__(self) -> str:
+        return self.name
+
+
+#: A batch the table never took (its sync was refused), in place of the value read.
+NOT_IN_TABLE: Any = _Marker("NOT_IN_TABLE")
+#: A field the record leaves out, in place of the value sent.
+OMITTED: Any = _Marker("OMITTED")
+
+
+@dataclass(frozen=True)
+class Change:
+    """An evolution row's part of its format's changing schema: the fields it declares
+    in v1 and in v2 (name -> the format's declaration) and what v1's and v2's records
+    carry in them; ``name`` is the field the row's cells look at."""
+
+    name: str
+    v1: dict[str, Any]
+    v2: dict[str, Any]
+    sent: tuple[dict[str, Any], dict[str, Any]]
+    #: The subject's level (BACKWARD, the default) refuses this change alone; v2 is then
+    #: registered with the subject's level set to NONE, as its user would have to.
+    refused: bool = False
+    #: The changing topic it is in: a change that stops the table's sync gets its own.
+    topic: str = "evolution"
 
 
 @dataclass(frozen=True)
@@ -60,12 +98,16 @@ class Feature:
     read: Any
     #: Where llog cannot type a feature: what it does instead (docs' fallback note).
     fallback: str = ""
-    #: The value the serializer's round trip gives back, where it differs from ``value``.
+    #: The value the serializer's round trip gives back, where it differs from ``value``
+    #: (an evolution's row: v1's and v2's records', where they differ from ``sent``).
     echoed: Any = field(default=None)
     #: Spark's ``read_table`` leaves the column out (the fallback).
     spark_absent: bool = False
-    #: An evolution's row: the topic of its format's schema changes, and the value
-    #: each record reads back (before the change, then after), in place of ``read``.
+    #: Avro: the rest of the field's declaration (its ``default``).
+    declared: dict[str, Any] = field(default_factory=dict)
+    #: An evolution's row: its change, and the value the table reads for each batch of
+    #: BATCHES in place of ``read``.
+    change: Change | None = None
     evolution: tuple[Any, ...] = ()
 
     @property
@@ -74,16 +116,26 @@ class Feature:
 
     @property
     def topic(self) -> str:
-        return f"{self.fmt}-evolution" if self.evolution else self.fmt
-
-    def expected(self) -> list[Any]:
-        return list(self.evolution) if self.evolution else [self.read] * ROWS
+        return f"{self.fmt}-{self.change.topic}" if self.change else self.fmt
 
     @property
     def column_name(self) -> str:
-        if self.evolution:
-            return _EVOLUTION_FIELDS[self.name]
+        if self.change:
+            return self.change.name
         return "f_" + "".join(c if c.isalnum() else "_" for c in self.name)
+
+    def expected(self) -> list[Any]:
+        """The value of each row of the table."""
+        if not self.change:
+            return [self.read] * ROWS
+        return [v for v in self.evolution if v is not NOT_IN_TABLE for _ in range(ROWS)]
+
+    def echoes(self) -> list[Any]:
+        """The value of each record the format's deserializer gives back."""
+        if not self.change:
+            return [self.value if self.echoed is None else self.echoed] * ROWS
+        versions = self.echoed or tuple(sent.get(self.change.name) for sent in self.change.sent)
+        return [versions[v] for v in BATCHES for _ in range(ROWS)]
 
 
 def _avro(name: str, schema: Any, value: Any, column: str, read: Any = None, **kw: Any) -> Feature:
@@ -121,36 +173,39 @@ AVRO = [
     _avro("timestamp-micros", {"type": "long", "logicalType": "timestamp-micros"}, T, "timestamp[us, tz=UTC]"),
     _avro("local-timestamp-micros", {"type": "long", "logicalType": "local-timestamp-micros"},
           T.replace(tzinfo=None), "timestamp[us]"),
+    _avro("default, the record omits the field", "string", OMITTED, "string", "dflt", echoed="dflt",
+          declared={"default": "dflt"}),
 ]
 
 
-#: Avro's schema changes, one topic: v1 records, compacted and synced, then v2 records.
-#: Each field here is (v1 field or None, v2 field or None, v1 value, v2 value).
-AVRO_CHANGES: dict[str, tuple[Any, Any, Any, Any]] = {
-    "f_added": (None, {"type": ["null", "string"], "default": None}, None, "a"),
-    "f_gone": ({"type": ["null", "string"], "default": None}, None, "g", None),
-    "f_narrow": ({"type": "int"}, {"type": "long"}, 7, 2**40),
-    "f_old": ({"type": "string"}, None, "o", None),
-    "f_new": (None, {"type": "string", "aliases": ["f_old"]}, None, "n"),
-}
+def _changed(fmt: str, name: str, column: str, change: Change, read: tuple[Any, Any, Any], **kw: Any) -> Feature:
+    """An evolution's row: ``read``, what the table gives for each batch of BATCHES."""
+    return Feature(fmt, f"evolution: {name}", None, None, column, None, change=change, evolution=read, **kw)
+
+
 _EVOLVED = "Iceberg keeps every column it had: the table's schema only widens"
+_OPTIONAL = {"type": ["null", "string"], "default": None}
 AVRO_EVOLUTION = [
-    _avro("evolution: add an optional field", None, None, "string", evolution=(None,) * ROWS + ("a",) * ROWS,
-          fallback="a new column, null in the rows written before"),
-    _avro("evolution: remove an optional field", None, None, "string", evolution=("g",) * ROWS + (None,) * ROWS,
-          fallback=f"the column stays, null in the rows written after ({_EVOLVED})"),
-    _avro("evolution: widen int to long", None, None, "int64", evolution=(7,) * ROWS + (2**40,) * ROWS),
-    _avro("evolution: rename with an alias", None, None, "string", evolution=(None,) * ROWS + ("n",) * ROWS,
-          fallback="the new name is a new column; rows compacted before the change keep the old one "
-                   f"({_EVOLVED}; rows compacted after it read the old field under the new name)"),
+    _changed("avro", "add an optional field", "string",
+             Change("f_added", {}, {"f_added": _OPTIONAL}, ({}, {"f_added": "a"})), (None, "a", None),
+             fallback="a new column, null in the rows compacted before"),
+    _changed("avro", "add a field with a default", "string",
+             Change("f_default", {}, {"f_default": {"type": "string", "default": "d"}}, ({}, {})), (None, "d", "d"),
+             echoed=(None, "d"),
+             fallback="rows compacted before the change read null, not the default: their files have no such "
+                      "column and the table fills in no defaults (v1's records compacted after it read the default)"),
+    _changed("avro", "remove an optional field", "string",
+             Change("f_gone", {"f_gone": _OPTIONAL}, {}, ({"f_gone": "g"}, {})), ("g", None, None),
+             fallback=f"the column stays, null in the rows compacted after ({_EVOLVED})"),
+    _changed("avro", "widen int to long", "int64",
+             Change("f_narrow", {"f_narrow": {"type": "int"}}, {"f_narrow": {"type": "long"}},
+                    ({"f_narrow": 7}, {"f_narrow": 2**40})), (7, 2**40, 7)),
+    _changed("avro", "rename with an alias", "string",
+             Change("f_new", {"f_old": {"type": "string"}}, {"f_new": {"type": "string", "aliases": ["f_old"]}},
+                    ({"f_old": "o"}, {"f_new": "n"})), (None, "n", "o"),
+             fallback="the new name is a new column; rows compacted before the change keep the old one "
+                      f"({_EVOLVED}); v1's records compacted after it read the old field under the new name"),
 ]
-_EVOLUTION_FIELDS = dict(zip((f.name for f in AVRO_EVOLUTION), ("f_added", "f_gone", "f_narrow", "f_new"),
-                             strict=True))
-
-
-def _avro_version(v: int) -> dict[str, Any]:
-    return {"type": "record", "name": "Evolving", "namespace": "feat", "fields": [
-        {"name": name, **spec[v]} for name, spec in AVRO_CHANGES.items() if spec[v] is not None]}
 
 
 def _json(name: str, schema: Any, value: Any, column: str, read: Any = None, **kw: Any) -> Feature:
@@ -167,8 +222,10 @@ JSON = [
         "type": "object", "properties": {"c": {"type": "string"}}}}}, {"a": 1, "b": {"c": "d"}},
         "struct<a: int64, b: struct<c: string>>"),
     _json("array", {"type": "array", "items": {"type": "integer"}}, [1, 2], "list<element: int64>"),
-    _json("$ref (local)", {"$ref": "#/definitions/Point"}, {"x": 1, "y": 2}, "string", '{"x":1,"y":2}',
-          fallback="its JSON text"),
+    _json("$ref (local)", {"$ref": "#/definitions/Point"}, {"x": 1, "y": 2}, "struct<x: int64, y: int64>"),
+    _json("$ref to another subject", {"$ref": "point.json"}, {"x": 3, "y": 4}, "struct<x: int64, y: int64>"),
+    _json("$ref into another subject's $defs", {"$ref": "point.json#/$defs/Label"}, {"text": "t"},
+          "struct<text: string>"),
     _json("oneOf", {"oneOf": [{"type": "integer"}, {"type": "string"}]}, "s", "string", "s",
           fallback="a string as itself, any other value as its JSON text"),
     _json("anyOf", {"anyOf": [{"type": "integer"}, {"type": "string"}]}, 5, "string", "5",
@@ -183,6 +240,31 @@ JSON = [
                                    "additionalProperties": {"type": "string"}},
           {"a": 1, "extra": "x"}, "struct<a: int64>", {"a": 1},
           fallback="the declared properties as columns; the others only in the raw value"),
+]
+#: The schema JSON rows reference from a subject of its own, as ``point.json``.
+SHARED_JSON = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+               "$defs": {"Label": {"type": "object", "properties": {"text": {"type": "string"}}}}}
+
+_OPEN = ("BACKWARD, the default level, refuses a property added to an open content model, where v1's records "
+         "may carry it with any type: v2 is registered with the subject's level NONE")
+JSON_EVOLUTION = [
+    _changed("json", "add an optional property", "string",
+             Change("f_added", {}, {"f_added": {"type": "string"}}, ({}, {"f_added": "a"}), refused=True),
+             (None, "a", None), fallback=f"{_OPEN}. A new column, null in the rows compacted before"),
+    _changed("json", "remove an optional property", "string",
+             Change("f_gone", {"f_gone": {"type": "string"}}, {}, ({"f_gone": "g"}, {})), ("g", None, None),
+             fallback=f"the column stays, null in the rows compacted after ({_EVOLVED})"),
+    _changed("json", "rename (no such feature)", "string",
+             Change("f_new", {"f_old": {"type": "string"}}, {"f_new": {"type": "string"}},
+                    ({"f_old": "o"}, {"f_new": "n"}), refused=True), (None, "n", None),
+             fallback=f"JSON Schema has no aliases: a rename is a removal and an addition. {_OPEN}. The new name "
+                      "is a new column, which v1's records compacted after the change leave null"),
+    _changed("json", "widen integer to number", "int64",
+             Change("f_narrow", {"f_narrow": {"type": "integer"}}, {"f_narrow": {"type": "number"}},
+                    ({"f_narrow": 7}, {"f_narrow": 2.5}), topic="widening"), (7, NOT_IN_TABLE, NOT_IN_TABLE),
+             fallback="the registry takes it, the table cannot: Iceberg does not promote long to double, so the "
+                      "sync refuses every file typed by v2 (`TableError`) and the table keeps the rows compacted "
+                      "before the change; the files wait in the index. Declare `number` from the start"),
 ]
 
 
@@ -224,7 +306,10 @@ PROTOBUF = [
            "map<string, int64>", [("k", 1)]),
     _proto("enum", "Color {f} = {n};", _set("f_enum", 1), "string", "GREEN"),
     _proto("oneof", "oneof {f}_choice {{ string {f} = {n}; int64 {f}_i = 100; }}", _set("f_oneof", "s"),
-           "string", "s", fallback="each member its own nullable column"),
+           "string", "s", fallback="each member its own column, null unless it is the one set"),
+    _proto("oneof, a member not set", "oneof {f}_choice {{ string {f}_s = {n}; int64 {f} = 101; }}",
+           _set("f_oneof__a_member_not_set_s", "s"), "int64", None,
+           fallback="null (not 0: a oneof's members have presence)"),
     _proto("Timestamp", "google.protobuf.Timestamp {f} = {n};",
            _copy("f_Timestamp", lambda: _wkt("timestamp_pb2", "Timestamp")(seconds=int(T.timestamp()),
                                                                            nanos=123_000_000)),
@@ -253,7 +338,25 @@ PROTOBUF = [
            "struct<currency: string, cents: int64>", {"currency": "EUR", "cents": 250}),
 ]
 
-FEATURES = [*AVRO, *AVRO_EVOLUTION, *JSON, *PROTOBUF]
+PROTOBUF_EVOLUTION = [
+    _changed("protobuf", "add a field", "string",
+             Change("f_added", {}, {"f_added": "string {f} = 4;"}, ({}, {"f_added": "a"})), (None, "a", ""),
+             fallback='a new column, null in the rows compacted before; v1\'s records compacted after the change '
+                      'read the proto3 default ""'),
+    _changed("protobuf", "remove a field (reserve its number)", "string",
+             Change("f_gone", {"f_gone": "string {f} = 1;"}, {"f_gone": "reserved 1;"}, ({"f_gone": "g"}, {})),
+             ("g", None, None), fallback=f"the column stays, null in the rows compacted after ({_EVOLVED})"),
+    _changed("protobuf", "widen int32 to int64", "int64",
+             Change("f_narrow", {"f_narrow": "int32 {f} = 2;"}, {"f_narrow": "int64 {f} = 2;"},
+                    ({"f_narrow": 7}, {"f_narrow": 2**40})), (7, 2**40, 7)),
+    _changed("protobuf", "rename a field (same number)", "string",
+             Change("f_renamed", {"f_old": "string {f} = 3;"}, {"f_renamed": "string {f} = 3;"},
+                    ({"f_old": "o"}, {"f_renamed": "n"})), (None, "n", "o"),
+             fallback="the new name is a new column; rows compacted before the change keep the old one "
+                      f"({_EVOLVED}); v1's records compacted after it read the field (its number) under the new name"),
+]
+
+FEATURES = [*AVRO, *AVRO_EVOLUTION, *JSON, *JSON_EVOLUTION, *PROTOBUF, *PROTOBUF_EVOLUTION]
 #: Protobuf message classes generated for the run (``Row``, ``Inner``, ``Money``).
 _MSGS: dict[str, Any] = {}
 
@@ -281,7 +384,7 @@ enum Color {{ RED = 0; GREEN = 1; }}
 
 def _avro_schema() -> dict[str, Any]:
     return {"type": "record", "name": "Row", "namespace": "feat",
-            "fields": [{"name": f.column_name, "type": f.schema} for f in AVRO]}
+            "fields": [{"name": f.column_name, "type": f.schema, **f.declared} for f in AVRO]}
 
 
 def _json_schema() -> dict[str, Any]:
@@ -290,14 +393,42 @@ def _json_schema() -> dict[str, Any]:
         "properties": {f.column_name: f.schema for f in JSON}}
 
 
+def _proto_version(fields: dict[str, str]) -> str:
+    decls = "\n".join("  " + d.format(f=name) for name, d in fields.items())
+    return f'syntax = "proto3";\npackage feat;\nmessage Evolving {{\n{decls}\n}}\n'
+
+
+#: Each format's changing schema as text, from its fields (name -> declaration).
+_VERSIONS: dict[str, Callable[[dict[str, Any]], str]] = {
+    "avro": lambda fields: json.dumps({"type": "record", "name": "Evolving", "namespace": "feat",
+                                       "fields": [{"name": n, **d} for n, d in fields.items()]}),
+    "json": lambda fields: json.dumps({"type": "object", "properties": fields}),
+    "protobuf": _proto_version,
+}
+_SCHEMA_TYPES = {"avro": "AVRO", "json": "JSON", "protobuf": "PROTOBUF"}
+
+
+def _version(rows: list[Feature], changed: Callable[[Feature], bool]) -> str:
+    """A changing topic's schema: each row's v2 fields where ``changed(row)``, else its v1's."""
+    fields: dict[str, Any] = {}
+    for r in rows:
+        assert r.change is not None
+        fields.update(r.change.v2 if changed(r) else r.change.v1)
+    return _VERSIONS[rows[0].fmt](fields)
+
+
 @dataclass
 class Read:
-    """What one format's topic gave: the registry's answers, the round trip, the
-    table's column types and each engine's rows."""
+    """What one topic gave: the registry's answers, the round trip, the table's column
+    types and each engine's rows."""
 
     registered: bool = False
     compatible: bool = False
+    #: A changing topic: the registry's answer on each row's change alone, against v1.
+    verdicts: dict[str, bool] = field(default_factory=dict)
     echoed: list[dict[str, Any]] = field(default_factory=list)
+    #: Why syncs of the table were refused.
+    stalled: list[str] = field(default_factory=list)
     types: dict[str, str] = field(default_factory=dict)
     pyiceberg: list[dict[str, Any]] = field(default_factory=list)
     duckdb: list[dict[str, Any]] = field(default_factory=list)
@@ -305,21 +436,41 @@ class Read:
     errors: list[str | None] = field(default_factory=list)
 
 
-def _serde(fmt: str, client: Any, tmp: Path) -> tuple[Any, Any, list[Any]]:
-    """The format's serializer, deserializer and the records to send."""
+@dataclass(frozen=True)
+class Run:
+    """What every topic of the matrix goes through."""
+
+    cfg: LlogConfig
+    kb: KafkaBroker
+    conn: Connection
+    tables: TableCatalog
+    client: Any
+    spark: Any
+    tmp: pytest.TempPathFactory
+
+
+#: A serializer, its deserializer and the records it sends.
+Batch = tuple[Any, Any, list[Any]]
+
+
+def _serde(fmt: str, client: Any, tmp: Path) -> Batch:
+    """The format's wide serializer, deserializer and the records to send."""
     conf = {"use.deprecated.format": False} if fmt == "protobuf" else {}
     if fmt == "avro":
         from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
 
         text = json.dumps(_avro_schema())
-        records = [{f.column_name: f.value for f in AVRO} for _ in range(ROWS)]
+        records = [{f.column_name: f.value for f in AVRO if f.value is not OMITTED} for _ in range(ROWS)]
         return AvroSerializer(client, text), AvroDeserializer(client), records
     if fmt == "json":
         from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
 
-        text = json.dumps(_json_schema())
+        # The referenced schema is registered first, by its user: serializers register only the row's.
+        client.register_schema("feat-point", sr.Schema(json.dumps(SHARED_JSON), "JSON"))
+        ref = sr.SchemaReference("point.json", "feat-point", client.get_latest_version("feat-point").version)
+        schema = sr.Schema(json.dumps(_json_schema()), "JSON", [ref])
         records = [{f.column_name: f.value for f in JSON} for _ in range(ROWS)]
-        return JSONSerializer(text, client), JSONDeserializer(text), records
+        return JSONSerializer(schema, client), JSONDeserializer(schema, schema_registry_client=client), records
     from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
 
     _generated(tmp, SHARED_PROTO, "shared_money_pb2")
@@ -338,6 +489,23 @@ def _serde(fmt: str, client: Any, tmp: Path) -> tuple[Any, Any, list[Any]]:
     return ProtobufSerializer(module.Row, client, conf), ProtobufDeserializer(module.Row, conf), records
 
 
+def _changing_serde(fmt: str, client: Any, text: str, tmp: Path) -> tuple[Any, Any, Callable[[dict[str, Any]], Any]]:
+    """A changing schema's serializer, deserializer and how a record of its fields is made."""
+    if fmt == "avro":
+        from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
+
+        return AvroSerializer(client, text), AvroDeserializer(client), dict
+    if fmt == "json":
+        from confluent_kafka.schema_registry.json_schema import JSONDeserializer, JSONSerializer
+
+        return JSONSerializer(text, client), JSONDeserializer(text), dict
+    from confluent_kafka.schema_registry.protobuf import ProtobufDeserializer, ProtobufSerializer
+
+    conf = {"use.deprecated.format": False}
+    message = _pool_class(tmp, text, "feat.Evolving")  # v1 and v2 are one message: a pool each
+    return ProtobufSerializer(message, client, conf), ProtobufDeserializer(message, conf), lambda r: message(**r)
+
+
 @pytest.fixture(name="matrix_config", scope="module")
 def matrix_config_fixture(servers: Servers, tmp_path_factory: pytest.TempPathFactory) -> LlogConfig:
     tmp = tmp_path_factory.mktemp("schema-matrix")
@@ -349,75 +517,115 @@ def matrix_config_fixture(servers: Servers, tmp_path_factory: pytest.TempPathFac
 @pytest.fixture(name="reads", scope="module")
 def reads_fixture(matrix_config: LlogConfig, tmp_path_factory: pytest.TempPathFactory,
                   spark: Any) -> Iterator[dict[str, Read]]:
-    """Each format's wide topic (and Avro's changing one), produced, compacted, synced
-    and read by every engine."""
-    import duckdb
-    from confluent_kafka import Consumer, Producer
-    from confluent_kafka.serialization import MessageField, SerializationContext
-
-    from llog.spark import read_table
-
-    reads: dict[str, Read] = {}
+    """Each format's wide topic and each changing one (by ``Feature.topic``), produced,
+    compacted, synced and read by every engine."""
     cfg = matrix_config
-    opts = {"etcdEndpoints": ",".join(cfg.etcd_endpoints), "objectStore": cfg.object_store,
-            "rootPrefix": cfg.root_prefix, "icebergCatalogUri": cfg.iceberg_catalog_uri or ""}
     with kafka_broker(cfg) as kb, Connection(cfg) as conn, TableCatalog(conn) as tables:
-        client = sr.SchemaRegistryClient({"url": kb.http.url})
-
-        def read_back(topic: str, versions: list[tuple[Any, Any, list[Any]]], whole: bool) -> Read:
-            """Each version's records sent, read back, compacted and synced in turn; the
-            table read by every engine."""
-            got = Read()
-            Topics(conn).create(topic, 1, table="iceberg", value_schema="schema-id")
-            ctx = SerializationContext(topic, MessageField.VALUE)
-            for ser, de, records in versions:
-                _send(kb, Producer, topic, [ser(r, ctx) for r in records])  # the serializer registers
-                # Protobuf: the messages compared whole (an Any of an unknown type has no dict form).
-                sent = _consume(kb, Consumer, topic, len(got.echoed) + len(records))[len(got.echoed):]
-                got.echoed += [{"": de(v, ctx) == r} if whole else dict(de(v, ctx))
-                               for v, r in zip(sent, records, strict=True)]
-                _compact(cfg, topic)
-                sync_table(tables, topic)
-            latest = client.get_latest_version(f"{topic}-value")
-            got.registered = latest.version == len(versions)
-            got.compatible = client.test_compatibility(f"{topic}-value", latest.schema) is True
-            table = tables.table(topic)
-            assert table is not None
-            arrow = table.scan().to_arrow().sort_by("offset")
-            # pyiceberg reads several files with Arrow's large types: the same column type.
-            got.types = {f.name: str(f.type).replace("large_", "") for f in arrow.schema.field("fields").type}
-            got.pyiceberg = arrow.column("fields").to_pylist()
-            got.errors = arrow.column("fields_error").to_pylist()
-            files = [t.file.file_path.removeprefix("file://") for t in table.scan().plan_files()]
-            rel = duckdb.sql(f"SELECT fields FROM read_parquet({files!r}, union_by_name = true) ORDER BY \"offset\"")
-            got.duckdb = [row[0] for row in rel.fetchall()]
-            got.spark = [r["fields"].asDict(recursive=True)
-                         for r in read_table(spark, topic, opts).orderBy("offset").collect()]
-            return got
-
-        for fmt in ("avro", "json", "protobuf"):
-            reads[fmt] = read_back(f"feat-{fmt}", [_serde(fmt, client, tmp_path_factory.mktemp(fmt))],
-                                   fmt == "protobuf")
-        from confluent_kafka.schema_registry.avro import AvroDeserializer, AvroSerializer
-
-        reads["avro-evolution"] = read_back("feat-avro-evolution", [
-            (AvroSerializer(client, json.dumps(_avro_version(v))), AvroDeserializer(client),
-             [{name: spec[2 + v] for name, spec in AVRO_CHANGES.items() if spec[v] is not None}] * ROWS)
-            for v in (0, 1)], False)
+        run = Run(cfg, kb, conn, tables, sr.SchemaRegistryClient({"url": kb.http.url}), spark, tmp_path_factory)
+        reads = {fmt: _wide(run, fmt) for fmt in ("avro", "json", "protobuf")}
+        for key in dict.fromkeys(f.topic for f in FEATURES if f.change):
+            reads[key] = _changing(run, key, [f for f in FEATURES if f.topic == key])
     yield reads
 
 
-def _send(kb: KafkaBroker, producer: Any, topic: str, values: list[bytes]) -> None:
+def _wide(run: Run, fmt: str) -> Read:
+    got = Read()
+    _create(run, fmt)
+    _batch(run, fmt, _serde(fmt, run.client, run.tmp.mktemp(fmt)), got)
+    return _read_table(run, fmt, got, versions=1)
+
+
+def _changing(run: Run, key: str, rows: list[Feature]) -> Read:
+    """A changing topic: a batch of records per BATCHES; before v2's, the registry's
+    answer on each row's change alone (and the subject's level NONE if one is refused)."""
+    fmt, got = rows[0].fmt, Read()
+    _create(run, key)
+    serdes = [_changing_serde(fmt, run.client, _version(rows, lambda _r, v=v: v == 1), run.tmp.mktemp(key))
+              for v in (0, 1)]
+    for i, v in enumerate(BATCHES):
+        if i == 1:
+            _verdicts(run, f"feat-{key}-value", rows, got)
+        ser, de, make = serdes[v]
+        record = {name: value for r in rows if r.change for name, value in r.change.sent[v].items()}
+        _batch(run, key, (ser, de, [make(record) for _ in range(ROWS)]), got)
+    return _read_table(run, key, got, versions=2)
+
+
+def _verdicts(run: Run, subject: str, rows: list[Feature], got: Read) -> None:
+    for row in rows:
+        assert row.change is not None
+        alone = sr.Schema(_version(rows, lambda r, row=row: r is row), _SCHEMA_TYPES[row.fmt])
+        got.verdicts[row.change.name] = run.client.test_compatibility(subject, alone) is True
+    if not all(got.verdicts.values()):  # as a user must to make a change the level refuses
+        run.client.set_compatibility(subject_name=subject, level="NONE")
+
+
+def _create(run: Run, key: str) -> None:
+    """The topic: a table, its values' schema ids checked at produce (refused if they do not decode)."""
+    Topics(run.conn).create(f"feat-{key}", 1, table="iceberg", value_schema="schema-id", value_validation="refuse")
+
+
+def _batch(run: Run, key: str, batch: Batch, got: Read) -> None:
+    """One batch sent through the broker, read back through it, compacted and synced (a
+    refused sync kept in ``got.stalled``)."""
+    from confluent_kafka.serialization import MessageField, SerializationContext
+
+    topic, (ser, de, records) = f"feat-{key}", batch
+    ctx = SerializationContext(topic, MessageField.VALUE)
+    _send(run.kb, topic, [ser(r, ctx) for r in records])  # the serializer registers
+    sent = _consume(run.kb, topic, len(got.echoed) + len(records))[len(got.echoed):]
+    # Protobuf: the messages compared whole (an Any of an unknown type has no dict form).
+    got.echoed += [dict(de(v, ctx)) if isinstance(r, dict) else {"": de(v, ctx) == r}
+                   for v, r in zip(sent, records, strict=True)]
+    _compact(run.cfg, topic)
+    try:
+        sync_table(run.tables, topic)
+    except TableError as exc:
+        got.stalled.append(str(exc))
+
+
+def _read_table(run: Run, key: str, got: Read, *, versions: int) -> Read:
+    """The registry's answers on the topic's subject, and its table read by every engine."""
+    import duckdb
+
+    from llog.spark import read_table
+
+    topic, cfg = f"feat-{key}", run.cfg
+    latest = run.client.get_latest_version(f"{topic}-value")
+    got.registered = latest.version == versions
+    got.compatible = run.client.test_compatibility(f"{topic}-value", latest.schema) is True
+    table = run.tables.table(topic)
+    assert table is not None
+    arrow = table.scan().to_arrow().sort_by("offset")
+    # pyiceberg reads several files with Arrow's large types: the same column type.
+    got.types = {f.name: str(f.type).replace("large_", "") for f in arrow.schema.field("fields").type}
+    got.pyiceberg = arrow.column("fields").to_pylist()
+    got.errors = arrow.column("fields_error").to_pylist()
+    files = [t.file.file_path.removeprefix("file://") for t in table.scan().plan_files()]
+    rel = duckdb.sql(f"SELECT fields FROM read_parquet({files!r}, union_by_name = true) ORDER BY \"offset\"")
+    got.duckdb = [row[0] for row in rel.fetchall()]
+    opts = {"etcdEndpoints": ",".join(cfg.etcd_endpoints), "objectStore": cfg.object_store,
+            "rootPrefix": cfg.root_prefix, "icebergCatalogUri": cfg.iceberg_catalog_uri or ""}
+    got.spark = [r["fields"].asDict(recursive=True)
+                 for r in read_table(run.spark, topic, opts).orderBy("offset").collect()]
+    return got
+
+
+def _send(kb: KafkaBroker, topic: str, values: list[bytes]) -> None:
+    from confluent_kafka import Producer
+
     failed: list[Any] = []
-    p = producer({"bootstrap.servers": kb.bootstrap, "linger.ms": 5})
+    p = Producer({"bootstrap.servers": kb.bootstrap, "linger.ms": 5})
     for v in values:
         p.produce(topic, value=v, partition=0, on_delivery=lambda err, _m: err and failed.append(err))
     assert p.flush(30) == 0 and not failed, failed[:3]
 
 
-def _consume(kb: KafkaBroker, consumer: Any, topic: str, n: int) -> list[bytes]:
+def _consume(kb: KafkaBroker, topic: str, n: int) -> list[bytes]:
     """The topic's first ``n`` values, through the broker."""
-    c = consumer({"bootstrap.servers": kb.bootstrap, "group.id": f"g{uuid.uuid4().hex[:6]}",
+    from confluent_kafka import Consumer
+
+    c = Consumer({"bootstrap.servers": kb.bootstrap, "group.id": f"g{uuid.uuid4().hex[:6]}",
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
     c.subscribe([topic])
     out: list[bytes] = []
@@ -475,17 +683,17 @@ def _cells() -> list[Any]:
 def test_register(feature: Feature, reads: dict[str, Read]) -> None:
     got = reads[feature.topic]
     assert got.registered and got.compatible
+    if feature.change:  # the change alone, at the subject's level: refused where the row says so
+        assert got.verdicts[feature.change.name] is not feature.change.refused
 
 
 @pytest.mark.parametrize("feature", _cells())
 def test_round_trip(feature: Feature, reads: dict[str, Read]) -> None:
     echoed = reads[feature.topic].echoed
     if feature.fmt == "protobuf":
-        assert echoed == [{"": True}] * ROWS
+        assert echoed == [{"": True}] * len(feature.echoes())
         return
-    sent = feature.value if feature.echoed is None else feature.echoed
-    want = list(feature.evolution) if feature.evolution else [sent] * ROWS
-    assert [norm(r.get(feature.column_name)) for r in echoed] == [norm(v) for v in want]
+    assert [norm(r.get(feature.column_name)) for r in echoed] == [norm(v) for v in feature.echoes()]
 
 
 @pytest.mark.parametrize("feature", _cells())
@@ -493,6 +701,9 @@ def test_typed_column(feature: Feature, reads: dict[str, Read]) -> None:
     got = reads[feature.topic]
     assert got.errors == [None] * len(got.errors) and got.errors
     assert got.types[feature.column_name] == feature.column
+    # A batch missing from the table is one whose sync Iceberg refused, and only that.
+    assert bool(got.stalled) == (NOT_IN_TABLE in feature.evolution)
+    assert all("cannot widen the table's schema" in why for why in got.stalled), got.stalled
 
 
 @pytest.mark.parametrize("feature", _cells())

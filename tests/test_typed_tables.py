@@ -180,6 +180,35 @@ def test_latest_mode_on_a_file_store_duckdb_and_spark(file_config: LlogConfig, s
     assert "fields_error" in df.columns and df.count() == 250
 
 
+
+def test_a_type_change_iceberg_cannot_promote_stops_the_sync_and_says_why(file_config: LlogConfig) -> None:
+    """Issue 56: JSON Schema's integer to number is a compatible change, but Iceberg does
+    not promote long to double: the sync refuses the new files with a TableError that
+    says why (pyiceberg's ValidationError, not a ValueError, once slipped past as a bare
+    "sync failed") and the table keeps its rows."""
+    from llog.errors import TableError
+    from llog.registry import SchemaRegistry
+    from llog.writer import Writer
+
+    cfg = replace(file_config, compact_min_age_ms=0, settle_after_ms=0)
+    with Connection(cfg) as conn, TableCatalog(conn) as tables:
+        Topics(conn).create("widened", 1, table="iceberg", value_schema="latest")
+        reg = SchemaRegistry(conn)
+        for kind, value in (("integer", b'{"n": 7}'), ("number", b'{"n": 2.5}')):
+            reg.register("widened-value", json.dumps({"type": "object", "properties": {"n": {"type": kind}}}),
+                         "JSON")
+            with Writer(conn) as w:
+                w.append("widened", 0, [value])
+            while compact_once(conn, "widened", 0).outcome == "compacted":
+                pass
+            if kind == "integer":
+                sync_table(tables, "widened")
+        with pytest.raises(TableError, match=r"cannot widen the table's schema .*long -> double.*retention"):
+            sync_table(tables, "widened")
+        table = tables.table("widened")
+        assert table is not None
+        assert table.scan().to_arrow().column("fields").to_pylist() == [{"n": 7}]
+
 def test_references_recursion_and_logical_types_decode_into_columns(conn: Connection) -> None:
     """Named types from a reference, a recursive type (its JSON text), dotted names,
     uuid, time, decimal and a map: every row decodes; a bad row keeps its reason."""
@@ -294,6 +323,78 @@ def _generated(tmp_path: Path, proto: str, module: str) -> Any:
     finally:
         sys.path.remove(str(tmp_path))
 
+
+
+def _pool_class(tmp_path: Path, proto: str, message: str) -> Any:
+    """Message ``message`` of ``proto`` text, in a descriptor pool of its own: two
+    versions of one message (one file name, one full name) live in one process, where
+    protoc's generated modules would clash in the default pool."""
+    import subprocess
+    import sys
+
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    d = tmp_path / f"pool{uuid.uuid4().hex[:6]}"
+    d.mkdir()
+    (d / "schema.proto").write_text(proto)
+    subprocess.run([sys.executable, "-m", "grpc_tools.protoc", f"-I{d}", f"--descriptor_set_out={d / 'set.pb'}",
+                    "schema.proto"], check=True, capture_output=True)
+    pool = descriptor_pool.DescriptorPool()
+    for f in descriptor_pb2.FileDescriptorSet.FromString((d / "set.pb").read_bytes()).file:
+        pool.Add(f)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName(message))
+
+
+def test_protobuf_fields_with_presence_are_null_while_unset(tmp_path: Path) -> None:
+    """Issue 56: a oneof's members other than the one set, and a proto3 ``optional``
+    left unset, read null, not their type's default (0 or ""): a column tells a value
+    from none. A plain proto3 scalar has no presence: unset, it reads its default."""
+    from llog.registry import protobuf_messages
+
+    m = _pool_class(tmp_path, """syntax = "proto3";
+package p;
+message M { oneof c { string s = 1; int64 i = 2; } optional string o = 3; string plain = 4; M next = 5; }
+""", "p.M")
+    assert protobuf_messages.shape(m(s="x")) == {"s": "x", "i": None, "o": None, "plain": "", "next": None}
+    assert protobuf_messages.shape(m(i=0, o="")) == {"s": None, "i": 0, "o": "", "plain": "", "next": None}
+
+
+def test_json_refs_resolve_to_columns_and_the_broker_s_check_follows_them(conn: Connection) -> None:
+    """Issue 56: a JSON Schema's ``$ref``s, local (``#/definitions/X``, ``#/$defs/X``)
+    and to another subject's schema (the reference's name, with or without a ``#/…``
+    fragment), become typed columns, and values check against them (the broker's
+    ``value_validation``) as confluent-kafka's serializer checks them; a recursive
+    ``$ref`` is the value's JSON text."""
+    from llog.registry import Reference, SchemaRegistry
+    from llog.registry.columns import ValueColumns
+    from llog.registry.validation import ValueValidator
+
+    reg = SchemaRegistry(conn)
+    topic = f"jrefs{uuid.uuid4().hex[:6]}"
+    point = {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}},
+             "$defs": {"Label": {"type": "object", "properties": {"text": {"type": "string"}}}}}
+    reg.register(f"{topic}-point", json.dumps(point), "JSON")
+    row = {"type": "object", "definitions": {"Old": {"type": "integer"}},
+           "$defs": {"Node": {"type": "object", "properties": {"v": {"type": "integer"}, "next": {
+               "$ref": "#/$defs/Node"}}}},
+           "properties": {"old": {"$ref": "#/definitions/Old"}, "node": {"$ref": "#/$defs/Node"},
+                          "at": {"$ref": "point.json"}, "label": {"$ref": "point.json#/$defs/Label"},
+                          "self": {"$ref": "#"}}}
+    rs = reg.register(f"{topic}-value", json.dumps(row), "JSON", [Reference("point.json", f"{topic}-point", 1)])
+    columns = ValueColumns(reg, topic, "schema-id")
+    assert {f.name: str(f.type) for f in columns.arrow_type} == {
+        "old": "int64", "node": "struct<v: int64, next: string>", "at": "struct<x: int64, y: int64>",
+        "label": "struct<text: string>", "self": "string"}
+    value = {"old": 1, "node": {"v": 2, "next": {"v": 3}}, "at": {"x": 4, "y": 5}, "label": {"text": "t"},
+             "self": {"old": 6}}
+    prefix = b"\x00" + rs.schema_id.to_bytes(4, "big")
+    typed, errors = columns.decode([prefix + json.dumps(value).encode()])
+    assert errors.to_pylist() == [None]
+    assert typed.to_pylist() == [{"old": 1, "node": {"v": 2, "next": '{"v":3}'}, "at": {"x": 4, "y": 5},
+                                  "label": {"text": "t"}, "self": '{"old":6}'}]
+    bad = [{"at": {"x": "4"}}, {"label": {"text": 1}}, {"node": {"next": {"v": "no"}}}, {"old": "no"}]
+    assert [i for i, _ in ValueValidator(reg).problems(topic, "schema-id", [
+        prefix + json.dumps(v).encode() for v in [value, *bad]])] == [1, 2, 3, 4]
 
 def test_protobuf_well_known_types_are_typed_by_servers_that_never_imported_them(
     file_config: LlogConfig, tmp_path: Path

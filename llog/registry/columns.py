@@ -14,7 +14,8 @@ Avro maps to Arrow as records to structs, arrays to lists, maps to maps, ``[null
 to a nullable T, enums to strings, ``date`` / ``timestamp-*`` / ``decimal`` to their
 Arrow types; a union of several types is its JSON text. JSON Schema: objects with
 ``properties`` to structs, ``items`` to lists, ``integer`` / ``number`` / ``boolean`` /
-``string`` to int64 / float64 / bool / string; anything else to its JSON text.
+``string`` to int64 / float64 / bool / string, a ``$ref`` (local or to a reference's
+schema) to what it names; anything else (and a recursive ``$ref``) to its JSON text.
 Protobuf: the first message of the latest schema's file, each value parsed as it (field
 numbers make the versions compatible), fields as their types (ints as int64, enums as
 names, a ``Timestamp`` as a timestamp, maps as maps, a recursive message as its JSON).
@@ -25,12 +26,13 @@ from __future__ import annotations
 import io
 import json
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import unquote
 
 from llog.errors import LlogError
 from llog.registry import protobuf_messages
-from llog.registry.model import AVRO, PROTOBUF
+from llog.registry.model import AVRO, PROTOBUF, Reference
 from llog.registry.store import SchemaRegistry
 
 if TYPE_CHECKING:
@@ -181,22 +183,81 @@ class AvroTypes:
         return value
 
 
-def json_arrow_type(schema: Any) -> pa.DataType:
-    """The Arrow type of JSON Schema ``schema``."""
-    import pyarrow as pa
+class JsonTypes:
+    """A JSON Schema mapped to Arrow, its ``$ref``s followed: JSON pointers into the
+    schema itself (``#/definitions/X``, ``#/$defs/X``) and into the schemas of its
+    references, named as the reference names them (``point.json``,
+    ``point.json#/$defs/X``). A recursive ``$ref``, and one that does not resolve (an
+    anchor, a URL no reference names), maps to its JSON text, as Avro's recursive types
+    do."""
 
-    if not isinstance(schema, dict):
-        return pa.string()
-    kinds = schema.get("type")
-    if isinstance(kinds, list):
-        real = [k for k in kinds if k != "null"]
-        kinds = real[0] if len(real) == 1 else None
-    if kinds == "object" and isinstance(schema.get("properties"), dict) and schema["properties"]:
-        return pa.struct([pa.field(k, json_arrow_type(v)) for k, v in schema["properties"].items()])
-    if kinds == "array" and isinstance(schema.get("items"), dict):
-        return pa.list_(json_arrow_type(schema["items"]))
-    return {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_(), "string": pa.string()}.get(
-        kinds or "", pa.string())
+    def __init__(self, doc: Any, references: Mapping[str, Any] | None = None) -> None:
+        #: The documents a ``$ref`` can name: the schema itself as ``""``.
+        self.documents = {**(references or {}), "": doc}
+        # The root is on the stack from the start: a ``$ref: "#"`` recurses at once.
+        self.arrow_type = self._arrow(doc, "", ("#",))
+
+    def _resolve(self, ref: str, at: str) -> tuple[str, str, Any] | None:
+        """``(the document, the key of the place, the schema there)`` that ``ref``
+        names from document ``at``, or ``None``."""
+        base, _, pointer = ref.partition("#")
+        name = base or at
+        node = self.documents.get(name)
+        if node is None or (pointer and not pointer.startswith("/")):
+            return None
+        for part in pointer.split("/")[1:]:
+            part = unquote(part).replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return None
+        return name, f"{name}#{pointer}", node
+
+    def _arrow(self, schema: Any, at: str, stack: tuple[str, ...]) -> pa.DataType:
+        import pyarrow as pa
+
+        if not isinstance(schema, dict):
+            return pa.string()
+        if isinstance(schema.get("$ref"), str):
+            found = self._resolve(schema["$ref"], at)
+            if found is None or found[1] in stack:
+                return pa.string()
+            return self._arrow(found[2], found[0], (*stack, found[1]))
+        kinds = schema.get("type")
+        if isinstance(kinds, list):
+            real = [k for k in kinds if k != "null"]
+            kinds = real[0] if len(real) == 1 else None
+        if kinds == "object" and isinstance(schema.get("properties"), dict) and schema["properties"]:
+            return pa.struct([pa.field(k, self._arrow(v, at, stack)) for k, v in schema["properties"].items()])
+        if kinds == "array" and isinstance(schema.get("items"), dict):
+            return pa.list_(self._arrow(schema["items"], at, stack))
+        return {"integer": pa.int64(), "number": pa.float64(), "boolean": pa.bool_(), "string": pa.string()}.get(
+            kinds or "", pa.string())
+
+
+def json_arrow_type(schema: Any, references: Mapping[str, Any] | None = None) -> pa.DataType:
+    """The Arrow type of JSON Schema ``schema`` whose references' schemas are
+    ``references`` (by the names the references give them)."""
+    return JsonTypes(schema, references).arrow_type
+
+
+def json_documents(registry: SchemaRegistry, refs: Sequence[Reference]) -> dict[str, Any]:
+    """The JSON Schemas of ``refs`` and of their own references, by the name each
+    reference gives its schema (what a ``$ref`` names)."""
+    out: dict[str, Any] = {}
+
+    def add(ref: Reference) -> None:
+        if ref.name not in out:  # each name once: a cycle of references ends
+            rs = registry.version(ref.subject, ref.version, deleted=True)
+            out[ref.name] = json.loads(rs.schema.text)
+            for sub in rs.schema.references:
+                add(sub)
+
+    for r in refs:
+        add(r)
+    return out
 
 
 def _shape_json(value: Any, t: pa.DataType) -> Any:
@@ -257,7 +318,8 @@ class ValueColumns:
             self._avro_types = AvroTypes(json.loads(self.reader.schema.text), refs)
             self.arrow_type = self._avro_types.arrow_type
         else:
-            self.arrow_type = json_arrow_type(json.loads(self.reader.schema.text))
+            self.arrow_type = json_arrow_type(json.loads(self.reader.schema.text),
+                                              json_documents(registry, self.reader.schema.references))
 
     def _avro_schema(self, schema_id: int) -> Any:
         got = self._fastavro.get(schema_id)

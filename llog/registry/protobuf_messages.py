@@ -135,10 +135,11 @@ _JSON_TYPES = frozenset({"google.protobuf.Struct", "google.protobuf.Value", "goo
 
 def arrow_type(desc: Any, stack: tuple[str, ...] = ()) -> pa.DataType:
     """The Arrow type of message ``desc``: a struct of its fields (ints as int64, enums
-    as names, maps as maps, a recursive message as its JSON text). Well-known types: a
-    Timestamp as a timestamp, a wrapper as its scalar, Struct/Value/ListValue as JSON
-    text, Empty as the text ``{}``; the others (Duration, Any, FieldMask) as structs of
-    their fields (docs/schema-registry.md, "Schema features")."""
+    as names, maps as maps, a recursive message as its JSON text; a field with presence
+    null while unset). Well-known types: a Timestamp as a timestamp, a wrapper as its
+    scalar, Struct/Value/ListValue as JSON text, Empty as the text ``{}``; the others
+    (Duration, Any, FieldMask) as structs of their fields (docs/schema-registry.md,
+    "Schema features")."""
     import pyarrow as pa
 
     name = desc.full_name
@@ -192,11 +193,19 @@ def shape(msg: Any, stack: tuple[str, ...] = ()) -> Any:
             out[f.name] = [(k, _one(vf, v, inner)) for k, v in value.items()]
         elif _repeated(f):
             out[f.name] = [_one(f, v, inner) for v in value]
-        elif f.message_type is not None and not msg.HasField(f.name):
-            out[f.name] = None
+        elif _has_presence(f) and not msg.HasField(f.name):
+            out[f.name] = None  # unset, told apart from its default: a oneof's other members
         else:
             out[f.name] = _one(f, value, inner)
     return out
+
+
+def _has_presence(f: Any) -> bool:
+    """Whether an unset ``f`` is told from its default value: a message field, a
+    ``oneof`` member, a proto3 ``optional`` or proto2 field (not a proto3 plain scalar)."""
+    if hasattr(f, "has_presence"):
+        return bool(f.has_presence)
+    return f.message_type is not None or f.containing_oneof is not None
 
 
 def _one(f: Any, value: Any, stack: tuple[str, ...]) -> Any:

@@ -4,8 +4,9 @@ A value of a ``schema-id`` topic must carry Confluent's prefix (byte 0, a 4-byte
 naming a schema registered under the topic's subject ``{topic}-value``, and decode with
 it; a value of a ``latest`` topic must decode with the subject's latest schema. Avro
 values must decode to their last byte (fastavro); JSON values must parse and validate
-(jsonschema); Protobuf values must parse as the message the prefix's message indexes
-name. A null value (a tombstone) always passes.
+(jsonschema, a ``$ref`` to another subject resolved to the referenced schema); Protobuf
+values must parse as the message the prefix's message indexes name. A null value (a
+tombstone) always passes.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ import json
 import struct
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from llog.registry import protobuf_messages
-from llog.registry.columns import fastavro_schema, subject_of
+from llog.registry.columns import fastavro_schema, json_documents, subject_of
 from llog.registry.model import AVRO, JSON_SCHEMA
 from llog.registry.store import SchemaRegistry
 
@@ -87,7 +88,7 @@ class ValueValidator:
             if kind == AVRO:
                 got = _avro_check(self.registry, schema_id)
             elif kind == JSON_SCHEMA:
-                got = _json_check(parsed.parsed)
+                got = _json_check(parsed.parsed, json_documents(self.registry, parsed.schema.references))
             else:
                 got = _protobuf_check(self.registry, schema_id)
             with self._lock:
@@ -108,10 +109,21 @@ def _avro_check(registry: SchemaRegistry, schema_id: int) -> Check:
     return check
 
 
-def _json_check(doc: Any) -> Check:
+def _json_check(doc: Any, references: Mapping[str, Any]) -> Check:
+    """A check of values against JSON Schema ``doc``; its ``$ref``s to other subjects
+    resolve to ``references`` (schemas by the names their references give), as
+    confluent-kafka's serializer resolves them, never over the network."""
     import jsonschema.validators
+    import referencing
+    import referencing.jsonschema
 
-    validator = jsonschema.validators.validator_for(doc)(doc)
+    cls = jsonschema.validators.validator_for(doc)
+    # A referenced schema without ``$schema`` is read in the referring schema's dialect.
+    dialect = cls.META_SCHEMA.get("$id") or cls.META_SCHEMA.get("id", "")  # draft 4 names it "id"
+    spec = referencing.jsonschema.specification_with(dialect, default=referencing.jsonschema.DRAFT202012)
+    resources = referencing.Registry().with_resources(
+        (name, referencing.Resource.from_contents(d, default_specification=spec)) for name, d in references.items())
+    validator = cls(doc, registry=resources)
 
     def check(payload: bytes) -> None:
         error = jsonschema.exceptions.best_match(validator.iter_errors(json.loads(payload)))

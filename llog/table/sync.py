@@ -140,6 +140,7 @@ def evolve_schema(tx: Transaction, table: Table, files: list[str]) -> None:
     double) keeps its own, so every file the table had still reads."""
     import pyarrow as pa
     import pyarrow.parquet as pq
+    from pyiceberg.exceptions import ValidationError
 
     from llog.registry.columns import FIELDS, FIELDS_ERROR
 
@@ -154,11 +155,14 @@ def evolve_schema(tx: Transaction, table: Table, files: list[str]) -> None:
     try:
         with tx.update_schema() as update:
             update.union_by_name(pa.unify_schemas(typed, promote_options="permissive"))
-    except (ValueError, TypeError, pa.ArrowException) as exc:  # pyiceberg's refusals are ValueErrors
+    except (ValueError, TypeError, ValidationError, pa.ArrowException) as exc:  # a type change: ValidationError
         topic = table.name()[-1]
+        # Re-creating the table does not help while files of both types are indexed: the
+        # new table takes one type and refuses the other's files.
         raise TableError(topic, f"the typed columns of new files cannot widen the table's schema ({exc}): Iceberg "
-                                "promotes only int to long, float to double and decimal precision; the files wait "
-                                "in the index (vacuum keeps them) until the table is re-created "
+                                "promotes only int to long, float to double and decimal precision, so files of "
+                                "both types cannot share the table; the new files wait in the index (vacuum keeps "
+                                "them) until retention drops the older ones and the table is re-created "
                                 "(llog topics alter --table none, then --table iceberg)") from exc
 
 
