@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: venv install install-demo tools demo test lint unit matrix bench clean distclean
+.PHONY: venv install install-demo tools demo test test-fast lint unit matrix bench clean distclean
 
 # A venv needs the interpreter's venv module and ensurepip; Debian ships them as
 # python3-venv (python3.X-venv). Install it from Debian when it is missing.
@@ -66,13 +66,24 @@ lint: install
 	$(PY) -m mypy
 	$(PY) protocol/gen_vectors.py --check
 
+# The suite in two phases (tests/README.md): TEST_WORKERS pytest-xdist workers share
+# the machine (the tests mostly wait on the servers and clients they start), then the
+# tests marked `alone` (paused processes, session timeouts) run by themselves.
+TEST_WORKERS ?= 4
+PYTEST := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -p no:cacheprovider
+
 test: install tools lint
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -p no:cacheprovider --durations=20
+	$(PYTEST) -n $(TEST_WORKERS) --dist worksteal -m "not alone" --durations=20
+	$(PYTEST) -m alone --durations=5
+
+# The inner loop: the tests that start no server (tests/README.md), in under two minutes.
+test-fast: install
+	$(PYTEST) -n $(TEST_WORKERS) -m fast
 
 # The Kafka compatibility matrix of docs/kafka.md and the schema-feature matrix of
 # docs/schema-registry.md: run their tests, rewrite the tables.
 matrix: install tools
-	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -p no:cacheprovider $$($(PY) -c "from tests.compat_matrix import files; print(' '.join(files()))") tests/test_schema_features.py
+	$(PYTEST) -n $(TEST_WORKERS) --dist worksteal $$($(PY) -c "from tests.compat_matrix import files; print(' '.join(files()))") tests/test_schema_features.py
 	$(PY) -m tests.compat_matrix
 	$(PY) -m tests.schema_matrix
 

@@ -14,6 +14,7 @@ and its object keys, so tests never see each other's data.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import time
@@ -64,13 +65,36 @@ class _MatrixRecorder:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.pluginmanager.register(_MatrixRecorder(), "llog-compat-matrix")
+    # Under pytest-xdist the controller sees every worker's reports: it alone records, so
+    # the workers do not race to rewrite the record.
+    if not hasattr(config, "workerinput"):
+        config.pluginmanager.register(_MatrixRecorder(), "llog-compat-matrix")
 
 
 #: What Python prints when a coroutine is dropped without running: a request or an
 #: answer the code lost (issue 55). In-process, pyproject's filterwarnings make it an
 #: error; in the servers a test starts, these checks find it.
 UNAWAITED = "was never awaited"
+
+
+#: Fixtures that start servers (etcd, S3, a JVM): a test that uses none of them, in a
+#: module that starts no process of its own, is `fast` (``make test-fast``).
+SERVER_FIXTURES = frozenset({"servers", "spark", "private_etcd"})
+#: What a module that starts processes (a stack, a broker, a client, a tool) names.
+_STARTS_PROCESSES = ("subprocess", "Popen", "LocalStack", "multiprocessing", "os.fork", "docs_runner")
+
+
+@functools.cache
+def _starts_processes(path: Path) -> bool:
+    text = path.read_text()
+    return any(word in text for word in _STARTS_PROCESSES)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if (not SERVER_FIXTURES & set(getattr(item, "fixturenames", ())) and not item.get_closest_marker("slow")
+                and not _starts_processes(item.path)):
+            item.add_marker(pytest.mark.fast)
 
 
 @pytest.hookimpl(wrapper=True)

@@ -256,6 +256,7 @@ def test_a_peer_serves_from_memory_only_what_it_wrote(s3_proxy: ProxiedS3) -> No
             assert a.exchange("GET", "/blobs?offset=0&length=5")[0] == 400
 
 
+@pytest.mark.alone  # a paused writer and a peer timeout: the timing is the test
 def test_a_paused_writer_costs_a_peer_timeout_then_s3(s3_proxy: ProxiedS3) -> None:
     """Broker A wrote the blob and is then stopped (SIGSTOP: a pause, a GC, a frozen
     VM); B's read of it waits out the peer timeout and reads S3."""

@@ -26,6 +26,9 @@ from llog.etcd.operations import KV, Put, absent
 from llog.groups import GroupOffsets
 from tests.conftest import wait_until
 
+# Processes paused past session timeouts: the timing is the test, so it runs alone.
+pytestmark = pytest.mark.alone
+
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[list[EtcdServer]]:

@@ -17,6 +17,9 @@ from llog.errors import NotAssigned
 from llog.groups import Consumer, GroupOffsets
 from tests.conftest import config_env, wait_until
 
+# Processes paused past session timeouts: the timing is the test, so it runs alone.
+pytestmark = pytest.mark.alone
+
 WORKERS = Path(__file__).parent / "workers"
 
 

@@ -32,6 +32,9 @@ from tests.broker_harness import broker_process
 from tests.conftest import wait_until
 from tests.test_kafka import KafkaBroker, _exchange, kafka_broker
 
+# Processes paused past session timeouts: the timing is the test, so it runs alone.
+pytestmark = pytest.mark.alone
+
 TOPIC = "moving"
 PARTITIONS = 8
 

@@ -32,6 +32,9 @@ from llog.store import ObjectStore
 from tests.broker_harness import BrokerProcess, broker_process
 from tests.conftest import config_env, wait_until
 
+# Processes paused past session timeouts: the timing is the test, so it runs alone.
+pytestmark = pytest.mark.alone
+
 TOPIC = "s"
 PAUSED_WRITER = Path(__file__).parent / "workers" / "paused_writer.py"
 
