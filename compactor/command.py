@@ -13,10 +13,6 @@ import logging
 import sys
 from typing import Any
 
-from compactor.claims import claimed
-from compactor.compact import COMPACTED, DAMAGED, Compactor
-from compactor.service import CompactorService, stop_signals
-from compactor.vacuum import vacuum
 from llog.cli import values
 from llog.config import LlogConfig
 from llog.connection import Connection
@@ -51,6 +47,9 @@ def add_service_args(p: argparse.ArgumentParser) -> None:
 
 def run_service(args: argparse.Namespace) -> int:
     """``llog compactor``: run the service until SIGTERM/SIGINT."""
+    # The runners import what they run: every llog command builds this parser.
+    from compactor.service import CompactorService, stop_signals
+
     level = args.log_level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     # Under ``llog``, whose root logger is set up already, the service's own lines still show.
@@ -92,6 +91,9 @@ def run_compact(args: argparse.Namespace) -> int:
     """``llog compact TOPIC [PARTITION]``: compact until nothing is ready, holding
     each partition's claim, then key-compact a compacted topic's partition once; a
     partition another compactor holds is reported busy."""
+    from compactor.claims import claimed
+    from compactor.compact import COMPACTED, DAMAGED, Compactor
+
     cfg = _config(args, compact_min_age_ms=args.min_age_ms)
     status = 0
     with Connection(cfg) as conn, Compactor(conn) as comp:
@@ -144,6 +146,8 @@ def add_vacuum_args(p: argparse.ArgumentParser) -> None:
 
 def run_vacuum(args: argparse.Namespace) -> int:
     """``llog vacuum [--dry-run]``: print the report as JSON."""
+    from compactor.vacuum import vacuum
+
     cfg = _config(args, vacuum_grace_s=args.grace_s)
     with Connection(cfg) as conn:
         report = vacuum(conn, dry_run=args.dry_run)

@@ -63,6 +63,12 @@ def spark_kafka_jars() -> list[str]:
     return sorted(str(j) for j in lib.glob("*.jar") if j.name.startswith(SPARK_KAFKA_JARS))
 
 
+#: The suite's Java processes are short: the client compiler alone and the serial
+#: collector start them on about two thirds of the CPU (the suite shares two cores).
+JVM = ("java", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:-UsePerfData",
+       "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+
+
 def run(*args: str, timeout: float = 120.0) -> list[str]:
     """``JavaClient args...``; its stdout lines. A failure fails the test with stderr."""
     return tool("JavaClient", *args, timeout=timeout).splitlines()
@@ -73,15 +79,14 @@ def start(*args: str, main_class: str = "JavaClient", **popen: Any) -> subproces
     ``org.apache.kafka.connect.cli.ConnectDistributed``) in the background, its stdout a
     pipe of lines."""
     options: dict[str, Any] = {"stdout": subprocess.PIPE, "stderr": subprocess.PIPE, **popen}
-    return subprocess.Popen(["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath(), main_class,
-                             *args], text=True, **options)
+    return subprocess.Popen([*JVM, "-cp", classpath(), main_class, *args], text=True, **options)
 
 
 def tool(main_class: str, *args: str, stdin: str | None = None, timeout: float = 120.0, check: bool = True) -> str:
     """Run ``main_class`` (a Kafka tool, ``org.apache.kafka.tools.TopicCommand`` for
     ``kafka-topics.sh``, say) with ``args``; its stdout, or with ``check=False`` its
     stdout and stderr together whatever its exit status."""
-    argv = ["java", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn", "-cp", classpath(), main_class, *args]
+    argv = [*JVM, "-cp", classpath(), main_class, *args]
     if not check:
         proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=stdin)
         return proc.stdout + proc.stderr

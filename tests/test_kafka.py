@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,6 +33,7 @@ from tests.broker_harness import (
     broker_process,
     conn_with_topic_t,  # noqa: F401 (the fixture conn, with topic t)
 )
+from tests.conftest import wait_until
 
 kafka = pytest.importorskip("kafka")
 
@@ -193,12 +194,12 @@ def test_consumer_group_rebalances_when_a_member_is_killed(kb: KafkaBroker, conn
     try:
         for p in procs:
             assert p.stdout is not None and p.stdout.readline().strip() == "ready"
-        _wait_for(lambda: len(_reads(outs)) >= total // 4, "a quarter of the records read")
+        wait_until(lambda: len(_reads(outs)) >= total // 4, 120, "a quarter of the records read")
         procs[0].kill()
         procs[0].wait()
         offsets = GroupOffsets(conn, "g3")
-        _wait_for(lambda: all((c := offsets.get("events", p)) is not None and c.offset == total // 12
-                              for p in range(12)), "every partition committed to its end")
+        wait_until(lambda: all((c := offsets.get("events", p)) is not None and c.offset == total // 12
+                               for p in range(12)), 120, "every partition committed to its end")
     finally:
         for p in procs[1:]:
             p.send_signal(signal.SIGTERM)
@@ -229,13 +230,6 @@ def _lines(path: Path, kind: str) -> list[tuple[int, int]]:
 
 def _reads(outs: list[Path]) -> set[tuple[int, int]]:
     return {r for out in outs for r in _lines(out, "R")}
-
-
-def _wait_for(cond: Callable[[], bool], what: str, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        time.sleep(0.2)
 
 
 def test_sasl_plain_with_the_broker_token(config: LlogConfig, conn: Connection) -> None:
@@ -621,7 +615,7 @@ def test_admin_client_describes_configs_cluster_and_groups(kb: KafkaBroker, conn
                          "client.id": "admin-test"})
     try:
         consumer.subscribe(["t"])
-        _wait_for(lambda: (consumer.poll(0.2), bool(consumer.assignment()))[1], "an assignment", 60)
+        wait_until(lambda: (consumer.poll(0.2), bool(consumer.assignment()))[1], 60, "an assignment")
         listed = admin.list_consumer_groups(request_timeout=30).result(timeout=30)
         assert "admins" in {g.group_id for g in listed.valid}
         [(_, fut)] = admin.describe_consumer_groups(["admins"], request_timeout=30).items()

@@ -4,9 +4,7 @@ servers, in the suite's one ``local[2]`` SparkSession (the ``spark`` fixture).""
 from __future__ import annotations
 
 import threading
-import time
 import uuid
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -19,6 +17,7 @@ from llog.connection import Connection
 from llog.records import AppendGroup
 from llog.topic.admin import Topics
 from llog.writer import AppendResult, Writer
+from tests.conftest import wait_until
 
 BUCKET = "llog-test"  # created by the servers fixture in conftest.py
 PARTITIONS = 4
@@ -75,14 +74,6 @@ class Producer(threading.Thread):
         assert not self.is_alive()
         if self.error is not None:
             raise self.error
-
-
-def wait_for(what: str, cond: Callable[[], bool], timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            pytest.fail(f"timed out after {timeout}s waiting for {what}")
-        time.sleep(0.1)
 
 
 def data_batches(query: Any) -> int:
@@ -143,7 +134,7 @@ def test_stream_restarted_three_times_holds_every_record_once(
                 producer.add_topic("s-2")
             q = start(processingTime="100 milliseconds")
             try:
-                wait_for(f"a micro-batch with data in run {run}", partial(has_data, q))
+                wait_until(partial(has_data, q), 120, f"a micro-batch with data in run {run}")
             finally:
                 q.stop()
             assert q.exception() is None

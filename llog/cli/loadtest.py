@@ -9,14 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from llog.loadtest import orchestrator
-from llog.loadtest.scenario import load_scenario
+from llog.loadtest.scenario import DEFAULT_RESULTS, load_scenario
 
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("loadtest", help="local cluster load test with reconciliation")
     sub = p.add_subparsers(dest="loadtest_command", metavar="ACTION", required=True)
-    results = {"type": Path, "default": orchestrator.DEFAULT_RESULTS,
+    results = {"type": Path, "default": DEFAULT_RESULTS,
                "help": "results root (default loadtest/results)"}
 
     q = sub.add_parser("run", help="start a cluster, drive the scenario, reconcile, stop; exit 1 on a mismatch")
@@ -39,6 +38,8 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
+    from llog.loadtest import orchestrator  # a cluster's worth of imports: not for every llog command
+
     # SIGTERM unwinds like Ctrl-C, so the cluster's processes are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     run_dir, s = orchestrator.run(load_scenario(args.scenario), args.results,
@@ -93,6 +94,8 @@ def _print_transactional(run_dir: Path, s: dict[str, Any]) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
+    from llog.loadtest import orchestrator  # a cluster's worth of imports: not for every llog command
+
     run_dir = orchestrator.up(load_scenario(args.scenario), args.results)
     layout = json.loads((run_dir / "layout.json").read_text())
     print(f"cluster up; run directory {run_dir}")
@@ -107,12 +110,16 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    from llog.loadtest import orchestrator  # a cluster's worth of imports: not for every llog command
+
     st = orchestrator.status(args.results)
     print(json.dumps(st, indent=2))
     return 0 if all(p["alive"] and p.get("healthy", True) for p in st["processes"].values()) else 1
 
 
 def _down(args: argparse.Namespace) -> int:
+    from llog.loadtest import orchestrator  # a cluster's worth of imports: not for every llog command
+
     stopped = orchestrator.down(args.results)
     print(json.dumps(stopped))
     return 0 if all(stopped.values()) else 1

@@ -37,7 +37,7 @@ from llog.loadtest.process import ManagedProcess
 from llog.loadtest.reconcile import Reconciliation, read_acks, reconcile
 from llog.loadtest.report import write_report
 from llog.loadtest.routing import Router
-from llog.loadtest.scenario import Scenario
+from llog.loadtest.scenario import DEFAULT_RESULTS, Scenario
 from llog.loadtest.summary import build_summary
 from llog.loadtest.transactional import TxnLog, Workload, client_log, run_workload
 from llog.loadtest.txn_check import check
@@ -50,7 +50,6 @@ from llog.topic.admin import Topics
 log = logging.getLogger(__name__)
 
 REPO = Path(__file__).resolve().parents[2]
-DEFAULT_RESULTS = Path("loadtest/results")
 
 
 def new_run_dir(root: Path, scenario: Scenario) -> Path:

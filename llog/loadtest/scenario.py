@@ -13,6 +13,9 @@ from llog.names import TopicPartition, check_topic
 from llog.nemesis.faults import KINDS, FaultPlan, FaultRule
 from llog.nemesis.latency import profile
 
+#: Where each run's directory goes unless told (relative to the working directory).
+DEFAULT_RESULTS = Path("loadtest/results")
+
 ROUTING_POLICIES = ("round_robin", "least_inflight")
 _TYPE_NAMES: dict[object, str] = {float: "a number", int: "an integer", str: "a string", bool: "true or false"}
 STORES = ("s3", "file")
