@@ -1,6 +1,8 @@
 """A broker child process (``python -m llog broker``), a tiny JSON-over-HTTP client, and
 the fixtures the broker test modules import: ``conn`` (with topic ``t`` of 4
-partitions) and ``broker`` (one broker process on it)."""
+partitions) and ``broker`` (one broker process on it), and their module-wide
+counterparts ``shared_conn`` and ``shared_broker`` for tests whose requests must change
+nothing (a broker started once per module and worker count, not once per case)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ import pytest
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.topic.admin import Topics
-from tests.conftest import config_env
+from tests.conftest import Servers, config_env, new_root_prefix, suite_config
 
 
 class BrokerProcess:
@@ -161,7 +163,32 @@ def conn_with_topic_t(config: LlogConfig) -> Iterator[Connection]:
 def broker_on_topic_t(config: LlogConfig, conn: Connection, request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
     """One broker on topic ``t``: a single process, and (a second run of each test) a
     broker of two worker processes sharing its port (``llog broker --workers 2``)."""
-    with broker_process(config, "--workers", str(request.param)) as b:
-        if request.param > 1:
+    with workers_broker(config, request.param) as b:
+        yield b
+
+
+@contextmanager
+def workers_broker(cfg: LlogConfig, workers: int) -> Iterator[BrokerProcess]:
+    """``llog broker --workers N`` once its workers are up."""
+    with broker_process(cfg, "--workers", str(workers)) as b:
+        if workers > 1:
             assert b.proc.stdout is not None and "worker processes" in b.proc.stdout.readline()
+        yield b
+
+
+@pytest.fixture(name="shared_conn", scope="module")
+def shared_conn_with_topic_t(servers: Servers) -> Iterator[Connection]:
+    """``conn`` for a whole module: a root prefix of its own with topic ``t``."""
+    with Connection(suite_config(servers, new_root_prefix())) as c:
+        Topics(c).create("t", 4)
+        yield c
+
+
+@pytest.fixture(name="shared_broker", scope="module", params=[1, 2], ids=["1-worker", "2-workers"])
+def shared_broker_on_topic_t(shared_conn: Connection, request: pytest.FixtureRequest) -> Iterator[BrokerProcess]:
+    """``broker`` for a whole module, on ``shared_conn``: for the cases of a test that
+    sends what must be refused and change nothing, each case checking that nothing
+    changed since the module began (so a case that wrongly wrote fails the ones after it
+    too)."""
+    with workers_broker(shared_conn.config, request.param) as b:
         yield b

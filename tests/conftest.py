@@ -203,19 +203,29 @@ def servers() -> Iterator[Servers]:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-@pytest.fixture
-def root_prefix() -> str:
+def new_root_prefix() -> str:
+    """A root prefix no other test uses: what isolates tests sharing the servers."""
     return f"t-{uuid.uuid4().hex[:12]}"
 
 
 @pytest.fixture
-def s3_config(servers: Servers, root_prefix: str) -> LlogConfig:
+def root_prefix() -> str:
+    return new_root_prefix()
+
+
+def suite_config(servers: Servers, root_prefix: str) -> LlogConfig:
+    """The suite's etcd and S3 server under ``root_prefix``."""
     return LlogConfig(
         etcd_endpoints=(servers.etcd_endpoint,),
         object_store=f"s3://{TEST_BUCKET}",
         s3_endpoint_url=servers.s3_endpoint,
         root_prefix=root_prefix,
     )
+
+
+@pytest.fixture
+def s3_config(servers: Servers, root_prefix: str) -> LlogConfig:
+    return suite_config(servers, root_prefix)
 
 
 @dataclass(frozen=True)

@@ -15,11 +15,13 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.reader import Reader
 from llog.topic.admin import Topics
-from tests.broker_harness import (  # noqa: F401 (the fixtures conn and broker)
+from tests.broker_harness import (  # noqa: F401 (the fixtures conn, broker, shared_conn, shared_broker)
     BrokerProcess,
     broker_on_topic_t,
     broker_process,
     conn_with_topic_t,
+    shared_broker_on_topic_t,
+    shared_conn_with_topic_t,
 )
 from tests.conftest import wait_until
 
@@ -127,12 +129,12 @@ def test_produce_keys_and_headers_round_trip(broker: BrokerProcess, conn: Connec
      b'{"base64": "@@"}]]}]}]}', "topic_partitions[0].records[0].headers[0][1].base64"),
 ])
 def test_malformed_produce_is_400_with_field(
-    broker: BrokerProcess, conn: Connection, body: bytes, field: str
+    shared_broker: BrokerProcess, shared_conn: Connection, body: bytes, field: str
 ) -> None:
-    status, resp = broker.request("POST", "/produce", raw=body)
+    status, resp = shared_broker.request("POST", "/produce", raw=body)
     assert status == 400
     assert resp["field"] == field and resp["error"]
-    assert _hwm(conn, 0) == 0 and _wal_objects(conn) == []
+    assert _hwm(shared_conn, 0) == 0 and _wal_objects(shared_conn) == []
 
 
 def test_status_paths(broker: BrokerProcess, conn: Connection) -> None:

@@ -17,11 +17,13 @@ from llog.connection import Connection
 from llog.groups import Consumer, GroupOffsets
 from llog.groups.epoch import bump_epoch
 from llog.reader import Reader
-from tests.broker_harness import (  # noqa: F401 (the fixtures conn and broker)
+from tests.broker_harness import (  # noqa: F401 (the fixtures conn, broker, shared_conn, shared_broker)
     BrokerProcess,
     broker_on_topic_t,
     broker_process,
     conn_with_topic_t,
+    shared_broker_on_topic_t,
+    shared_conn_with_topic_t,
 )
 
 
@@ -232,12 +234,12 @@ def test_stale_epoch_and_unowned_member_cannot_move_the_offset(broker: BrokerPro
     ({"group": "g", "offsets": [{"topic": "t", "partition": 0, "offset": 1}], "extra": 1}, "extra"),
 ])
 def test_malformed_commit_is_400_with_field(
-    broker: BrokerProcess, conn: Connection, body: dict[str, Any], field: str
+    shared_broker: BrokerProcess, shared_conn: Connection, body: dict[str, Any], field: str
 ) -> None:
-    assert _produce(broker, 0, ["a", "b"])[0] == 200
-    status, resp = broker.post("/commit", body)
+    assert _produce(shared_broker, 0, ["a", "b"])[0] == 200
+    status, resp = shared_broker.post("/commit", body)
     assert status == 400 and resp["field"] == field and resp["error"], resp
-    assert GroupOffsets(conn, "g").all() == []
+    assert GroupOffsets(shared_conn, "g").all() == []
 
 
 @pytest.mark.parametrize(("body", "field"), [
@@ -248,8 +250,8 @@ def test_malformed_commit_is_400_with_field(
      "auto_offset_reset"),
     ({"group": "", "topic_partitions": [{"topic": "t", "partition": 0}]}, "group"),
 ])
-def test_malformed_group_consume_is_400(broker: BrokerProcess, body: dict[str, Any], field: str) -> None:
-    status, resp = broker.post("/consume", body)
+def test_malformed_group_consume_is_400(shared_broker: BrokerProcess, body: dict[str, Any], field: str) -> None:
+    status, resp = shared_broker.post("/consume", body)
     assert status == 400 and resp["field"] == field, resp
 
 

@@ -32,6 +32,7 @@ from tests.broker_harness import (
     BrokerProcess,
     broker_process,
     conn_with_topic_t,  # noqa: F401 (the fixture conn, with topic t)
+    shared_conn_with_topic_t,  # noqa: F401 (the fixture shared_conn)
 )
 from tests.conftest import wait_until
 
@@ -63,6 +64,14 @@ def kb_fixture(config: LlogConfig, conn: Connection, request: pytest.FixtureRequ
     """A broker with a Kafka listener: one process, and (a second run of each test) two
     workers, each its own Kafka node, the bootstrap port worker 0's."""
     with kafka_broker(config, "--workers", str(request.param)) as b:
+        yield b
+
+
+@pytest.fixture(name="shared_kb", scope="module", params=[1, 2], ids=["1-worker", "2-workers"])
+def shared_kb_fixture(shared_conn: Connection, request: pytest.FixtureRequest) -> Iterator[KafkaBroker]:
+    """``kb`` for a whole module, on ``shared_conn`` (tests/broker_harness.py): for the
+    cases of a test whose requests must be refused and change nothing."""
+    with kafka_broker(shared_conn.config, "--workers", str(request.param)) as b:
         yield b
 
 

@@ -14,8 +14,9 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import InvalidInput
 from llog.topic.admin import Topics
+from tests.broker_harness import shared_conn_with_topic_t  # noqa: F401 (the fixture shared_conn)
 from tests.conftest import config_env
-from tests.test_kafka import KafkaBroker, _exchange, kb_fixture  # noqa: F401 (the fixture kb)
+from tests.test_kafka import KafkaBroker, _exchange, kb_fixture, shared_kb_fixture  # noqa: F401 (kb, shared_kb)
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import (  # noqa: E402
@@ -68,16 +69,23 @@ def test_incremental_alter_configs_sets_and_deletes_retention(kb: KafkaBroker, c
     ("retention.ms", "1", AlterConfigOpType.APPEND, "SET the whole value"),
 ])
 def test_what_cannot_be_altered_is_refused_and_nothing_changes(
-    kb: KafkaBroker, conn: Connection, name: str, value: str, op: AlterConfigOpType, why: str,
+    shared_kb: KafkaBroker, fixed: Connection, name: str, value: str, op: AlterConfigOpType, why: str,
 ) -> None:
-    Topics(conn).create("fixed", 1, retention_ms=86_400_000)
-    admin = AdminClient({"bootstrap.servers": kb.bootstrap})
+    admin = AdminClient({"bootstrap.servers": shared_kb.bootstrap})
     with pytest.raises(confluent_kafka.KafkaException) as err:
         # A valid change beside the refused one: the resource is refused whole.
         _incremental(admin, "fixed", ("retention.bytes", "5000", AlterConfigOpType.SET), (name, value, op))
     assert err.value.args[0].code() == confluent_kafka.KafkaError.INVALID_CONFIG
     assert why in err.value.args[0].str()
-    assert _retention(conn, "fixed") == (86_400_000, None)
+    assert _retention(fixed, "fixed") == (86_400_000, None)
+
+
+@pytest.fixture(scope="module")
+def fixed(shared_conn: Connection) -> Connection:
+    """``shared_conn`` with topic ``fixed`` (a day's retention), which every refused
+    change must leave as it was."""
+    Topics(shared_conn).create("fixed", 1, retention_ms=86_400_000)
+    return shared_conn
 
 
 #: The policies llog fixes for every topic (DescribeConfigs' read-only topic configs),
