@@ -17,7 +17,8 @@ from llog.producer import BatchingProducer
 from llog.reader import Reader
 from llog.records import Record
 from tests import java_client
-from tests.test_kafka import KafkaBroker, kb_fixture  # noqa: F401 (the fixture kb)
+from tests.broker_harness import shared_conn_with_topic_t  # noqa: F401 (the fixture shared_conn)
+from tests.test_kafka import KafkaBroker, kb_fixture, shared_kb_fixture  # noqa: F401 (kb, shared_kb)
 
 
 def test_java_admin_creates_a_topic_the_sdk_sees(kb: KafkaBroker, conn: Connection) -> None:
@@ -31,18 +32,18 @@ def test_java_admin_creates_a_topic_the_sdk_sees(kb: KafkaBroker, conn: Connecti
 
 @pytest.mark.parametrize(("compression", "idempotent"), [
     ("lz4", True), ("zstd", False), ("gzip", True), ("snappy", True), ("none", True)])
-def test_java_producer_writes_what_the_sdk_reads(kb: KafkaBroker, conn: Connection, compression: str,
+def test_java_producer_writes_what_the_sdk_reads(shared_kb: KafkaBroker, shared_conn: Connection, compression: str,
                                                  idempotent: bool) -> None:
-    topic = f"java-{compression}"
-    java_client.run("admin", kb.bootstrap, topic, "4")
+    topic = f"java-{compression}-{shared_kb.workers}"  # a topic per case: the cases share the module's root
+    java_client.run("admin", shared_kb.bootstrap, topic, "4")
     n = 400
-    acks = [line.split() for line in java_client.run("produce", kb.bootstrap, topic, str(n), compression,
+    acks = [line.split() for line in java_client.run("produce", shared_kb.bootstrap, topic, str(n), compression,
                                                       str(idempotent).lower())]
     assert len(acks) == n
     placed = {int(i): (int(p), int(o)) for _, i, p, o in acks}
     for p in range(4):  # record i went to partition i % 4, in order: offsets 0..99 there
         assert sorted(o for q, o in placed.values() if q == p) == list(range(n // 4))
-    with Reader(conn) as r:
+    with Reader(shared_conn) as r:
         for p in range(4):
             recs = list(r.scan(topic, p, 0))
             want = [i for i in range(n) if i % 4 == p]
