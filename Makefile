@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: venv install install-demo tools demo test test-fast lint unit matrix bench clean distclean
+.PHONY: venv install install-demo tools demo test test-fast durations lint unit matrix bench clean distclean
 
 # A venv needs the interpreter's venv module and ensurepip; Debian ships them as
 # python3-venv (python3.X-venv). Install it from Debian when it is missing.
@@ -70,14 +70,19 @@ lint: install
 # the machine (the tests mostly wait on the servers and clients they start), then the
 # tests marked `alone` (paused processes, session timeouts) run by themselves.
 TEST_WORKERS ?= 4
+REPORTS := .cache/test-reports
 PYTEST := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -p no:cacheprovider
 
 # Byte-code compiled once up front: where PYTHONDONTWRITEBYTECODE is set, every broker,
 # CLI and worker process the suite starts would compile llog's sources again (~0.4 s each).
 test: install tools lint
 	$(PY) -m compileall -q llog compactor tests >/dev/null
-	$(PYTEST) -n $(TEST_WORKERS) --dist worksteal -m "not alone" --durations=20
-	$(PYTEST) -m alone --durations=5
+	$(PYTEST) -n $(TEST_WORKERS) --dist worksteal -m "not alone" --durations=20 --junitxml=$(REPORTS)/parallel.xml
+	$(PYTEST) -m alone --durations=5 --junitxml=$(REPORTS)/alone.xml
+
+# tests/README.md's durations table, from the last `make test`'s reports.
+durations:
+	$(PY) -m tests.durations
 
 # The inner loop: the tests that start no server (tests/README.md), in under two minutes.
 test-fast: install

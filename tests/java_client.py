@@ -8,6 +8,7 @@ them."""
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import shutil
 import subprocess
@@ -15,6 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
+from tests.build_lock import exclusive
 
 SOURCES = Path(__file__).resolve().parent / "java"
 CACHE = Path(__file__).resolve().parent.parent / ".cache" / "java"
@@ -29,14 +32,23 @@ def classpath() -> str:
     lib, classes = CACHE / "lib", CACHE / "classes"
     pom = SOURCES / "pom.xml"
     stamp = lib / ".pom"
-    if not stamp.exists() or stamp.read_bytes() != pom.read_bytes():
-        shutil.rmtree(lib, ignore_errors=True)
-        _run(["mvn", "-q", "-B", f"-Dmaven.repo.local={CACHE / 'repo'}", "-f", str(pom),
-              "dependency:copy-dependencies", f"-DoutputDirectory={lib}"], "fetching kafka-clients with Maven")
-        stamp.write_bytes(pom.read_bytes())
-    shutil.rmtree(classes, ignore_errors=True)
-    _run(["javac", "-d", str(classes), "-cp", f"{lib}/*", *map(str, sorted(SOURCES.glob("*.java")))],
-         "compiling JavaClient and StreamsWordCount")
+    sources = sorted(SOURCES.glob("*.java"))
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in [pom, *sources])).hexdigest()
+    with exclusive("java"):
+        if not stamp.exists() or stamp.read_bytes() != pom.read_bytes():
+            shutil.rmtree(lib, ignore_errors=True)
+            _run(["mvn", "-q", "-B", f"-Dmaven.repo.local={CACHE / 'repo'}", "-f", str(pom),
+                  "dependency:copy-dependencies", f"-DoutputDirectory={lib}"], "fetching kafka-clients with Maven")
+            stamp.write_bytes(pom.read_bytes())
+        built = classes / ".sources"
+        if not built.exists() or built.read_text() != digest:  # compiled by this run or an earlier one
+            fresh = CACHE / f"classes-{os.getpid()}"
+            shutil.rmtree(fresh, ignore_errors=True)
+            _run(["javac", "-d", str(fresh), "-cp", f"{lib}/*", *map(str, sources)],
+                 "compiling JavaClient and StreamsWordCount")
+            (fresh / ".sources").write_text(digest)
+            shutil.rmtree(classes, ignore_errors=True)
+            fresh.rename(classes)
     return os.pathsep.join((str(classes), f"{lib}/*"))
 
 
@@ -55,11 +67,13 @@ def spark_kafka_jars() -> list[str]:
     pom = SOURCES / "spark-kafka" / "pom.xml"
     lib = CACHE / "spark-kafka"
     stamp = lib / ".pom"
-    if not stamp.exists() or stamp.read_bytes() != pom.read_bytes():
-        shutil.rmtree(lib, ignore_errors=True)
-        _run(["mvn", "-q", "-B", f"-Dmaven.repo.local={CACHE / 'repo'}", "-f", str(pom), "dependency:copy-dependencies",
-              "-DincludeScope=runtime", f"-DoutputDirectory={lib}"], "fetching spark-sql-kafka-0-10 with Maven")
-        stamp.write_bytes(pom.read_bytes())
+    with exclusive("java"):  # one Maven at a time in the shared repository
+        if not stamp.exists() or stamp.read_bytes() != pom.read_bytes():
+            shutil.rmtree(lib, ignore_errors=True)
+            _run(["mvn", "-q", "-B", f"-Dmaven.repo.local={CACHE / 'repo'}", "-f", str(pom),
+                  "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={lib}"],
+                 "fetching spark-sql-kafka-0-10 with Maven")
+            stamp.write_bytes(pom.read_bytes())
     return sorted(str(j) for j in lib.glob("*.jar") if j.name.startswith(SPARK_KAFKA_JARS))
 
 

@@ -19,6 +19,7 @@ import pytest
 from llog.connection import Connection
 from llog.groups.offsets import GroupOffsets
 from llog.reader import Reader
+from tests.build_lock import exclusive
 from tests.test_kafka import KafkaBroker, kb_fixture  # noqa: F401 (the fixture kb)
 
 SOURCES = Path(__file__).resolve().parent / "go"
@@ -32,10 +33,13 @@ def _binary(package: str = ".") -> Path:
     env = {**os.environ, "GOPATH": str(CACHE / "path"), "GOMODCACHE": str(CACHE / "mod"),
            "GOCACHE": str(CACHE / "build"), "GOTOOLCHAIN": "local", "GOFLAGS": "-mod=readonly"}
     out = CACHE / "bin" / ("goclient" if package == "." else Path(package).name)
-    proc = subprocess.run(["go", "build", "-o", str(out), package], cwd=SOURCES, env=env, capture_output=True,
-                          text=True, timeout=900)
-    if proc.returncode != 0:
-        pytest.fail(f"building tests/go {package} failed:\n{proc.stderr[-4000:]}")
+    fresh = out.with_name(f"{out.name}-{os.getpid()}")
+    with exclusive("go"):  # another worker's build done, this one takes Go's cache
+        proc = subprocess.run(["go", "build", "-o", str(fresh), package], cwd=SOURCES, env=env, capture_output=True,
+                              text=True, timeout=900)
+        if proc.returncode != 0:
+            pytest.fail(f"building tests/go {package} failed:\n{proc.stderr[-4000:]}")
+        fresh.replace(out)  # one rename: a program another worker runs is never half-written
     return out
 
 

@@ -17,6 +17,7 @@ import pytest
 from llog.connection import Connection
 from llog.groups.offsets import GroupOffsets
 from llog.reader import Reader
+from tests.build_lock import exclusive
 from tests.test_kafka import KafkaBroker, kb_fixture  # noqa: F401 (the fixture kb)
 
 SOURCES = Path(__file__).resolve().parent / "js"
@@ -29,15 +30,17 @@ def _node_modules() -> Path:
         if shutil.which(tool) is None:
             pytest.fail(f"the kafkajs tests need {tool} (Node.js 18 or later) on PATH")
     CACHE.mkdir(parents=True, exist_ok=True)
-    lock, installed = SOURCES / "package-lock.json", CACHE / "package-lock.json"
-    if not (CACHE / "node_modules" / "kafkajs").exists() or not installed.exists() or \
-            installed.read_bytes() != lock.read_bytes():
-        for name in ("package.json", "package-lock.json"):
-            shutil.copy(SOURCES / name, CACHE / name)
-        proc = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=CACHE, capture_output=True, text=True,
-                              timeout=600)
-        if proc.returncode != 0:
-            pytest.fail(f"npm ci of kafkajs failed:\n{proc.stderr[-4000:]}")
+    lock, installed = SOURCES / "package-lock.json", CACHE / ".installed-lock"
+    with exclusive("js"):
+        if not (CACHE / "node_modules" / "kafkajs").exists() or not installed.exists() or \
+                installed.read_bytes() != lock.read_bytes():
+            for name in ("package.json", "package-lock.json"):
+                shutil.copy(SOURCES / name, CACHE / name)
+            proc = subprocess.run(["npm", "ci", "--no-audit", "--no-fund"], cwd=CACHE, capture_output=True,
+                                  text=True, timeout=600)
+            if proc.returncode != 0:
+                pytest.fail(f"npm ci of kafkajs failed:\n{proc.stderr[-4000:]}")
+            installed.write_bytes(lock.read_bytes())  # last: it says the install finished
     return CACHE / "node_modules"
 
 
