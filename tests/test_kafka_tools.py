@@ -95,7 +95,7 @@ def test_consumer_groups_list_describe_reset_and_delete(kb: KafkaBroker, conn: C
 def test_a_group_with_live_members_is_not_deleted(kb: KafkaBroker, conn: Connection) -> None:
     """DeleteGroups refuses while a member is in the group (Kafka's NON_EMPTY_GROUP),
     and OffsetDelete too (GROUP_SUBSCRIBED_TO_TOPIC); the member's offsets stay."""
-    from kafka import KafkaConsumer
+    from kafka import KafkaConsumer, TopicPartition
 
     java_client.tool(TOPICS, "--bootstrap-server", kb.bootstrap, "--create", "--topic", "busy", "--partitions", "1")
     consumer = KafkaConsumer("busy", bootstrap_servers=kb.bootstrap, group_id="busy-group",
@@ -103,6 +103,9 @@ def test_a_group_with_live_members_is_not_deleted(kb: KafkaBroker, conn: Connect
     try:
         while not consumer.assignment():
             consumer.poll(timeout_ms=200)
+        # Its position is known once the earliest offset is looked up (after the
+        # assignment): committing before then commits nothing.
+        assert consumer.position(TopicPartition("busy", 0)) == 0
         consumer.commit()
         out = java_client.tool(GROUPS, "--bootstrap-server", kb.bootstrap, "--delete", "--group", "busy-group",
                                check=False)

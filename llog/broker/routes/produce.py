@@ -18,7 +18,7 @@ from llog.broker.schemas import ProducePartition, parse_produce
 from llog.broker.screening import Records
 from llog.broker.state import Broker, broker_of
 from llog.broker.statuses import partition_error
-from llog.errors import BackPressure, LlogError
+from llog.errors import BackPressure, LlogError, UnknownTopic
 from llog.records import payload_size
 from llog.writer import AppendResult
 
@@ -63,9 +63,15 @@ def submit(
     items) at the first group that could block, on etcd (a partition not seen yet) or
     on a full buffer, and the caller finishes the rest on a worker thread."""
     out: list[Future[AppendResult] | LlogError] = []
+    # A topic found missing once is missing for the request's other groups too: asking
+    # etcd again for each of thousands of groups cost seconds (tests/test_fuzz.py).
+    unknown: dict[str, UnknownTopic] = {}
     for tp in req[start:]:
         if access is not None and not access.allows(Operation.WRITE, ResourceType.TOPIC, tp.topic):
             out.append(access.refusal(Operation.WRITE, ResourceType.TOPIC, tp.topic))
+            continue
+        if tp.topic in unknown:
+            out.append(unknown[tp.topic])
             continue
         key = (tp.topic, tp.partition)
         # Not on the loop: a partition not seen yet, or a topic this broker forgot (it
@@ -88,6 +94,9 @@ def submit(
         except BackPressure as exc:
             if fast:
                 break
+            out.append(exc)
+        except UnknownTopic as exc:
+            unknown[tp.topic] = exc
             out.append(exc)
         except LlogError as exc:
             out.append(exc)
