@@ -31,15 +31,10 @@ def classpath() -> str:
             pytest.fail(f"the Java client tests need {tool} (make test installs maven and a JDK from Debian)")
     lib, classes = CACHE / "lib", CACHE / "classes"
     pom = SOURCES / "pom.xml"
-    stamp = lib / ".pom"
     sources = sorted(SOURCES.glob("*.java"))
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in [pom, *sources])).hexdigest()
     with exclusive("java"):
-        if not stamp.exists() or stamp.read_bytes() != pom.read_bytes():
-            shutil.rmtree(lib, ignore_errors=True)
-            _run(["mvn", "-q", "-B", f"-Dmaven.repo.local={CACHE / 'repo'}", "-f", str(pom),
-                  "dependency:copy-dependencies", f"-DoutputDirectory={lib}"], "fetching kafka-clients with Maven")
-            stamp.write_bytes(pom.read_bytes())
+        _fetch(pom, lib, "kafka-clients")
         built = classes / ".sources"
         if not built.exists() or built.read_text() != digest:  # compiled by this run or an earlier one
             fresh = CACHE / f"classes-{os.getpid()}"
@@ -64,17 +59,23 @@ def spark_kafka_jars() -> list[str]:
     dependencies, fetched with Maven into ``.cache/java/spark-kafka`` (once)."""
     if shutil.which("mvn") is None:
         pytest.fail("the Spark Kafka source test needs mvn (make test installs maven from Debian)")
-    pom = SOURCES / "spark-kafka" / "pom.xml"
     lib = CACHE / "spark-kafka"
-    stamp = lib / ".pom"
-    with exclusive("java"):  # one Maven at a time in the shared repository
-        if not stamp.exists() or stamp.read_bytes() != pom.read_bytes():
-            shutil.rmtree(lib, ignore_errors=True)
-            _run(["mvn", "-q", "-B", f"-Dmaven.repo.local={CACHE / 'repo'}", "-f", str(pom),
-                  "dependency:copy-dependencies", "-DincludeScope=runtime", f"-DoutputDirectory={lib}"],
-                 "fetching spark-sql-kafka-0-10 with Maven")
-            stamp.write_bytes(pom.read_bytes())
+    with exclusive("java"):
+        _fetch(SOURCES / "spark-kafka" / "pom.xml", lib, "spark-sql-kafka-0-10", "-DincludeScope=runtime")
     return sorted(str(j) for j in lib.glob("*.jar") if j.name.startswith(SPARK_KAFKA_JARS))
+
+
+def _fetch(pom: Path, lib: Path, what: str, *options: str) -> None:
+    """``pom``'s dependencies copied into ``lib`` by Maven, unless ``lib`` holds them for
+    this very ``pom`` already. The caller holds the "java" lock: one Maven at a time in
+    the shared repository."""
+    stamp = lib / ".pom"
+    if stamp.exists() and stamp.read_bytes() == pom.read_bytes():
+        return
+    shutil.rmtree(lib, ignore_errors=True)
+    _run(["mvn", "-q", "-B", f"-Dmaven.repo.local={CACHE / 'repo'}", "-f", str(pom), "dependency:copy-dependencies",
+          *options, f"-DoutputDirectory={lib}"], f"fetching {what} with Maven")
+    stamp.write_bytes(pom.read_bytes())
 
 
 #: The suite's Java processes are short: the client compiler alone and the serial

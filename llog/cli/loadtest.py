@@ -11,6 +11,9 @@ from typing import Any
 
 from llog.loadtest.scenario import DEFAULT_RESULTS, load_scenario
 
+# Each runner imports llog.loadtest.orchestrator itself: a cluster's worth of imports,
+# not for every llog command (they all build this parser).
+
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("loadtest", help="local cluster load test with reconciliation")
@@ -38,7 +41,7 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from llog.loadtest import orchestrator  # a cluster's worth of imports: not for every llog command
+    from llog.loadtest import orchestrator
 
     # SIGTERM unwinds like Ctrl-C, so the cluster's processes are stopped on the way out.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -94,7 +97,7 @@ def _print_transactional(run_dir: Path, s: dict[str, Any]) -> int:
 
 
 def _up(args: argparse.Namespace) -> int:
-    from llog.loadtest import orchestrator  # a cluster's worth of imports: not for every llog command
+    from llog.loadtest import orchestrator
 
     run_dir = orchestrator.up(load_scenario(args.scenario), args.results)
     layout = json.loads((run_dir / "layout.json").read_text())
@@ -110,7 +113,7 @@ def _up(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
-    from llog.loadtest import orchestrator  # a cluster's worth of imports: not for every llog command
+    from llog.loadtest import orchestrator
 
     st = orchestrator.status(args.results)
     print(json.dumps(st, indent=2))
@@ -118,7 +121,7 @@ def _status(args: argparse.Namespace) -> int:
 
 
 def _down(args: argparse.Namespace) -> int:
-    from llog.loadtest import orchestrator  # a cluster's worth of imports: not for every llog command
+    from llog.loadtest import orchestrator
 
     stopped = orchestrator.down(args.results)
     print(json.dumps(stopped))
