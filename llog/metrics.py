@@ -24,6 +24,7 @@ class Metrics:
         self._declare_transactions(r)
         self._declare_broker(r)
         self._declare_kafka_peers(r)
+        self._declare_kafka_groups(r)
         self._declare_auth(r)
 
     def _declare_auth(self, r: CollectorRegistry) -> None:
@@ -224,6 +225,18 @@ class Metrics:
             "llog_kafka_peer_silent",
             "1 for each registered broker not answering this broker's probes: its node id, Kafka address and "
             "process (pid, instance id)", ["node_id", "address", "pid", "instance"], registry=r,
+        )
+
+    def _declare_kafka_groups(self, r: CollectorRegistry) -> None:
+        self.kafka_coordinator_stalls = Counter(
+            "llog_kafka_coordinator_stalls",
+            "times the Kafka group coordinator found itself paused or starved of CPU (a member-expiry tick over "
+            "3 s late) and checked its groups against etcd", registry=r,
+        )
+        self.kafka_coordinator_stall_groups = Counter(
+            "llog_kafka_coordinator_stall_groups",
+            "groups checked after a coordinator stall, by outcome (kept: etcd still held their epoch; let_go: "
+            "another coordinator moved them on, or etcd could not tell)", ["outcome"], registry=r,
         )
 
     def value(self, name: str, **labels: str) -> float:

@@ -22,14 +22,14 @@ import contextlib
 import logging
 import time
 import uuid
-from dataclasses import dataclass, field
-from enum import Enum
 
 from llog.codec.etcd_values.groups import GroupEpoch, GroupGeneration
 from llog.connection import Connection
 from llog.groups.epoch import bump_epoch
 from llog.kafka import group_generations
+from llog.kafka.coordinator_stall import check_after_stall
 from llog.kafka.errors import ErrorCode
+from llog.kafka.group_state import Group, GroupError, JoinResult, Member, State, drop, fail_waits
 
 log = logging.getLogger(__name__)
 
@@ -38,73 +38,11 @@ log = logging.getLogger(__name__)
 #: ``group.initial.rebalance.delay.ms``, shorter).
 INITIAL_REBALANCE_DELAY_S = 0.5
 #: The member-expiry tick; a tick this much later than due means this broker was
-#: paused or stalled: it forgets its groups and reads them back from etcd.
+#: paused or starved of CPU: it checks its groups against etcd (:mod:`llog.kafka.coordinator_stall`).
 EXPIRY_TICK_S = 0.5
 PAUSED_S = 3.0
 MIN_SESSION_TIMEOUT_MS = 1_000
 MAX_SESSION_TIMEOUT_MS = 300_000
-
-
-class GroupError(Exception):
-    """A group request refused with ``code``."""
-
-    def __init__(self, code: ErrorCode, member_id: str = "") -> None:
-        super().__init__(code.name)
-        self.code = code
-        self.member_id = member_id
-
-
-class State(Enum):
-    EMPTY = "Empty"
-    PREPARING = "PreparingRebalance"
-    COMPLETING = "CompletingRebalance"
-    STABLE = "Stable"
-
-
-@dataclass(frozen=True)
-class JoinResult:
-    generation: int
-    protocol: str
-    protocol_type: str
-    leader: str
-    member_id: str
-    #: ``(member id, group instance id, metadata)`` for the leader; empty for the others.
-    members: list[tuple[str, str | None, bytes]]
-
-
-@dataclass
-class Member:
-    member_id: str
-    group_instance_id: str | None
-    session_timeout_s: float
-    rebalance_timeout_s: float
-    protocols: list[tuple[str, bytes]]
-    last_seen: float = field(default_factory=time.monotonic)
-    joining: asyncio.Future[JoinResult] | None = None
-    syncing: asyncio.Future[bytes] | None = None
-    assignment: bytes = b""
-    client_id: str = ""
-
-
-@dataclass
-class Group:
-    group_id: str
-    state: State = State.EMPTY
-    protocol_type: str | None = None
-    protocol: str | None = None
-    leader: str | None = None
-    epoch: GroupEpoch | None = None  # the generation's epoch in etcd
-    members: dict[str, Member] = field(default_factory=dict)
-    completion: asyncio.Task[None] | None = None
-    #: The rebalance under way is the first of an empty group: it waits its delay.
-    initial: bool = False
-    #: Member ids handed out with MEMBER_ID_REQUIRED, not joined yet, and until when
-    #: (monotonic) a join with one is accepted.
-    pending: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def generation(self) -> int:
-        return -1 if self.epoch is None else self.epoch.epoch
 
 
 class Coordinator:
@@ -228,7 +166,7 @@ class Coordinator:
                               or member_id in g.members):
             return
         if g is not None:
-            self._drop(g, ErrorCode.REBALANCE_IN_PROGRESS)
+            drop(g, ErrorCode.REBALANCE_IN_PROGRESS)
         now = time.monotonic()
         self._groups[group_id] = Group(
             group_id, State.STABLE, kept.protocol_type, kept.protocol, kept.leader, epoch,
@@ -237,14 +175,6 @@ class Coordinator:
                                  assignment=m.assignment, client_id=m.client_id) for m in kept.members})
         log.info("group %s: generation %d carried on from etcd with %d members", group_id, kept.epoch,
                  len(kept.members))
-
-    @staticmethod
-    def _drop(g: Group, code: ErrorCode) -> None:
-        """Fail whatever ``g``'s members wait for: this coordinator lets it go."""
-        if g.completion is not None:
-            g.completion.cancel()
-        for m in g.members.values():
-            _fail_waits(m, code)
 
     def heartbeat(self, group_id: str, member_id: str, generation: int) -> None:
         g, m = self._member(group_id, member_id)
@@ -264,7 +194,7 @@ class Coordinator:
         g = self._groups.get(group_id)
         if g is None or g.members:
             return False
-        self._drop(g, ErrorCode.GROUP_ID_NOT_FOUND)
+        drop(g, ErrorCode.GROUP_ID_NOT_FOUND)
         del self._groups[group_id]
         return True
 
@@ -366,7 +296,7 @@ class Coordinator:
         m = g.members.pop(member_id, None)
         if m is None:
             return
-        _fail_waits(m, ErrorCode.UNKNOWN_MEMBER_ID)
+        fail_waits(m, ErrorCode.UNKNOWN_MEMBER_ID)
         if g.members:
             self._prepare(g)
             self._maybe_complete(g)
@@ -378,19 +308,16 @@ class Coordinator:
 
     async def _expire_members(self) -> None:
         """Members that stopped heartbeating past their session timeout leave; after a
-        pause of this broker, nothing is judged: it forgets its groups (the members
-        may have moved on meanwhile) and reads each back from etcd when asked."""
+        pause or stall of this broker, nothing is judged by its clock
+        (:func:`llog.kafka.coordinator_stall.check_after_stall`)."""
         last = time.monotonic()
         while True:
             await asyncio.sleep(EXPIRY_TICK_S)
             now = time.monotonic()
             late, last = now - last - EXPIRY_TICK_S, now
             if late > PAUSED_S:
-                log.warning("Kafka coordinator was paused or stalled for %.1f s: forgetting %d group(s), read "
-                            "back from etcd when their members ask", late, len(self._groups))
-                for g in self._groups.values():
-                    self._drop(g, ErrorCode.NOT_COORDINATOR)
-                self._groups.clear()
+                await check_after_stall(self._conn, self._groups, late)
+                last = time.monotonic()
                 continue
             for g in list(self._groups.values()):
                 for mid in [mid for mid, until in g.pending.items() if until < now]:
@@ -400,10 +327,3 @@ class Coordinator:
                     if not waiting and now - m.last_seen > m.session_timeout_s:
                         log.info("group %s: member %s timed out", g.group_id, mid)
                         self._remove(g, mid)
-
-
-def _fail_waits(m: Member, code: ErrorCode) -> None:
-    """Answer ``m``'s JoinGroup or SyncGroup still waiting with ``code``."""
-    for fut in (m.joining, m.syncing):
-        if fut is not None and not fut.done():
-            fut.set_exception(GroupError(code))

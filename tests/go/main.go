@@ -42,8 +42,10 @@ func main() {
 	producer.Close()
 	fmt.Println("produced", n)
 
+	// Its log on stderr: a failure shows the group's steps that led to it.
 	consumer, err := kgo.NewClient(kgo.SeedBrokers(bootstrap), kgo.ConsumerGroup(group), kgo.ConsumeTopics(topic),
-		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit())
+		kgo.ConsumeResetOffset(kgo.NewOffset().AtStart()), kgo.DisableAutoCommit(),
+		kgo.WithLogger(kgo.BasicLogger(os.Stderr, kgo.LogLevelInfo, nil)))
 	must(err)
 	seen := 0
 	for seen < n {

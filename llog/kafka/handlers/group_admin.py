@@ -15,8 +15,8 @@ from llog.auth.acls import Operation, ResourceType
 from llog.errors import LlogError
 from llog.groups.offsets import GroupOffsets
 from llog.kafka.context import Context
-from llog.kafka.coordinator import GroupError
 from llog.kafka.errors import ErrorCode, error_code
+from llog.kafka.group_state import GroupError
 from llog.kafka.handlers.groups import coordinated
 
 

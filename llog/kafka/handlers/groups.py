@@ -27,8 +27,8 @@ from llog.codec.etcd_values.groups import GroupEpoch
 from llog.errors import InvalidInput, LlogError
 from llog.groups.offsets import Fence, GroupOffsets
 from llog.kafka.context import Context
-from llog.kafka.coordinator import GroupError
 from llog.kafka.errors import ErrorCode, error_code
+from llog.kafka.group_state import GroupError
 from llog.names import check_group
 
 GROUP_KEY = 0  # FindCoordinator key types

@@ -26,8 +26,8 @@ from llog.auth.acls import Operation, ResourceType
 from llog.codec.etcd_values.transaction import COMPLETE_ABORT, COMPLETE_COMMIT, EMPTY, ONGOING, TxnRecord
 from llog.errors import ConcurrentTransactions, LlogError
 from llog.kafka.context import Context
-from llog.kafka.coordinator import GroupError
 from llog.kafka.errors import ErrorCode, error_code
+from llog.kafka.group_state import GroupError
 from llog.kafka.handlers.groups import coordinated
 
 #: llog's record states by Kafka's names (``kafka-transactions.sh`` shows these).
