@@ -10,8 +10,8 @@ coordinator, asked by a member it does not know (a heartbeat or a commit of that
 generation), carries the generation on as long as it is still the group's epoch: the
 members keep their partitions. A member that really died leaves after its session
 timeout, as it would have with the old coordinator. A coordinator that was paused
-itself forgets what it held and reads it back the same way, since the group may have
-moved on without it.
+itself keeps only the groups whose epoch is unchanged (:mod:`llog.kafka.coordinator_stall`)
+and reads the others back the same way, since they moved on without it.
 """
 
 from __future__ import annotations
