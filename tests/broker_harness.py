@@ -1,6 +1,6 @@
-"""A broker child process (``python -m llog broker``), a tiny JSON-over-HTTP client, and
-the fixtures the broker test modules import: ``conn`` (with topic ``t`` of 4
-partitions) and ``broker`` (one broker process on it), and their module-wide
+"""A broker child process (``python -m llog broker``, forked: tests/forked_llog.py), a
+tiny JSON-over-HTTP client, and the fixtures the broker test modules import: ``conn``
+(with topic ``t`` of 4 partitions) and ``broker`` (one broker process on it), and their module-wide
 counterparts ``shared_conn`` and ``shared_broker`` for tests whose requests must change
 nothing (a broker started once per module and worker count, not once per case)."""
 
@@ -23,11 +23,13 @@ import pytest
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.topic.admin import Topics
+from tests import forked_llog
 from tests.conftest import Servers, config_env, new_root_prefix, suite_config
+from tests.forked_llog import ForkedProcess
 
 
 class BrokerProcess:
-    def __init__(self, proc: subprocess.Popen[str], url: str) -> None:
+    def __init__(self, proc: subprocess.Popen[str] | ForkedProcess, url: str) -> None:
         self.proc = proc
         self.url = url
         self.killed = False
@@ -123,12 +125,14 @@ class PeakRss:
 def broker_process(cfg: LlogConfig, *args: str, **env: str) -> Iterator[BrokerProcess]:
     """Start a broker on a free port; stop it with SIGTERM and require a clean exit
     (unless the test killed it)."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "llog", "broker", "--port", "0", *args],
-        # PYTHONFAULTHANDLER: a broker that will not stop is sent SIGABRT, which then
-        # prints every thread's stack to the test's captured stderr.
-        env={**config_env(cfg), "PYTHONFAULTHANDLER": "1", **env}, stdout=subprocess.PIPE, text=True,
-    )
+    # PYTHONFAULTHANDLER: a broker that will not stop is sent SIGABRT, which then
+    # prints every thread's stack to the test's captured stderr.
+    full_env = {**config_env(cfg), "PYTHONFAULTHANDLER": "1", **env}
+    argv = ["--port", "0", *args]
+    proc: subprocess.Popen[str] | ForkedProcess = (
+        forked_llog.popen(["broker", *argv], full_env) if forked_llog.forkable(full_env) else
+        subprocess.Popen([sys.executable, "-m", "llog", "broker", *argv], env=full_env, stdout=subprocess.PIPE,
+                         text=True))
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()

@@ -36,6 +36,7 @@ from llog.connection import Connection
 from llog.errors import InvalidInput
 from llog.reader import Reader
 from llog.topic.admin import Topics
+from tests import forked_llog
 from tests.broker_harness import broker_process, conn_with_topic_t  # noqa: F401 (the fixture conn, with topic t)
 from tests.conftest import config_env
 from tests.test_kafka import KafkaBroker, kafka_broker
@@ -129,8 +130,7 @@ def test_invalid_acls_and_names_are_refused() -> None:
 # -- the store and the command line ------------------------------------------------
 
 def _llog(config: LlogConfig, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "llog", *args], env=config_env(config), capture_output=True,
-                          text=True, timeout=60)
+    return forked_llog.run([*args], config_env(config), timeout=60)
 
 
 def test_the_store_and_llog_acls(config: LlogConfig, conn: Connection) -> None:

@@ -6,9 +6,6 @@ changes nothing."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from llog.config import LlogConfig
@@ -17,7 +14,7 @@ from llog.errors import InvalidInput
 from llog.reader import Reader
 from llog.topic.admin import Topics
 from llog.writer import Writer
-from tests import java_client
+from tests import forked_llog, java_client
 from tests.conftest import config_env
 from tests.test_kafka import KafkaBroker, kb_fixture  # noqa: F401 (the fixture kb)
 
@@ -45,11 +42,10 @@ def test_a_grown_topic_is_written_and_read_by_processes_that_knew_the_old_count(
 
 def test_the_cli_grows_a_topic(config: LlogConfig, conn: Connection) -> None:
     Topics(conn).create("cli-grow", 1)
-    out = subprocess.run([sys.executable, "-m", "llog", "topics", "alter", "cli-grow", "--partitions", "3"],
-                         env=config_env(config), capture_output=True, text=True, timeout=60, check=True)
+    out = forked_llog.run(["topics", "alter", "cli-grow", "--partitions", "3"], config_env(config), timeout=60,
+                          check=True)
     assert "3 partitions" in out.stdout
-    bad = subprocess.run([sys.executable, "-m", "llog", "topics", "alter", "cli-grow", "--partitions", "2"],
-                         env=config_env(config), capture_output=True, text=True, timeout=60)
+    bad = forked_llog.run(["topics", "alter", "cli-grow", "--partitions", "2"], config_env(config), timeout=60)
     assert bad.returncode != 0 and "only grows" in bad.stderr
     assert conn.topic("cli-grow", refresh=True).partitions == 3
 

@@ -23,16 +23,14 @@ from llog.reader import Reader
 from llog.records import AppendGroup, Record
 from llog.topic.admin import Topics
 from llog.writer import Writer
+from tests import forked_llog
 from tests.conftest import config_env
 
 
 def llog_cli(
     cfg: LlogConfig, *args: str, stdin: str | None = None, ok: bool = True
 ) -> subprocess.CompletedProcess[str]:
-    out = subprocess.run(
-        [sys.executable, "-m", "llog", *args], env=config_env(cfg), input=stdin,
-        capture_output=True, text=True, timeout=120,
-    )
+    out = forked_llog.run([*args], config_env(cfg), input=stdin, timeout=120)
     if ok:
         assert out.returncode == 0, out.stderr
     return out
@@ -203,17 +201,15 @@ def test_global_flags_work_before_and_after_the_subcommand(config: LlogConfig, c
     flags = ["--etcd", ",".join(config.etcd_endpoints), "--store", config.object_store,
              "--root-prefix", config.root_prefix]
     for argv in (["topics", "list", *flags], [*flags, "topics", "list"], ["topics", *flags, "list"]):
-        out = subprocess.run([sys.executable, "-m", "llog", *argv], env=env, capture_output=True, text=True,
-                             timeout=120)
+        out = forked_llog.run([*argv], env, timeout=120)
         assert (out.returncode, out.stdout, out.stderr) == (0, "flags\t2\n", ""), argv
     # The subcommand's value wins over one given before it.
-    out = subprocess.run([sys.executable, "-m", "llog", "--root-prefix", "elsewhere", "topics", "list", *flags],
-                         env=env, capture_output=True, text=True, timeout=120)
+    out = forked_llog.run(["--root-prefix", "elsewhere", "topics", "list", *flags], env, timeout=120)
     assert out.stdout == "flags\t2\n", out.stderr
 
 
 def test_version_is_the_package_version() -> None:
-    out = subprocess.run([sys.executable, "-m", "llog", "--version"], capture_output=True, text=True, timeout=60)
+    out = forked_llog.run(["--version"], timeout=60)
     assert (out.returncode, out.stdout) == (0, f"llog {importlib.metadata.version('llog')}\n")
 
 

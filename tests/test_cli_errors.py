@@ -8,7 +8,6 @@ from __future__ import annotations
 import os
 import socket
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -22,6 +21,7 @@ from llog.connection import Connection
 from llog.records import AppendGroup, Record
 from llog.topic.admin import Topics
 from llog.writer import Writer
+from tests import forked_llog
 from tests.conftest import config_env
 
 USAGE, RUNTIME = 2, 1
@@ -144,9 +144,7 @@ def stack_env(config: LlogConfig, conn: Connection) -> Iterator[dict[str, str]]:
 
 
 def _run(argv: list[str], env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "llog", *argv], env=env, capture_output=True, text=True, timeout=120,
-    )
+    return forked_llog.run([*argv], env, timeout=120)
 
 
 @pytest.mark.parametrize("name", list(TABLE))

@@ -26,6 +26,7 @@ from llog.groups import Consumer
 from llog.producer import BatchingProducer
 from llog.state.control import read_control
 from llog.topic.admin import parse_cleanup_policy
+from tests import forked_llog
 from tests.conftest import config_env
 from tests.test_kafka import KafkaBroker, kb_fixture  # noqa: F401 (the fixture kb)
 
@@ -189,8 +190,7 @@ def test_cli_sets_and_shows_the_cleanup_policy(config: llog.LlogConfig) -> None:
     env = config_env(config)
 
     def cli(*args: str) -> str:
-        out = subprocess.run([sys.executable, "-m", "llog", *args], env=env, capture_output=True, text=True,
-                             timeout=120)
+        out = forked_llog.run([*args], env, timeout=120)
         assert out.returncode == 0, out.stderr
         return out.stdout
 

@@ -7,8 +7,6 @@ index keys wholly below it; bad offsets change nothing."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from dataclasses import replace
 from pathlib import Path
 
@@ -19,7 +17,7 @@ from compactor import compact_once
 from compactor.retention import apply_retention
 from llog.errors import InvalidInput, OffsetOutOfRange
 from llog.state.control import read_control
-from tests import java_client
+from tests import forked_llog, java_client
 from tests.conftest import config_env
 from tests.test_kafka import KafkaBroker, kb_fixture  # noqa: F401 (the fixture kb)
 
@@ -80,8 +78,7 @@ def test_kafka_clients_and_the_cli_delete_records(kb: KafkaBroker, conn: llog.Co
     out = java_client.tool("org.apache.kafka.tools.DeleteRecordsCommand", "--bootstrap-server", kb.bootstrap,
                            "--offset-json-file", str(offsets))
     assert "low_watermark: 12" in out
-    cli = subprocess.run([sys.executable, "-m", "llog", "topics", "delete-records", "kdr", "0", "--before", "9"],
-                         env=config_env(conn.config), capture_output=True, text=True, timeout=120)
+    cli = forked_llog.run(["topics", "delete-records", "kdr", "0", "--before", "9"], config_env(conn.config))
     assert cli.returncode == 0 and "log start offset 9" in cli.stdout, cli.stderr
     with llog.Reader(conn) as r:
         assert [r.high_watermark("kdr", p) for p in range(2)] == [(9, 20), (12, 20)]

@@ -8,7 +8,6 @@ a deleted topic, nor into its successor), and vacuum removes the data objects.""
 from __future__ import annotations
 
 import subprocess
-import sys
 from contextlib import ExitStack
 from dataclasses import replace
 
@@ -20,7 +19,7 @@ from compactor.vacuum import vacuum
 from llog.errors import ClaimLost, UnknownTopic
 from llog.groups.offsets import GroupOffsets
 from llog.state.keys import prefix_range_end
-from tests import java_client
+from tests import forked_llog, java_client
 from tests.conftest import config_env
 from tests.test_kafka import KafkaBroker, kb_fixture  # noqa: F401 (the fixture kb)
 
@@ -213,8 +212,7 @@ def test_the_cli_deletes_a_topic(config: llog.LlogConfig, conn: llog.Connection)
     llog.Topics(conn).create("cli-gone", 2)
 
     def run() -> subprocess.CompletedProcess[str]:
-        return subprocess.run([sys.executable, "-m", "llog", "topics", "delete", "cli-gone"],
-                              env=config_env(conn.config), capture_output=True, text=True, timeout=120)
+        return forked_llog.run(["topics", "delete", "cli-gone"], config_env(conn.config))
 
     first = run()
     assert first.returncode == 0 and "deleted topic cli-gone (2 partitions)" in first.stdout, first.stderr

@@ -5,15 +5,13 @@ servers; what cannot be altered is refused and changes nothing."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import InvalidInput
 from llog.topic.admin import Topics
+from tests import forked_llog
 from tests.broker_harness import shared_conn_with_topic_t  # noqa: F401 (the fixture shared_conn)
 from tests.conftest import config_env
 from tests.test_kafka import KafkaBroker, _exchange, kb_fixture, shared_kb_fixture  # noqa: F401 (kb, shared_kb)
@@ -228,14 +226,13 @@ def test_sdk_and_cli_change_retention(config: LlogConfig, conn: Connection) -> N
     assert topics.set_retention("cli-ret", retention_bytes=1_000_000).retention_bytes == 1_000_000
     with pytest.raises(InvalidInput, match="retention_ms"):
         topics.set_retention("cli-ret", retention_ms=0)
-    out = subprocess.run([sys.executable, "-m", "llog", "topics", "alter", "cli-ret", "--retention-ms", "60000"],
-                         env=config_env(config), capture_output=True, text=True, timeout=60, check=True)
+    out = forked_llog.run(["topics", "alter", "cli-ret", "--retention-ms", "60000"], config_env(config), timeout=60,
+                          check=True)
     assert "60000 ms" in out.stdout and "1000000 bytes" in out.stdout
     assert _retention(conn, "cli-ret") == (60_000, 1_000_000)
-    subprocess.run([sys.executable, "-m", "llog", "topics", "alter", "cli-ret", "--retention-bytes", "none"],
-                   env=config_env(config), capture_output=True, text=True, timeout=60, check=True)
+    forked_llog.run(["topics", "alter", "cli-ret", "--retention-bytes", "none"], config_env(config), timeout=60,
+                    check=True)
     assert _retention(conn, "cli-ret") == (60_000, None)
-    bad = subprocess.run([sys.executable, "-m", "llog", "topics", "alter", "cli-ret", "--retention-ms", "-5"],
-                         env=config_env(config), capture_output=True, text=True, timeout=60)
+    bad = forked_llog.run(["topics", "alter", "cli-ret", "--retention-ms", "-5"], config_env(config), timeout=60)
     assert bad.returncode != 0 and "positive integer" in bad.stderr
     assert _retention(conn, "cli-ret") == (60_000, None)

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
@@ -34,6 +33,7 @@ from llog.connection import Connection
 from llog.errors import TableError
 from llog.table import TableCatalog, sync_table
 from llog.topic.admin import Topics
+from tests import forked_llog
 from tests.conftest import Servers, config_env
 from tests.test_kafka import KafkaBroker, kafka_broker
 from tests.test_typed_tables import _generated, _pool_class
@@ -641,9 +641,7 @@ def _consume(kb: KafkaBroker, topic: str, n: int) -> list[bytes]:
 
 def _compact(cfg: LlogConfig, topic: str) -> None:
     """``llog compact`` in a process of its own: the compactor types the columns."""
-    done = subprocess.run([sys.executable, "-m", "llog", "compact", topic, "--min-age-ms", "0"],
-                          env={**config_env(cfg), "LLOG_SETTLE_AFTER_MS": "0"}, capture_output=True, text=True,
-                          timeout=120)
+    done = forked_llog.run(["compact", topic, "--min-age-ms", "0"], {**config_env(cfg), "LLOG_SETTLE_AFTER_MS": "0"})
     assert done.returncode == 0 and "no typed columns" not in done.stderr, done.stderr
 
 

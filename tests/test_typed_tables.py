@@ -23,6 +23,7 @@ from llog.connection import Connection
 from llog.reader import Reader
 from llog.table import TableCatalog, sync_table
 from llog.topic.admin import Topics
+from tests import forked_llog
 from tests.test_kafka import KafkaBroker, kafka_broker
 
 sr = pytest.importorskip("confluent_kafka.schema_registry")
@@ -402,8 +403,6 @@ def test_protobuf_well_known_types_are_typed_by_servers_that_never_imported_them
     """Issue 56: the broker (checking values, ``value_validation=refuse``) and the
     compactor (typing columns) run in processes of their own, so nothing imported here
     can stand in for a well-known file they miss."""
-    import subprocess
-    import sys
     from datetime import datetime, timezone
 
     import duckdb
@@ -439,9 +438,8 @@ def test_protobuf_well_known_types_are_typed_by_servers_that_never_imported_them
                                  {"use.deprecated.format": False})
         ctx = SerializationContext(topic, MessageField.VALUE)
         _produce(kb, topic, [ser(make(i), ctx) for i in range(40)])  # refuse: a refusal fails the produce
-        done = subprocess.run([sys.executable, "-m", "llog", "compact", topic, "--min-age-ms", "0"],
-                              env={**config_env(tcfg), "LLOG_SETTLE_AFTER_MS": "0"}, capture_output=True, text=True,
-                              timeout=120)
+        done = forked_llog.run(["compact", topic, "--min-age-ms", "0"],
+                               {**config_env(tcfg), "LLOG_SETTLE_AFTER_MS": "0"})
         assert done.returncode == 0 and "no typed columns" not in done.stderr, done.stderr
         sync_table(tables, topic)
         table = tables.table(topic)

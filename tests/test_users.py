@@ -9,7 +9,6 @@ import base64
 import hashlib
 import hmac
 import subprocess
-import sys
 from typing import Any
 
 import pytest
@@ -19,6 +18,7 @@ from llog.auth.users import Users
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import InvalidInput, UnknownUser, UserExists
+from tests import forked_llog
 from tests.broker_harness import conn_with_topic_t  # noqa: F401 (the fixture conn, with topic t)
 from tests.conftest import config_env
 from tests.test_kafka import kafka_broker
@@ -91,8 +91,7 @@ def test_credentials_in_etcd_never_hold_the_password(conn: Connection) -> None:
 
 
 def _llog(config: LlogConfig, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "llog", *args], env=config_env(config), input=stdin,
-                          capture_output=True, text=True, timeout=60)
+    return forked_llog.run([*args], config_env(config), input=stdin, timeout=60)
 
 
 def _authenticates(bootstrap: str, mechanism: str, user: str, password: str) -> bool:
