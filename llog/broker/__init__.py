@@ -1,6 +1,6 @@
 """The HTTP broker: ``create_app`` builds the ASGI app, ``serve`` runs it."""
 
 from llog.broker.app import create_app
-from llog.broker.server import serve
+from llog.broker.launch import serve
 
 __all__ = ["create_app", "serve"]

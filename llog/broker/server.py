@@ -1,5 +1,6 @@
-"""Run the broker under uvicorn until SIGINT/SIGTERM: in this process, or as
-``broker_workers`` worker processes sharing its ports (``llog/broker/workers.py``)."""
+"""Run the broker under uvicorn in this process until SIGINT/SIGTERM: a broker of one
+process, or one worker of several (``llog/broker/workers.py``; which one starts:
+``llog/broker/launch.py``)."""
 
 from __future__ import annotations
 
@@ -21,30 +22,16 @@ from llog.tls import check_server_files
 
 class _Server(uvicorn.Server):
     """uvicorn re-raises a captured SIGTERM after its graceful shutdown, killing the
-    process with the signal; :func:`serve` handles signals itself to exit with 0."""
+    process with the signal; :func:`serve_sockets` handles signals itself to exit with 0."""
 
     @contextlib.contextmanager
     def capture_signals(self) -> Iterator[None]:
         yield
 
 
-def serve(
-    config: LlogConfig,
-    *,
-    host: str | None = None,
-    port: int | None = None,
-    on_ready: OnReady | None = None,
-) -> int:
-    """Serve until stopped; returns the exit status (0: a clean stop).
-    ``on_ready(url, kafka_port)`` runs once the broker accepts requests. ``port=0``
-    picks a free port (the URL tells which). With ``broker_workers`` > 1 the broker is
-    that many processes (:func:`llog.broker.workers.serve_workers`)."""
-    host = host or config.broker_host
-    port = config.broker_port if port is None else port
-    if config.broker_workers > 1:
-        from llog.broker.workers import serve_workers
-
-        return serve_workers(config, host=host, port=port, on_ready=on_ready)
+def serve_one(config: LlogConfig, *, host: str, port: int, on_ready: OnReady | None = None) -> int:
+    """Serve in this one process until stopped (:func:`llog.broker.launch.serve`);
+    returns 0 on a clean stop."""
     sock = listening_socket(host, port, "broker")
     kafka_sock = None
     if config.kafka_port is not None:

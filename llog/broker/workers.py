@@ -1,6 +1,8 @@
 """A broker of several processes (``llog broker --workers N``): this parent binds the
-ports, starts N workers (``llog/broker/worker.py``) that serve them, restarts one that
-dies, and stops them all on SIGINT/SIGTERM.
+ports, forks N workers (``llog/broker/worker.py``) that serve them, restarts one that
+dies, and stops them all on SIGINT/SIGTERM. The parent stays single-threaded and
+connects to nothing, so a fork of it is safe, and a worker starts with the broker's
+modules imported already (a quarter of an exec'd worker's start-up CPU).
 
 One Python process is one core: a broker of N workers uses N. The workers share the
 HTTP port (the kernel hands each connection to one of them, all accepting on one
@@ -26,43 +28,25 @@ from __future__ import annotations
 
 import logging
 import os
-import pickle
 import secrets
 import select
 import signal
-import subprocess
-import sys
 import threading
 import time
 import uuid
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from types import FrameType
 from urllib.parse import urlsplit
 
 from llog.broker.sockets import OnReady, listening_socket
 from llog.broker.state import WorkerPlace, listen_url, peer_url_of, url_host
+from llog.broker.worker import WorkerProcess, WorkerSpec, fork_worker
 from llog.config import LlogConfig
 
 log = logging.getLogger(__name__)
 
 #: A worker that dies within this long of its start is restarted only after it.
 RESTART_BACKOFF_S = 1.0
-
-
-@dataclass(frozen=True)
-class WorkerSpec:
-    """What a worker process is told on its stdin (pickled)."""
-
-    config: LlogConfig
-    place: WorkerPlace
-    parent_pid: int
-    http_fd: int
-    private_fd: int
-    kafka_fd: int | None
-    #: Where the worker writes ``ready <kafka port>`` once it serves (-1: nobody waits).
-    ready_fd: int
-    #: The parent's logging level (``llog -v``).
-    log_level: int = logging.WARNING
 
 
 def worker_configs(config: LlogConfig, private_urls: list[str]) -> list[LlogConfig]:
@@ -83,25 +67,15 @@ def worker_configs(config: LlogConfig, private_urls: list[str]) -> list[LlogConf
 
 
 class _Worker:
-    def __init__(self, spec: WorkerSpec, fds: tuple[int, ...]) -> None:
+    def __init__(self, spec: WorkerSpec, others: tuple[int, ...]) -> None:
         self.spec = spec
-        self.fds = fds
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.others = others  # the parent's descriptors that are its siblings'
+        self.proc: WorkerProcess | None = None
         self.started = 0.0
 
     def start(self, ready_fd: int) -> None:
-        spec = replace(self.spec, ready_fd=ready_fd)
         self.started = time.monotonic()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "llog.broker.worker"], stdin=subprocess.PIPE,
-            pass_fds=self.fds + ((ready_fd,) if ready_fd >= 0 else ()),
-            # Its own process group: a terminal's Ctrl-C reaches this parent only, which
-            # passes it on, so each worker sees each signal once.
-            start_new_session=True,
-        )
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(pickle.dumps(spec))
-        self.proc.stdin.close()
+        self.proc = fork_worker(replace(self.spec, ready_fd=ready_fd), self.others)
 
 
 def serve_workers(config: LlogConfig, *, host: str, port: int, on_ready: OnReady | None = None) -> int:
@@ -126,15 +100,15 @@ def serve_workers(config: LlogConfig, *, host: str, port: int, on_ready: OnReady
         place_urls = tuple(listen_url(*s.getsockname()[:2], tls=tls) for s in privates)
         broker_id, secret = uuid.uuid4().hex[:16], secrets.token_urlsafe(24)
         configs = worker_configs(config, private_urls)
-        workers = [
-            _Worker(
+        workers = []
+        for i in range(n):
+            own = {s.fileno() for s in (sockets[0], privates[i], *(kafkas[i:i + 1]))}
+            workers.append(_Worker(
                 WorkerSpec(configs[i], WorkerPlace(i, place_urls, broker_id, secret), os.getpid(), sockets[0].fileno(),
                            privates[i].fileno(), kafkas[i].fileno() if kafkas else None, -1,
                            logging.getLogger().getEffectiveLevel()),
-                tuple(s.fileno() for s in (sockets[0], privates[i], *(kafkas[i:i + 1])))
-            )
-            for i in range(n)
-        ]
+                tuple(s.fileno() for s in sockets if s.fileno() not in own),
+            ))
         return _Supervisor(workers).run(listen_url(*sockets[0].getsockname()[:2], tls=tls), on_ready)
     finally:
         for s in sockets:

@@ -42,7 +42,7 @@ def register(subparsers: Any) -> None:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from llog.broker.server import serve
+    from llog.broker.launch import serve
     from llog.gc_tuning import tune_gc
 
     def ready(url: str, kafka_port: int | None) -> None:
