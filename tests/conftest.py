@@ -352,7 +352,8 @@ def spark() -> Iterator[object]:
     """One ``local[2]`` SparkSession (UI off, 2 shuffle partitions) for every Spark test:
     starting the JVM costs far more than any one test."""
     from llog.spark import local_session  # pyspark is imported only by Spark tests
+    from tests.java_client import SPARK_DRIVER_OPTIONS
 
-    session = local_session("llog-tests")
+    session = local_session("llog-tests", conf={"spark.driver.extraJavaOptions": SPARK_DRIVER_OPTIONS})
     yield session
     session.stop()

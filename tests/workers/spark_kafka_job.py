@@ -2,7 +2,7 @@
 listener, in one job: read every record of one topic, upper-case the values, write
 them to another, and print how many were read as JSON.
 
-    python tests/workers/spark_kafka_job.py JARS BOOTSTRAP SOURCE_TOPIC SINK_TOPIC
+    python tests/workers/spark_kafka_job.py JARS BOOTSTRAP SOURCE_TOPIC SINK_TOPIC DRIVER_JAVA_OPTIONS
 
 A process of its own: the connector's jars go on the classpath when Spark starts
 (``spark.jars``), and the suite's shared SparkSession has started without them.
@@ -17,8 +17,8 @@ from llog.spark import local_session
 
 
 def main() -> None:
-    jars, bootstrap, source, sink = sys.argv[1:5]
-    spark = local_session("llog-spark-kafka", conf={"spark.jars": jars})
+    jars, bootstrap, source, sink, java_options = sys.argv[1:6]
+    spark = local_session("llog-spark-kafka", conf={"spark.jars": jars, "spark.driver.extraJavaOptions": java_options})
     try:
         df = (spark.read.format("kafka").option("kafka.bootstrap.servers", bootstrap)
               .option("subscribe", source).option("startingOffsets", "earliest").load())
