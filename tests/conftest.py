@@ -81,7 +81,7 @@ UNAWAITED = "was never awaited"
 #: module that starts no process of its own, is `fast` (``make test-fast``).
 SERVER_FIXTURES = frozenset({"servers", "spark", "private_etcd"})
 #: What a module that starts processes (a stack, a broker, a client, a tool) names.
-_STARTS_PROCESSES = ("subprocess", "Popen", "LocalStack", "multiprocessing", "os.fork", "docs_runner")
+_STARTS_PROCESSES = ("subprocess", "Popen", "LocalStack", "multiprocessing", "os.fork", "docs_runner", "forked_llog")
 
 
 @functools.cache
