@@ -80,9 +80,11 @@ test: install tools lint
 	$(PYTEST) -n $(TEST_WORKERS) --dist worksteal -m "not alone" --durations=20 --junitxml=$(REPORTS)/parallel.xml
 	$(PYTEST) -m alone --durations=5 --junitxml=$(REPORTS)/alone.xml
 
-# tests/README.md's durations table, from the last `make test`'s reports.
+# tests/README.md's durations table and tests/data/test_seconds.tsv (the parallel phase's
+# order, tests/packing.py), from the last `make test`'s reports.
 durations:
 	$(PY) -m tests.durations
+	$(PY) -m tests.durations --seconds
 
 # The inner loop: the tests that start no server (tests/README.md), in under two minutes.
 test-fast: install

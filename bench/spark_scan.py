@@ -283,7 +283,7 @@ def server_cpu(endpoint: str) -> Callable[[], float] | None:
             argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if b"moto.server" in argv and port in argv:
+        if b"llog.moto_s3" in argv and port in argv:
             return partial(_process_cpu, Path(f"/proc/{pid}/stat"))
     return None
 

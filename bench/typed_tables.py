@@ -7,9 +7,11 @@ service with its defaults (table topics compacted at half of
 ``LLOG_ICEBERG_FRESHNESS_S``). For Avro, JSON Schema and Protobuf in turn:
 confluent-kafka's serializer produces ``--records`` records to a 4-partition table
 topic with ``value_schema="schema-id"`` and ``value_validation="dlq"``, one in a hundred
-replaced by malformed bytes; then the bench waits until the table holds every record and
-queries it with a ``WHERE`` on a field through pyiceberg, DuckDB (over the table's
-files) and Spark (``llog.spark.read_table``), checking each count against what was sent.
+replaced by malformed bytes, and the bench waits until the table holds every record; once
+every type is in, it queries each table with a ``WHERE`` on a field through pyiceberg,
+DuckDB (over the table's files) and Spark (``llog.spark.read_table``), checking each count
+against what was sent (Spark starts after the produces: its JVM's compiling would take a
+core from them).
 
 Prints per type: produce records/s, seconds from the last acknowledgement to the table
 holding everything, the dead-lettered count, and each engine's count and seconds; the
@@ -145,17 +147,22 @@ def main() -> None:
     with LocalStack() as stack:
         cfg = stack.config("file", iceberg_catalog_uri=f"sqlite:///{stack.workdir / 'catalog.db'}",
                            compactor_port=0, vacuum_interval_s=0)
-        spark = local_session("llog-bench-typed-tables")
-        try:
-            with kafka_broker_process(cfg) as (bootstrap, url, _proc), CompactorService(cfg, http=False):
-                serializers = _serializers(url, stack.workdir)
-                for kind, make in serializers.items():
-                    topic = f"{kind}-{uuid.uuid4().hex[:6]}"
-                    with Connection(cfg) as conn:
-                        Topics(conn).create(topic, PARTITIONS, table="iceberg", value_schema="schema-id",
-                                            value_validation="dlq")
-                    secs, bad = produce(bootstrap, topic, make(topic), n)
-                    fresh = wait_for_table(cfg, topic, n)
+        with kafka_broker_process(cfg) as (bootstrap, url, _proc), CompactorService(cfg, http=False):
+            # Every type produced (and its table complete) before Spark starts: a JVM
+            # compiling after a query takes a core from the next produce on two cores.
+            topics: dict[str, tuple[str, int]] = {}
+            for kind, make in _serializers(url, stack.workdir).items():
+                topic = f"{kind}-{uuid.uuid4().hex[:6]}"
+                with Connection(cfg) as conn:
+                    Topics(conn).create(topic, PARTITIONS, table="iceberg", value_schema="schema-id",
+                                        value_validation="dlq")
+                secs, bad = produce(bootstrap, topic, make(topic), n)
+                fresh = wait_for_table(cfg, topic, n)
+                topics[kind] = (topic, bad)
+                result[kind] = {"produce_records_s": round(n / secs), "table_complete_after_s": round(fresh, 1)}
+            spark = local_session("llog-bench-typed-tables")
+            try:
+                for kind, (topic, bad) in topics.items():
                     with Connection(cfg) as conn, Reader(conn) as r:
                         dead = sum(1 for part in range(PARTITIONS) for _ in r.scan(f"{topic}~dlq", part))
                     got = queries(cfg, topic, spark)
@@ -163,12 +170,12 @@ def main() -> None:
                     if wrong or dead != bad:
                         raise RuntimeError(f"{kind}: expected {expected} rows and {bad} dead letters, got {wrong}, "
                                            f"{dead}")
-                    rows.append([kind, f"{n / secs:,.0f}", f"{fresh:.1f}", dead,
+                    rows.append([kind, f"{result[kind]['produce_records_s']:,}",
+                                 f"{result[kind]['table_complete_after_s']:.1f}", dead,
                                  *(f"{c} in {s:.2f}s" for c, s in got.values())])
-                    result[kind] = {"produce_records_s": round(n / secs), "table_complete_after_s": round(fresh, 1),
-                                    "dead_letters": dead, **{f"{e}_s": round(s, 3) for e, (_, s) in got.items()}}
-        finally:
-            spark.stop()
+                    result[kind] |= {"dead_letters": dead, **{f"{e}_s": round(s, 3) for e, (_, s) in got.items()}}
+            finally:
+                spark.stop()
     print_table(["type", "produce rec/s", "table complete s", "dead letters", "pyiceberg", "DuckDB", "Spark"], rows)
     print(f"each engine counted {expected} rows with fields.page = '/p3', as sent")
     emit_json(result)

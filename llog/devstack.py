@@ -216,7 +216,8 @@ def node_argv(network: Network | None, node: str, argv: list[str]) -> list[str]:
 
 
 class S3Server(LocalServer):
-    """moto's S3-compatible HTTP server (``moto[server]``) on loopback."""
+    """moto's S3-compatible HTTP server (``moto[server]``, its S3 service alone:
+    :mod:`llog.moto_s3`) on loopback."""
 
     name = "s3"
 
@@ -224,14 +225,15 @@ class S3Server(LocalServer):
         port = port or free_port()
         host = node_host(network, self.name)
         self.endpoint_url = f"http://{host}:{port}"
-        argv = node_argv(network, self.name, [sys.executable, "-m", "moto.server", "-H", host, "-p", str(port)])
+        argv = node_argv(network, self.name,
+                         [sys.executable, "-m", "llog.moto_s3", "--host", host, "--port", str(port)])
         env = dict(os.environ)
         env.setdefault("AWS_ACCESS_KEY_ID", "llog")
         env.setdefault("AWS_SECRET_ACCESS_KEY", "llog-secret")
         super().__init__(argv, port, workdir, env)
 
     def ready(self) -> bool:
-        return answers(f"{self.endpoint_url}/moto-api/")
+        return answers(f"{self.endpoint_url}/")  # ListBuckets
 
 
 class S3ProxyServer(LocalServer):

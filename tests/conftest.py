@@ -34,6 +34,8 @@ from tests import compat_matrix
 
 TEST_BUCKET = "llog-test"
 
+pytest_plugins = ["tests.packing"]  # the parallel phase's order: long tests first on every worker
+
 os.environ.setdefault("AWS_ACCESS_KEY_ID", "llog")
 os.environ.setdefault("AWS_SECRET_ACCESS_KEY", "llog-secret")
 os.environ.setdefault("AWS_DEFAULT_REGION", "us-east-1")

@@ -1,6 +1,8 @@
 """The suite's durations table in tests/README.md, from the JUnit reports ``make test``
 leaves in ``.cache/test-reports/`` (one per phase): each file's tests and seconds, and
-the slowest tests. ``python -m tests.durations`` rewrites the table between the markers.
+the slowest tests. ``python -m tests.durations`` rewrites the table between the markers;
+``--seconds`` writes the parallel phase's known test seconds :mod:`tests.packing` orders
+the tests by instead.
 
 A test's seconds are its setup, call and teardown as the worker that ran it saw them:
 under ``TEST_WORKERS`` workers on two cores that is longer than it takes alone.
@@ -61,8 +63,30 @@ def write(reports: list[Path]) -> None:
     README.write_text(f"{head}{START}\n{table(cases(reports))}\n{END}{tail}")
 
 
+def nodeid(case: Case) -> str:
+    """The pytest node id of ``case`` (a test in a class: JUnit names the class as a module)."""
+    file = case.file
+    if not (ROOT / file).exists():
+        module, cls = file.removesuffix(".py").rsplit("/", 1)
+        return f"{module}.py::{cls}::{case.name}"
+    return f"{file}::{case.name}"
+
+
+def write_seconds(reports: list[Path], floor_s: float = 2.0) -> None:
+    """``tests/data/test_seconds.tsv``: the parallel phase's tests of ``floor_s`` or more."""
+    from tests.packing import SECONDS
+
+    got = sorted((c for c in cases(reports) if c.phase == "parallel" and c.seconds >= floor_s),
+                 key=lambda c: (-c.seconds, nodeid(c)))
+    lines = ["# seconds<TAB>test: the parallel phase's longer tests, from a make test run (python -m tests.durations "
+             "--seconds); tests/packing.py hands the long ones out first"]
+    SECONDS.write_text("\n".join([*lines, *(f"{c.seconds:.1f}\t{nodeid(c)}" for c in got)]) + "\n")
+
+
 if __name__ == "__main__":
-    found = [Path(a) for a in sys.argv[1:]] or sorted(REPORTS.glob("*.xml"))
+    args = sys.argv[1:]
+    seconds = "--seconds" in args
+    found = [Path(a) for a in args if a != "--seconds"] or sorted(REPORTS.glob("*.xml"))
     if not found:
         sys.exit(f"no JUnit reports in {REPORTS}: run make test first")
-    write(found)
+    write_seconds(found) if seconds else write(found)

@@ -5,7 +5,8 @@ lists every ``LLOG_*`` setting and every ``llog`` subcommand the code has.
 
 Each document gets its own key root. Its python blocks share one namespace in one
 worker process whose working directory is a scratch directory (so relative paths land
-there); its sh blocks run with bash at the repository root (their paths name the
+there; a pytest-xdist worker handed a block whose document's earlier blocks ran
+elsewhere runs those first); its sh blocks run with bash at the repository root (their paths name the
 repository's files) through the installed ``llog`` command, with ``curl`` failing on an
 HTTP error status. Markers in the Markdown (tests/docs_blocks.py) skip a block with its
 reason, or start a server for it.
@@ -90,24 +91,33 @@ def _param(block: Block) -> object:
 
 @pytest.mark.parametrize("block", [_param(b) for b in BLOCKS])
 def test_block_runs(block: Block, document_runs: DocumentRuns) -> None:
+    new = block.doc not in document_runs.runs
     run = document_runs.get(block)
     if block.lang == "sh" and not shutil.which("llog", path=run.env.get("PATH")):
         pytest.fail("the `llog` command is not on PATH (make test puts the venv's bin there)")
     try:
-        if block.marker == "server":
-            run.start_server(block)
-        elif block.lang == "python":
-            if block.marker == "broker":
-                run.ensure_broker(block)
-            output = run.run_python(block, BLOCK_TIMEOUT_S)
-            _check_expected_lines(block, output)
-        else:
-            if block.marker == "broker":
-                run.ensure_broker(block)
-            run.run_sh(block, BLOCK_TIMEOUT_S)
+        if new:  # the blocks before it ran in another worker (pytest-xdist took this one over): again here
+            for earlier in BLOCKS[:BLOCKS.index(block)]:
+                if earlier.doc == block.doc and earlier.marker != "skip":
+                    _run_block(run, earlier)
+        _run_block(run, block)
     finally:
         problems = document_runs.finish(block)
     assert problems == []
+
+
+def _run_block(run: DocumentRun, block: Block) -> None:
+    if block.marker == "server":
+        run.start_server(block)
+    elif block.lang == "python":
+        if block.marker == "broker":
+            run.ensure_broker(block)
+        output = run.run_python(block, BLOCK_TIMEOUT_S)
+        _check_expected_lines(block, output)
+    else:
+        if block.marker == "broker":
+            run.ensure_broker(block)
+        run.run_sh(block, BLOCK_TIMEOUT_S)
 
 
 def _check_expected_lines(block: Block, output: str) -> None:

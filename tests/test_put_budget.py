@@ -140,7 +140,12 @@ def test_an_idempotent_kafka_producer_through_held_batches_stores_each_record_on
                                  on_delivery=lambda err, _msg: failed.append(err) if err else None)
                 producer.poll(0.001)  # paced over ~2 s: many requests, most of them held
             assert producer.flush(60) == 0 and failed == []
-            assert kb.http.metric("llog_producer_flushes_total", reason="budget") >= 3
+            # Held, and answered together: fewer flushes than produce requests. (Not a
+            # count of budget flushes: a broker starved of CPU for the whole run holds
+            # everything in one or two, which is the case under test all the same.)
+            assert kb.http.metric("llog_producer_flushes_total", reason="budget") >= 1
+            assert kb.http.metric("llog_producer_flushes_total") < kb.http.metric("llog_kafka_requests_total",
+                                                                                  api="Produce")
         with Reader(conn) as r:
             for p in range(4):
                 assert [rec.value for rec in r.scan("held", p, 0)] == [b"%d" % i for i in range(p, 1500, 4)]
