@@ -41,6 +41,7 @@ def add_service_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--discovery-interval", type=values.seconds, help="seconds between discovery scans")
     p.add_argument("--claim-ttl", type=values.positive_int, help="claim lease TTL in seconds")
     p.add_argument("--vacuum-interval", type=values.seconds_or_zero, help="seconds between vacuum passes (0: off)")
+    p.add_argument("--zone", type=values.zone, help="the zone this service runs in (LLOG_ZONE; docs/zones.md)")
     p.add_argument("--log-level", default="INFO", type=str.upper,
                    choices=("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"), help="logging level (default INFO)")
 
@@ -65,6 +66,7 @@ def run_service(args: argparse.Namespace) -> int:
         compactor_discovery_interval_s=args.discovery_interval,
         compactor_claim_ttl_s=args.claim_ttl,
         vacuum_interval_s=args.vacuum_interval,
+        zone=args.zone,
     )
     # The handlers go in before the readiness line: a SIGTERM sent as soon as it is read
     # must stop the service cleanly, not kill it.

@@ -12,6 +12,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from llog.errors import ConfigError
+from llog.name_rules import ZONE_PATTERN, ZONE_RE
 
 
 def _parse_bool(text: str) -> bool:
@@ -96,6 +97,8 @@ class LlogConfig:
     #: The URL other brokers reach this process at for peer reads; a broker sets it to
     #: its listen address unless given (behind NAT or a proxy, give the reachable one).
     peer_url: str | None = None
+    #: The zone (availability zone, rack) this process runs in (docs/zones.md); unset: none.
+    zone: str | None = None
     #: Topics are created on first produce when this is on (broker).
     auto_create_topics: bool = False
     #: Partition count for auto-created topics.
@@ -360,6 +363,8 @@ def _validate(cfg: LlogConfig) -> None:
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name} must be >= 0, got {getattr(cfg, name)!r}")
     _validate_security(cfg)
+    if cfg.zone is not None and ZONE_RE.fullmatch(cfg.zone) is None:
+        raise ConfigError(f"zone {cfg.zone!r} is not a zone name ({ZONE_PATTERN})")
     if cfg.kafka_port is not None and not 0 <= cfg.kafka_port <= 65535:
         raise ConfigError(f"kafka_port must be in [0, 65535], got {cfg.kafka_port!r}")
     if cfg.kafka_port and cfg.kafka_port + cfg.broker_workers > 65536:  # worker i: kafka_port + i

@@ -38,6 +38,8 @@ class Connection:
     ) -> None:
         self.config = config if config is not None else LlogConfig.from_env()
         self.metrics = metrics if metrics is not None else Metrics()
+        if self.config.zone is not None:
+            self.metrics.zone.labels(self.config.zone).set(1)
         self.keys = KeyLayout(self.config.root_prefix.strip("/"))
         self._owns_etcd = etcd is None
         self._owns_store = store is None
@@ -59,7 +61,7 @@ class Connection:
         # SDK, Spark, the compactor) reads storage, at no etcd cost per writer session.
         peers = None if not (cfg.read_peers and cfg.peer_url) else PeerBlobs(
             self.etcd, self.keys, self.metrics, own_url=cfg.peer_url, timeout_s=cfg.read_peer_timeout_s,
-            token=cfg.broker_token or peer_token, tls=peer_context(cfg),
+            token=cfg.broker_token or peer_token, tls=peer_context(cfg), zone=cfg.zone,
         )
         #: Chunks of shared WAL blobs, for every reader of this connection.
         self.blob_cache = BlobCache(

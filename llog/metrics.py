@@ -107,7 +107,8 @@ class Metrics:
         )
         self.read_peer_requests = Counter(
             "llog_read_peer_requests",
-            "blob chunks asked of the broker that wrote them: hit, miss (not held) or error", ["outcome"],
+            "blob chunks asked of the broker that wrote them: hit, miss (not held) or error; other_zone: not asked, "
+            "the writer is in another zone (or names none)", ["outcome"],
             registry=r,
         )
         self.read_ahead_depth = Gauge(
@@ -160,6 +161,8 @@ class Metrics:
         )
 
     def _declare_broker(self, r: CollectorRegistry) -> None:
+        self.zone = Gauge("llog_zone", "1, labelled with the zone this process runs in (LLOG_ZONE); absent without one",
+                          ["zone"], registry=r)
         self.http_requests = Counter(
             "llog_http_requests", "broker HTTP requests by route and status", ["route", "status"], registry=r
         )

@@ -36,6 +36,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--kafka-advertised-host", type=values.host,
                    help="host name clients are told to reach this broker's Kafka listener at "
                         "(LLOG_KAFKA_ADVERTISED_HOST; default: the listen address)")
+    p.add_argument("--zone", type=values.zone,
+                   help="the zone (availability zone, rack) this broker runs in: clients of a zone are sent to "
+                        "its brokers, peer reads stay in it (LLOG_ZONE; docs/zones.md)")
     p.add_argument("--tail-cache-bytes", type=values.non_negative_int,
                    help="bytes of recently written records kept for tail consumers (LLOG_TAIL_CACHE_BYTES)")
     p.set_defaults(func=_run)
@@ -57,6 +60,6 @@ def _run(args: argparse.Namespace) -> int:
     flags = {"broker_max_request_bytes": args.max_request_bytes, "broker_send_timeout_s": args.send_timeout,
              "tail_cache_bytes": args.tail_cache_bytes, "kafka_port": args.kafka_port,
              "kafka_advertised_host": args.kafka_advertised_host, "broker_put_rate": args.put_rate,
-             "broker_put_burst": args.put_burst, "broker_workers": args.workers}
+             "broker_put_burst": args.put_burst, "broker_workers": args.workers, "zone": args.zone}
     config = replace(config_from_args(args), **{k: v for k, v in flags.items() if v is not None})
     return serve(config, host=args.host, port=args.port, on_ready=ready)

@@ -37,6 +37,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--no-auto-create", action="store_true",
                    help="the broker refuses unknown topics (by default it creates them on first use, as a "
                         "default Kafka broker does: LLOG_AUTO_CREATE_TOPICS)")
+    p.add_argument("--zones", type=_zones, default=(),
+                   help="a broker per zone, comma separated (a,b,c): the first on the ports above, the next on "
+                        "the ports after them (docs/zones.md)")
     p.set_defaults(func=_up)
 
     p = subparsers.add_parser(
@@ -49,15 +52,32 @@ def register(subparsers: Any) -> None:
     p.set_defaults(func=_demo)
 
 
+def _zones(text: str) -> tuple[str, ...]:
+    zones = tuple(values.zone(z.strip()) for z in text.split(","))
+    if len(set(zones)) < len(zones):
+        raise argparse.ArgumentTypeError(f"a zone named twice in {text!r}")
+    return zones
+
+
+def _next_port(port: int, i: int) -> int:
+    return port + i if port else 0
+
+
 def _up(args: argparse.Namespace) -> int:
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     with LocalStack(args.dir, s3=args.s3, s3_latency=args.s3_latency) as stack:
         env = stack.env()
         broker_env = env if args.no_auto_create else {**env, "LLOG_AUTO_CREATE_TOPICS": "true"}
-        broker = None if args.no_broker else BrokerProcess(
-            broker_env, args.broker_port, None if args.no_kafka else args.kafka_port)
+        brokers: list[BrokerProcess] = []
         try:
+            for i, zone in enumerate(args.zones or (None,)):
+                if args.no_broker:
+                    break
+                brokers.append(BrokerProcess(
+                    broker_env if zone is None else {**broker_env, "LLOG_ZONE": zone},
+                    _next_port(args.broker_port, i), None if args.no_kafka else _next_port(args.kafka_port, i)))
+            broker = brokers[0] if brokers else None
             lines = [f"export {k}={v}" for k, v in sorted(env.items())]
             if stack.s3_proxy is not None and stack.s3 is not None:
                 lines.append(f"# S3 proxy: {stack.s3_proxy.endpoint_url} -> {stack.s3.endpoint_url}, latency "
@@ -67,6 +87,9 @@ def _up(args: argparse.Namespace) -> int:
                              + ("" if args.no_auto_create else "; topics are created on first use"))
             if broker is not None and broker.kafka_bootstrap is not None:
                 lines.append(f"# Kafka bootstrap servers: {broker.kafka_bootstrap}  (docs/kafka.md)")
+            for zone, b in zip(args.zones, brokers, strict=False):
+                kafka = "" if b.kafka_bootstrap is None else f", Kafka {b.kafka_bootstrap}"
+                lines.append(f"# zone {zone}: broker {b.url}{kafka}  (client.id=...,llog_zone={zone}; docs/zones.md)")
                 lines.append("# Kafka clients notice a stopped broker in seconds with (librdkafka names; "
                              "llog.kafka.client_settings): " + " ".join(f"{k}={v}" for k, v in PRODUCER.items()))
             if args.env_file:
@@ -77,12 +100,13 @@ def _up(args: argparse.Namespace) -> int:
                   file=sys.stderr, flush=True)
             with contextlib.suppress(KeyboardInterrupt):
                 while not stop.wait(0.5):
-                    if broker is not None and broker.proc.poll() is not None:
-                        print(f"# broker exited with {broker.proc.returncode}", file=sys.stderr)
-                        return 1
+                    for b in brokers:
+                        if b.proc.poll() is not None:
+                            print(f"# broker {b.url} exited with {b.proc.returncode}", file=sys.stderr)
+                            return 1
         finally:
-            if broker is not None:
-                broker.stop()
+            for b in brokers:
+                b.stop()
     return 0
 
 

@@ -1,12 +1,13 @@
 """``llog doctor``: check that etcd and the object store answer and that etcd's
-history is being compacted.
+history is being compacted, and list the registered brokers with their zones.
 
 Prints one line per check, ``OK``/``WARN``/``ERROR``, and exits 0 when all are OK, 1
 with warnings, 2 with errors. etcd's history counts as not compacted (WARN) when
 neither the compactor service has recorded a compaction within three
 ``LLOG_ETCD_COMPACT_INTERVAL_S`` nor is the oldest revision etcd can still read within
 ``--max-history-revisions`` of the current one: such an etcd grows until its space
-quota stops every write.
+quota stops every write. Brokers some of which name a zone and some not are a warning:
+clients of a zone are never sent to a broker without one (docs/zones.md).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from llog.connection import Connection
 from llog.errors import EtcdSpaceExhausted, LlogError
 from llog.etcd.client import Etcd
 from llog.etcd.maintenance import EtcdMaintenance
+from llog.kafka.registry import scan_brokers
 from llog.state.control import now_ms
 
 #: History deeper than this many revisions, with no recent llog compaction, is a warning.
@@ -67,6 +69,7 @@ def diagnose(conn: Connection, *, max_history_revisions: int = DEFAULT_MAX_HISTO
     try:
         out.extend(_check_alarms(conn))
         out.append(_check_history(conn, max_history_revisions))
+        out.extend(_check_brokers(conn))
     except LlogError as exc:
         out.append(Finding("ERROR", "etcd", str(exc)))
     return out
@@ -85,6 +88,19 @@ def _check_alarms(conn: Connection) -> list[Finding]:
     for member, alarm in EtcdMaintenance(conn.etcd).alarms():
         fix = f"; fix: {EtcdSpaceExhausted.FIX}" if alarm == "NOSPACE" else ""
         out.append(Finding("ERROR", "etcd alarm", f"member {member:x} raised {alarm}{fix}"))
+    return out
+
+
+def _check_brokers(conn: Connection) -> list[Finding]:
+    nodes = [node for node, _kv in scan_brokers(conn)]
+    out = [Finding("OK", "broker", f"{n}") for n in nodes]
+    zones = sorted({n.zone or "" for n in nodes})
+    if len(zones) > 1 and "" in zones:
+        out.append(Finding("WARN", "zones", "some brokers name a zone and some do not: a client of a zone is "
+                                            "never sent to a broker without one; give every broker LLOG_ZONE"))
+    elif nodes:
+        counts = ", ".join(f"{z} {sum(1 for n in nodes if n.zone == z)}" for z in zones) if zones != [""] else "none"
+        out.append(Finding("OK", "zones", f"brokers by zone: {counts}"))
     return out
 
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable
 
 from llog.errors import InvalidInput
+from llog.name_rules import ZONE_PATTERN, ZONE_RE
 from llog.names import MAX_PARTITIONS, check_group, check_topic
 
 _HOST_LABEL = re.compile(r"(?!-)[A-Za-z0-9-]{1,63}(?<!-)")
@@ -116,6 +117,13 @@ def listen_port(text: str) -> int:
     if not 0 <= value <= 65535:
         raise argparse.ArgumentTypeError(f"port {text!r} must be in 1..65535 (or 0: any free port)")
     return value
+
+
+def zone(text: str) -> str:
+    """A zone's name (``us-east-1a``, ``use1-az1``)."""
+    if ZONE_RE.fullmatch(text) is None:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a zone name ({ZONE_PATTERN})")
+    return text
 
 
 def host(text: str) -> str:

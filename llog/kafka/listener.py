@@ -72,7 +72,8 @@ class KafkaListener:
     async def start(self) -> None:
         # Registered (a node id) before serving: every request finds the context set up.
         advertised = self._advertised_host or (self.host if self.host not in ("", "0.0.0.0", "::") else "127.0.0.1")
-        self.registry = BrokerRegistry(self.broker.conn, advertised, self.port, self.broker.config.session_ttl_s)
+        config = self.broker.config
+        self.registry = BrokerRegistry(self.broker.conn, advertised, self.port, config.session_ttl_s, config.zone)
         node_id = await asyncio.to_thread(self.registry.start)
         coordinator = Coordinator(self.broker.conn, owner=f"kafka-node-{node_id}")
         coordinator.start()

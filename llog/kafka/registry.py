@@ -38,11 +38,14 @@ class BrokerNode:
     hostname: str = ""
     pid: int = 0
     instance: str = ""
+    #: The zone it runs in (``LLOG_ZONE``; the Kafka ``rack``), ``None`` when not given.
+    zone: str | None = None
 
     def __str__(self) -> str:
         """How logs name it: ``node 3 (10.0.0.5:9092, pid 812 on host-a, instance 5f0c…)``."""
         process = f", pid {self.pid} on {self.hostname}, instance {self.instance}" if self.instance else ""
-        return f"node {self.node_id} ({self.host}:{self.port}{process})"
+        zone = f", zone {self.zone}" if self.zone else ""
+        return f"node {self.node_id} ({self.host}:{self.port}{zone}{process})"
 
 
 def rendezvous(nodes: list[BrokerNode], key: str) -> BrokerNode:
@@ -55,12 +58,28 @@ def rendezvous(nodes: list[BrokerNode], key: str) -> BrokerNode:
     return max(nodes, key=weight)
 
 
+def scan_brokers(conn: Connection) -> list[tuple[BrokerNode, KV]]:
+    """Every broker registered (one etcd range read), with its key-value."""
+    prefix = conn.keys.brokers_prefix()
+    out = []
+    for kv in conn.etcd.scan(prefix, prefix_range_end(prefix)):
+        try:
+            doc = json.loads(kv.value)
+            zone = doc.get("zone")
+            out.append((BrokerNode(int(kv.key[len(prefix):]), str(doc["host"]), int(doc["port"]),
+                                   str(doc.get("hostname", "")), int(doc.get("pid", 0)),
+                                   str(doc.get("instance", "")), str(zone) if zone else None), kv))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            log.warning("ignoring a malformed broker registration at %s", kv.key)
+    return out
+
+
 class BrokerRegistry:
     """This broker's registration (:meth:`start` to :meth:`close`) and the live list."""
 
-    def __init__(self, conn: Connection, host: str, port: int, ttl_s: int) -> None:
+    def __init__(self, conn: Connection, host: str, port: int, ttl_s: int, zone: str | None = None) -> None:
         self._conn = conn
-        self.host, self.port = host, port
+        self.host, self.port, self.zone = host, port, zone
         self.hostname, self.instance = socket.gethostname(), uuid.uuid4().hex[:12]
         self._ttl_s = max(2, ttl_s)
         self._lease = 0
@@ -92,7 +111,7 @@ class BrokerRegistry:
 
     @property
     def me(self) -> BrokerNode:
-        return BrokerNode(self.node_id, self.host, self.port, self.hostname, os.getpid(), self.instance)
+        return BrokerNode(self.node_id, self.host, self.port, self.hostname, os.getpid(), self.instance, self.zone)
 
     def registered(self, max_age_s: float = 1.0) -> list[BrokerNode]:
         """Every registered broker, by node id (this one included); read from etcd at
@@ -110,17 +129,7 @@ class BrokerRegistry:
         return [out[k] for k in sorted(out)]
 
     def _scan(self) -> list[tuple[BrokerNode, KV]]:
-        prefix = self._conn.keys.brokers_prefix()
-        out = []
-        for kv in self._conn.etcd.scan(prefix, prefix_range_end(prefix)):
-            try:
-                doc = json.loads(kv.value)
-                out.append((BrokerNode(int(kv.key[len(prefix):]), str(doc["host"]), int(doc["port"]),
-                                       str(doc.get("hostname", "")), int(doc.get("pid", 0)),
-                                       str(doc.get("instance", ""))), kv))
-            except (ValueError, KeyError, TypeError, AttributeError):
-                log.warning("ignoring a malformed broker registration at %s", kv.key)
-        return out
+        return scan_brokers(self._conn)
 
     def coordinator(self, key: str) -> BrokerNode:
         """The broker that coordinates group ``key`` (:func:`rendezvous`). From the
@@ -146,8 +155,11 @@ class BrokerRegistry:
     def _register(self) -> None:
         etcd, keys = self._conn.etcd, self._conn.keys
         self._lease = etcd.grant_lease(self._ttl_s)
-        value = json.dumps({"host": self.host, "port": self.port, "hostname": self.hostname, "pid": os.getpid(),
-                            "instance": self.instance}).encode()
+        doc: dict[str, object] = {"host": self.host, "port": self.port, "hostname": self.hostname,
+                                  "pid": os.getpid(), "instance": self.instance}
+        if self.zone is not None:
+            doc["zone"] = self.zone
+        value = json.dumps(doc).encode()
         registered = self._scan()
         taken = {node.node_id for node, _kv in registered}
         # This address registered from this host by another process is an earlier one

@@ -39,15 +39,19 @@ log = logging.getLogger(__name__)
 SessionKind = Literal["writer", "compactor"]
 
 
-def encode_session_value(kind: SessionKind, started_at_ms: int, peer_url: str | None = None) -> bytes:
+def encode_session_value(kind: SessionKind, started_at_ms: int, peer_url: str | None = None,
+                         zone: str | None = None) -> bytes:
     """The session key's value: ``{kind, host, pid, started_at_ms}`` (for operators;
-    the protocol reads only the key's presence and create_revision), and ``peer_url``
-    where the process serves its blobs to other brokers' readers (§9 step 9)."""
+    the protocol reads only the key's presence and create_revision), ``peer_url``
+    where the process serves its blobs to other brokers' readers (§9 step 9), and the
+    ``zone`` it runs in (peers read only within a zone)."""
     value: dict[str, object] = {
         "kind": kind, "host": socket.gethostname(), "pid": os.getpid(), "started_at_ms": started_at_ms
     }
     if peer_url is not None:
         value["peer_url"] = peer_url
+    if zone is not None:
+        value["zone"] = zone
     out: bytes = msgpack.packb(value)
     return out
 
@@ -71,7 +75,7 @@ class Session:
         try:
             #: The key is new, so the put's revision is its create_revision.
             self.create_revision = self._etcd.put(
-                self.key, encode_session_value(kind, now_ms(), conn.config.peer_url), lease=self.lease
+                self.key, encode_session_value(kind, now_ms(), conn.config.peer_url, conn.config.zone), lease=self.lease
             )
         except BaseException:
             with contextlib.suppress(CoordinationError):  # else the lease ends by its TTL

@@ -8,7 +8,9 @@ the session that wrote it, so another broker's reader finds the writer of any bl
 with one etcd read per session (sessions live minutes; the answer is remembered). A
 peer read that fails, times out, or finds the blob evicted falls back to S3: peers
 are an optimisation, never a source of truth, and asked only for a blob the index or a
-pending names when the read resolves it. What they serve is still checked: each
+pending names when the read resolves it. A broker with a zone (``LLOG_ZONE``) asks only
+peers whose session names the same zone: a GET from the regional object store crosses
+no billed zone boundary, a peer's answer from another zone would (docs/zones.md). What they serve is still checked: each
 body carries its CRC (§7), and a blob found corrupt is read from storage afterwards.
 """
 
@@ -31,19 +33,24 @@ from llog.tls import connection
 log = logging.getLogger(__name__)
 
 
+#: What :meth:`PeerBlobs._owner` remembers for a writer in another zone (never asked).
+_OTHER_ZONE = "other-zone:"
+
+
 class _Refused(Exception):
     """A peer answered 401 or 403: this broker may not read its blobs."""
 
 
 class PeerBlobs:
     """Fetches ranges of blobs from the brokers that wrote them; ``own_url`` (this
-    process's ``peer_url``) is never asked."""
+    process's ``peer_url``) is never asked, nor, when ``zone`` is given, a peer not in it."""
 
     def __init__(
         self, etcd: Etcd, keys: KeyLayout, metrics: Metrics, *, own_url: str | None, timeout_s: float,
-        token: str | None, tls: ssl.SSLContext | None = None,
+        token: str | None, tls: ssl.SSLContext | None = None, zone: str | None = None,
     ) -> None:
         self._etcd = etcd
+        self._zone = zone
         self._tls = tls
         self._keys = keys
         self._own = own_url
@@ -65,6 +72,9 @@ class PeerBlobs:
                 return None
         url = self._owner(key)
         if url is None or url == self._own:
+            return None
+        if url == _OTHER_ZONE:
+            self._requests.labels("other_zone").inc()
             return None
         if self._tls is not None and not url.startswith("https://"):
             return None  # with TLS on, the token never crosses to a peer in clear
@@ -96,6 +106,8 @@ class PeerBlobs:
                 value = msgpack.unpackb(kv.value)
                 got = value.get("peer_url") if isinstance(value, dict) else None
                 url = got if isinstance(got, str) else None
+                if url is not None and self._zone is not None and value.get("zone") != self._zone:
+                    url = _OTHER_ZONE  # a peer without a zone may be anywhere: not asked either
             except (ValueError, msgpack.UnpackException):
                 url = None
         with self._lock:

@@ -114,6 +114,7 @@ def _broker_configs(ctx: Context) -> list[tuple[str, str | None, int, int]]:
     cfg = ctx.broker.config
     return [
         ("broker.id", str(ctx.registry.node_id), STATIC_BROKER_CONFIG, INT),
+        ("broker.rack", cfg.zone, STATIC_BROKER_CONFIG, STRING),  # LLOG_ZONE; null without one, as Kafka
         ("auto.create.topics.enable", str(cfg.auto_create_topics).lower(), STATIC_BROKER_CONFIG, 1),
         ("num.partitions", str(cfg.default_partitions), STATIC_BROKER_CONFIG, INT),
         ("message.max.bytes", str(cfg.max_record_bytes), STATIC_BROKER_CONFIG, INT),
@@ -128,7 +129,7 @@ async def describe_cluster(ctx: Context, req: Any) -> DescribeClusterResponse:
     return R[req.API_VERSION](
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=ctx.cluster_id,
         controller_id=nodes[0].node_id,
-        brokers=[R.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=None, is_fenced=False)
+        brokers=[R.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=n.zone, is_fenced=False)
                  for n in nodes])
 
 

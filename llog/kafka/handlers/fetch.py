@@ -7,11 +7,14 @@ range, as in Kafka). Fetch sessions
 (KIP-227) are declined (session id 0), so clients send full fetches. Both isolation
 levels read the same records: a transaction's records enter the log only when it
 commits, all at once (protocol/README.md §15.3), so the last stable offset is the high
-watermark and no transaction is ever aborted in a log."""
+watermark and no transaction is ever aborted in a log. A consumer that names its zone
+(``client.rack``, v11+) and fetches from a broker of another zone is sent to one of its
+own (KIP-392's ``preferred_read_replica``; docs/zones.md)."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from kafka.protocol.consumer import FetchResponse
@@ -21,6 +24,18 @@ from llog.broker.fetch import PartitionRead, Wanted, long_poll
 from llog.errors import LlogError
 from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
+from llog.kafka.zones import preferred_replica
+
+
+@dataclass(frozen=True)
+class _ReadElsewhere:
+    """KIP-392: the consumer's zone (``rack_id``) has a broker of its own for this
+    partition; the answer names it (``preferred_read_replica``) and carries no records."""
+
+    node_id: int
+
+
+_Answer = PartitionRead | LlogError | ErrorCode | _ReadElsewhere
 
 
 async def fetch(ctx: Context, req: Any) -> FetchResponse:
@@ -29,12 +44,18 @@ async def fetch(ctx: Context, req: Any) -> FetchResponse:
     if ctx.draining.is_set():  # stopping: the client asks for Metadata and goes elsewhere at once
         return _response(req, wanted, [ErrorCode.NOT_LEADER_OR_FOLLOWER for _ in wanted])
     readable = {t.topic for t in req.topics if ctx.allows(Operation.READ, ResourceType.TOPIC, t.topic)}
-    if len(readable) < len({t.topic for t in req.topics}):  # the others answered TOPIC_AUTHORIZATION_FAILED
-        read = [w for w in wanted if w[0] in readable]
-        polled = iter(await _poll(ctx, req, read) if read else [])
-        return _response(req, wanted, [next(polled) if w[0] in readable else ErrorCode.TOPIC_AUTHORIZATION_FAILED
-                                       for w in wanted])
-    return _response(req, wanted, await _poll(ctx, req, wanted))
+    zone = getattr(req, "rack_id", "") or None  # v11+
+    live = ctx.registry.live(max_age_s=float("inf")) if zone else []  # the keep-alive's list: no I/O here
+    answers: list[_Answer | None] = []
+    for topic, partition, _offset, _limit in wanted:
+        if topic not in readable:
+            answers.append(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
+            continue
+        near = preferred_replica(live, ctx.registry.me, zone, topic, partition) if zone else -1
+        answers.append(_ReadElsewhere(near) if near >= 0 else None)
+    read = [w for w, a in zip(wanted, answers, strict=True) if a is None]
+    polled = iter(await _poll(ctx, req, read) if read else [])
+    return _response(req, wanted, [next(polled) if a is None else a for a in answers])
 
 
 async def _poll(ctx: Context, req: Any, wanted: list[Wanted]) -> list[PartitionRead | LlogError]:
@@ -42,11 +63,15 @@ async def _poll(ctx: Context, req: Any, wanted: list[Wanted]) -> list[PartitionR
                            max_wait_ms=max(0, req.max_wait_ms), past_end_is_error=True, kafka=True)
 
 
-def _response(req: Any, wanted: list[Wanted], got: Sequence[PartitionRead | LlogError | ErrorCode]) -> FetchResponse:
+def _response(req: Any, wanted: list[Wanted], got: Sequence[_Answer]) -> FetchResponse:
     R = FetchResponse
     by_topic: dict[str, list[Any]] = {}
     for (topic, partition, _offset, _limit), part in zip(wanted, got, strict=True):
-        if isinstance(part, (LlogError, ErrorCode)):
+        if isinstance(part, _ReadElsewhere):
+            data = R.FetchableTopicResponse.PartitionData(
+                partition_index=partition, error_code=ErrorCode.NONE, high_watermark=-1, last_stable_offset=-1,
+                log_start_offset=-1, aborted_transactions=None, preferred_read_replica=part.node_id, records=b"")
+        elif isinstance(part, (LlogError, ErrorCode)):
             code = part if isinstance(part, ErrorCode) else error_code(part)
             data = R.FetchableTopicResponse.PartitionData(
                 partition_index=partition, error_code=code, high_watermark=-1, last_stable_offset=-1,

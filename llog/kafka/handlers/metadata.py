@@ -13,6 +13,7 @@ from llog.errors import LlogError, NotAuthorized, UnknownTopic
 from llog.kafka.api_spec import Api
 from llog.kafka.context import ZERO_TOPIC_ID, Context, leader_of
 from llog.kafka.errors import error_code
+from llog.kafka.zones import replicas, serving, zone_in_client_id
 from llog.topic.admin import Topics
 
 
@@ -31,8 +32,10 @@ def metadata(ctx: Context, req: Any) -> MetadataResponse:
     # Fresh: clients ask rarely, and act on the answer. A silent broker stays in the
     # broker list but leads nothing: clients move its partitions to the others, and
     # librdkafka, which retires a broker gone from the list, keeps it to return to.
-    leaders = ctx.registry.live(max_age_s=0)
+    live = ctx.registry.live(max_age_s=0)
     nodes = ctx.registry.registered(max_age_s=float("inf"))  # the list just read
+    # A client that names its zone is sent to that zone's brokers (docs/zones.md).
+    leaders = serving(live, zone_in_client_id(getattr(req.header, "client_id", None)))
     names = None if req.topics is None else [t.name for t in req.topics]
     if names is None:  # every topic the caller may describe, quietly leaving out the others
         metas: list[tuple[str, TopicMeta | LlogError]] = [
@@ -49,15 +52,16 @@ def metadata(ctx: Context, req: Any) -> MetadataResponse:
             continue
         parts = []
         for p in range(got.partitions):
-            leader = leader_of(leaders, name, p).node_id
+            leader = leader_of(leaders, name, p)
+            serving_it = replicas(live, leader, name, p)  # the leader, and one per other zone
             parts.append(R.MetadataResponseTopic.MetadataResponsePartition(
-                error_code=0, partition_index=p, leader_id=leader, leader_epoch=0,
-                replica_nodes=[leader], isr_nodes=[leader], offline_replicas=[]))
+                error_code=0, partition_index=p, leader_id=leader.node_id, leader_epoch=0,
+                replica_nodes=serving_it, isr_nodes=serving_it, offline_replicas=[]))
         topics.append(R.MetadataResponseTopic(error_code=0, name=name, topic_id=ctx.topic_id(got),
                                               is_internal=False, partitions=parts))
     return R[req.API_VERSION](
         throttle_time_ms=0,
-        brokers=[R.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port, rack=None) for n in nodes],
+        brokers=[R.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port, rack=n.zone) for n in nodes],
         cluster_id=ctx.cluster_id, controller_id=leaders[0].node_id, topics=topics,
     )
 

@@ -1,0 +1,263 @@
+"""Zones (docs/zones.md): brokers register the zone they run in, Metadata sends a
+client that names its zone (``llog_zone=``/``ws_az=``/``diskless_az=`` in its client
+id) to the brokers of that zone, a consumer naming its ``client.rack`` is sent to one
+by Fetch's ``preferred_read_replica`` (KIP-392), and peer reads stay within a zone.
+Real brokers, real kafka-python, librdkafka and Java clients."""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from llog.cli.doctor import diagnose
+from llog.config import LlogConfig
+from llog.connection import Connection
+from llog.kafka.registry import BrokerNode
+from llog.kafka.zones import preferred_replica, serving, zone_in_client_id
+from llog.reader import Reader
+from llog.topic.admin import Topics
+from tests import java_client
+from tests.broker_harness import broker_process
+from tests.conftest import ProxiedS3, wait_until
+from tests.test_kafka import KafkaBroker, kafka_broker
+
+PARTITIONS = 12
+
+
+@pytest.mark.parametrize(("client_id", "zone"), [
+    ("llog_zone=b", "b"), ("orders-7,llog_zone=us-east-1a", "us-east-1a"), ("ws_az=use1-az2", "use1-az2"),
+    ("warpstream_session=x,ws_az=b,y", "b"), ("app diskless_az=c", "c"), ("rdkafka", None), ("", None),
+    ("my_llog_zone=b", None), ("llog_zone=", None), ("xws_az=b", None), ("a;llog_zone=eu-west-1c;b", "eu-west-1c"),
+])
+def test_the_zone_a_client_id_names(client_id: str, zone: str | None) -> None:
+    assert zone_in_client_id(client_id) == zone
+
+
+def test_a_client_is_served_by_its_zone_and_by_everyone_when_its_zone_has_nobody() -> None:
+    nodes = [BrokerNode(0, "h", 1, zone="a"), BrokerNode(1, "h", 2, zone="b"), BrokerNode(2, "h", 3, zone="b")]
+    assert serving(nodes, "b") == nodes[1:]
+    assert serving(nodes, "c") == nodes and serving(nodes, None) == nodes
+    assert preferred_replica(nodes, nodes[1], "b", "t", 0) == -1  # already in its zone
+    assert preferred_replica(nodes, nodes[0], "b", "t", 0) in (1, 2)
+    assert preferred_replica(nodes, nodes[0], "c", "t", 0) == -1  # nobody there: stay
+
+
+def test_a_zone_name_is_checked() -> None:
+    from llog.errors import ConfigError
+
+    assert LlogConfig.from_env({"LLOG_ZONE": "us-east-1a"}).zone == "us-east-1a"
+    assert LlogConfig.from_env({"LLOG_ZONE": ""}).zone is None
+    with pytest.raises(ConfigError, match="zone"):
+        LlogConfig(zone="a b")
+
+
+@contextlib.contextmanager
+def _zoned(cfg: LlogConfig, zones: tuple[str, ...]) -> Iterator[list[KafkaBroker]]:
+    with contextlib.ExitStack() as stack:
+        yield [stack.enter_context(kafka_broker(cfg, "--zone", z)) for z in zones]
+
+
+def _kafka_python_view(bootstrap: str, client_id: str) -> tuple[dict[int, str | None], set[int]]:
+    return _kafka_python_view_of(bootstrap, client_id, "z")
+
+
+def _kafka_python_view_of(bootstrap: str, client_id: str, topic: str) -> tuple[dict[int, str | None], set[int]]:
+    """kafka-python's view through ``client_id``: each broker's rack (DescribeCluster),
+    and ``topic``'s partitions' leaders (Metadata; created on first use where the
+    brokers do that)."""
+    from kafka import KafkaAdminClient
+
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap, client_id=client_id)
+    try:
+        (described,) = admin.describe_topics([topic])
+        leaders = {p["leader_id"] for p in described["partitions"]}
+        racks: dict[int, str | None] = {}
+
+        def listed() -> bool:  # DescribeCluster's list may be a second older than Metadata's
+            racks.update((b["broker_id"], b["rack"]) for b in admin.describe_cluster()["brokers"])
+            return leaders <= racks.keys()
+
+        wait_until(listed, 10, f"DescribeCluster to list the leaders {leaders}")
+        return racks, leaders
+    finally:
+        admin.close()
+
+
+def _librdkafka_leaders(bootstrap: str, client_id: str) -> set[int]:
+    from confluent_kafka.admin import AdminClient
+
+    md = AdminClient({"bootstrap.servers": bootstrap, "client.id": client_id}).list_topics("z", timeout=30)
+    return {p.leader for p in md.topics["z"].partitions.values()}
+
+
+def test_metadata_leads_a_client_of_a_zone_to_that_zones_brokers_while_it_has_one(
+    config: LlogConfig, conn: Connection,
+) -> None:
+    Topics(conn).create("z", PARTITIONS)
+    with _zoned(config, ("a", "b", "b")) as brokers:
+        with kafka_broker(config, "--zone", "c") as c:
+            bootstrap = brokers[0].bootstrap
+            racks, anywhere = _kafka_python_view(bootstrap, "app")
+            assert sorted(str(r) for r in racks.values()) == ["a", "b", "b", "c"]  # Metadata's and DescribeCluster's
+            assert len({racks[n] for n in anywhere}) > 1  # no zone named: every zone leads some
+            for zone in ("a", "b", "c"):
+                _, leaders = _kafka_python_view(bootstrap, f"orders-1,llog_zone={zone}")
+                assert {racks[n] for n in leaders} == {zone}
+            in_b = _librdkafka_leaders(c.bootstrap, "ws_az=b")
+            assert {racks[n] for n in in_b} == {"b"} and len(in_b) == 2  # spread over the zone's two brokers
+            assert {racks[n] for n in _librdkafka_leaders(bootstrap, "diskless_az=c")} == {"c"}
+            doctor = {f.detail for f in diagnose(conn) if f.check == "zones"}
+            assert doctor == {"brokers by zone: a 1, b 2, c 1"}
+        # Zone c's broker gone: a client of zone c is served by the others.
+        racks, leaders = _kafka_python_view(bootstrap, "llog_zone=c")
+        leading = {racks[n] for n in leaders}
+        assert "c" not in leading and len(leading) > 1
+
+
+def test_producers_naming_their_zone_produce_only_to_its_brokers(
+    config: LlogConfig, conn: Connection, tmp_path: Path,
+) -> None:
+    """librdkafka through ``client.id``, and the Java producer (``kafka-console-producer``)
+    through a ``client.id`` in its properties: every Produce request reaches a broker
+    of the producer's zone, and every record is stored; a transactional producer's
+    coordinator is a broker of its zone too."""
+    from confluent_kafka import Producer
+
+    Topics(conn).create("z", PARTITIONS)
+    with _zoned(config, ("a", "b", "c")) as (a, b, c):
+        p = Producer({"bootstrap.servers": a.bootstrap, "client.id": "clicks,llog_zone=c", "linger.ms": 5})
+        for i in range(120):
+            p.produce("z", value=b"rd-%d" % i, partition=i % PARTITIONS)
+        assert p.flush(60) == 0
+        # A transactional producer's coordinator is found in its zone too.
+        tx = Producer({"bootstrap.servers": a.bootstrap, "client.id": "llog_zone=c", "transactional.id": "zoned-tx"})
+        tx.init_transactions(30)
+        tx.begin_transaction()
+        for i in range(10):
+            tx.produce("z", value=b"tx-%d" % i, partition=i)
+        tx.commit_transaction(30)
+        ended = {z: x.http.metric("llog_kafka_requests_total", api="EndTxn") for z, x in zip("abc", (a, b, c),
+                                                                                            strict=True)}
+        assert ended == {"a": 0, "b": 0, "c": 1}
+        props = tmp_path / "producer.properties"
+        props.write_text("client.id=orders,llog_zone=b\n")
+        java_client.tool("org.apache.kafka.tools.ConsoleProducer", "--bootstrap-server", a.bootstrap, "--topic", "z",
+                         "--producer.config", str(props), stdin="".join(f"java-{i}\n" for i in range(30)))
+        produced = {z: x.http.metric("llog_kafka_requests_total", api="Produce")
+                    for z, x in zip("abc", (a, b, c), strict=True)}
+    assert produced["a"] == 0 and produced["b"] > 0 and produced["c"] > 0, produced
+    with Reader(conn) as r:
+        values = sorted(rec.value for part in range(PARTITIONS) for rec in r.scan("z", part, 0))
+    assert values == sorted([b"rd-%d" % i for i in range(120)] + [b"java-%d" % i for i in range(30)]
+                            + [b"tx-%d" % i for i in range(10)])
+
+
+def _leader_zone(bootstrap: str) -> str:
+    racks, (leader,) = _kafka_python_view(bootstrap, "app")
+    return str(racks[leader])
+
+
+@pytest.mark.parametrize("client", ["librdkafka", "java"])
+def test_a_consumer_naming_its_rack_is_sent_to_a_broker_of_its_zone(
+    config: LlogConfig, conn: Connection, tmp_path: Path, client: str,
+) -> None:
+    """KIP-392: the partition's leader (for a client naming no zone) is in another zone
+    than the consumer's ``client.rack``; its Fetch answer names a broker of the
+    consumer's zone (``preferred_read_replica``), which serves every later fetch."""
+    Topics(conn).create("z", 1)
+    with _zoned(config, ("a", "b", "c")) as brokers:
+        by_zone = dict(zip("abc", brokers, strict=True))
+        leader_zone = _leader_zone(brokers[0].bootstrap)
+        rack = "a" if leader_zone != "a" else "b"
+        from confluent_kafka import Producer
+
+        p = Producer({"bootstrap.servers": brokers[0].bootstrap})
+        for i in range(50):
+            p.produce("z", value=b"%d" % i, partition=0)
+        assert p.flush(60) == 0
+        fetches = {z: b.http.metric("llog_kafka_requests_total", api="Fetch") for z, b in by_zone.items()}
+        if client == "librdkafka":
+            got = _librdkafka_consume(brokers[0].bootstrap, rack, 50)
+        else:
+            props = tmp_path / "consumer.properties"
+            props.write_text(f"client.rack={rack}\n")
+            out = java_client.tool("org.apache.kafka.tools.consumer.ConsoleConsumer", "--bootstrap-server",
+                                   brokers[0].bootstrap, "--topic", "z", "--from-beginning", "--max-messages", "50",
+                                   "--timeout-ms", "30000", "--consumer.config", str(props))
+            got = out.split()
+        served = {z: b.http.metric("llog_kafka_requests_total", api="Fetch") - fetches[z] for z, b in by_zone.items()}
+    assert sorted(got, key=int) == [str(i) for i in range(50)]
+    assert served[rack] > 0 and served[leader_zone] >= 1, served  # asked the leader once, then its own zone
+
+
+def _librdkafka_consume(bootstrap: str, rack: str, n: int) -> list[str]:
+    from confluent_kafka import Consumer, TopicPartition
+
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "zoned", "client.rack": rack,
+                         "enable.auto.commit": False})
+    consumer.assign([TopicPartition("z", 0, 0)])
+    got: list[str] = []
+    try:
+        while len(got) < n:
+            msgs = consumer.consume(n, timeout=30)
+            assert msgs, f"consumed {len(got)} of {n}"
+            got += [m.value().decode() for m in msgs if m.error() is None]
+    finally:
+        consumer.close()
+    return got
+
+
+@pytest.mark.parametrize(("zones", "peer_read"), [(("a", "a"), True), (("a", "b"), False)],
+                         ids=["same-zone", "other-zone"])
+def test_a_broker_asks_only_peers_of_its_zone_for_a_blob(
+    s3_proxy: ProxiedS3, zones: tuple[str, str], peer_read: bool,
+) -> None:
+    """Records produced on broker A, consumed on broker B: in A's zone B reads the blob
+    from A (no GET); in another zone it reads the object store and never asks A."""
+    cfg = s3_proxy.config
+    with Connection(cfg) as conn:
+        Topics(conn).create("w", 1)
+    with broker_process(cfg, LLOG_ZONE=zones[0]) as a, broker_process(cfg, LLOG_ZONE=zones[1]) as b:
+        assert b.post("/consume", {"topic_partitions": [
+            {"topic": "w", "partition": 0, "fetch_offset": 0}], "max_wait_ms": 0})[0] == 200  # B watches w/0
+        gets = s3_proxy.proxy.requests().get("GET", 0)
+        assert a.post("/produce", {"topic_partitions": [{"topic": "w", "partition": 0, "records": ["eA=="]}]})[0] == 200
+        status, got = b.post("/consume", {"topic_partitions": [
+            {"topic": "w", "partition": 0, "fetch_offset": 0}], "max_wait_ms": 10_000})
+        assert status == 200 and [r["value"] for r in got["topic_partitions"][0]["records"]] == ["eA=="]
+        assert s3_proxy.proxy.requests().get("GET", 0) - gets == (0 if peer_read else 1)
+        assert b.metric("llog_read_peer_requests_total", outcome="hit") == (1 if peer_read else 0)
+        assert b.metric("llog_read_peer_requests_total", outcome="other_zone") == (0 if peer_read else 1)
+        assert b.metric("llog_zone", zone=zones[1]) == 1
+
+
+def test_dev_up_starts_a_broker_per_zone(tmp_path: Path) -> None:
+    """``llog dev up --zones a,b``: a broker per zone, each registered with its zone, and
+    Metadata answering a client of zone b with zone b's broker."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "llog", "dev", "up", "--broker-port", "0", "--kafka-port", "0", "--zones", "a,b",
+         "--dir", str(tmp_path / "stack")], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        zones: dict[str, str] = {}
+        while len(zones) < 2:
+            line = proc.stdout.readline()
+            assert line, f"dev up ended early: {proc.stderr.read() if proc.stderr else ''}"
+            if line.startswith("# zone "):
+                zones[line.split()[2].rstrip(":")] = line.split("Kafka ")[1].split()[0]
+        from confluent_kafka import Producer
+
+        producer = Producer({"bootstrap.servers": zones["a"], "client.id": "llog_zone=b"})
+        producer.produce("made", value=b"on first use")
+        assert producer.flush(60) == 0
+        racks, leaders = _kafka_python_view_of(zones["a"], "llog_zone=b", "made")
+        assert sorted(str(r) for r in racks.values()) == ["a", "b"] and {racks[n] for n in leaders} == {"b"}
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
