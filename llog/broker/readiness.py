@@ -16,7 +16,6 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import boto3
 from botocore.config import Config
 
 from llog.config import LlogConfig
@@ -25,7 +24,7 @@ from llog.etcd.auth import EtcdSecurity
 from llog.etcd.client import Etcd
 from llog.metrics import Metrics
 from llog.store import ObjectStore
-from llog.store.s3 import S3Store
+from llog.store.s3 import S3Store, s3_client
 
 log = logging.getLogger(__name__)
 
@@ -87,13 +86,8 @@ def _probe_store(config: LlogConfig, store: ObjectStore, metrics: Metrics, timeo
     not retried; any other store is probed as it is (a local directory answers at once)."""
     if not isinstance(store, S3Store):
         return store
-    client = boto3.session.Session().client(
-        "s3",
-        endpoint_url=config.s3_endpoint_url,
-        region_name=config.s3_region or "us-east-1",
-        config=Config(
-            connect_timeout=timeout_s, read_timeout=timeout_s, retries={"max_attempts": 1, "mode": "standard"},
-            s3={"addressing_style": "path"} if config.s3_endpoint_url else None,
-        ),
-    )
+    client = s3_client(config.s3_endpoint_url, config.s3_region, Config(
+        connect_timeout=timeout_s, read_timeout=timeout_s, retries={"max_attempts": 1, "mode": "standard"},
+        s3={"addressing_style": "path"} if config.s3_endpoint_url else None,
+    ))
     return S3Store(store.bucket, store.prefix, client=client, metrics=metrics)
