@@ -61,10 +61,10 @@ tools:
 demo: install-demo
 	$(PY) -m llog demo
 
+LINT := $(PY) -m ruff check . && $(PY) -m mypy && $(PY) protocol/gen_vectors.py --check
+
 lint: install
-	$(PY) -m ruff check .
-	$(PY) -m mypy
-	$(PY) protocol/gen_vectors.py --check
+	$(LINT)
 
 # The suite in two phases (tests/README.md): TEST_WORKERS pytest-xdist workers share
 # the machine (the tests mostly wait on the servers and clients they start), then the
@@ -80,7 +80,7 @@ PYTEST := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -p no:cacheprov
 test: install tools
 	$(PY) -m compileall -q llog compactor tests >/dev/null
 	@mkdir -p $(REPORTS); $(PY) -m tests.prepare > $(REPORTS)/prepare.log 2>&1 & prepared=$$!; \
-	$(MAKE) --no-print-directory lint || { kill $$prepared; exit 1; }; \
+	$(LINT) || { kill $$prepared; exit 1; }; \
 	wait $$prepared; cat $(REPORTS)/prepare.log
 	$(PYTEST) -n $(TEST_WORKERS) --dist worksteal -m "not alone" --durations=20 --junitxml=$(REPORTS)/parallel.xml
 	$(PYTEST) -m alone --durations=5 --junitxml=$(REPORTS)/alone.xml
