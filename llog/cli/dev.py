@@ -87,11 +87,11 @@ def _up(args: argparse.Namespace) -> int:
                              + ("" if args.no_auto_create else "; topics are created on first use"))
             if broker is not None and broker.kafka_bootstrap is not None:
                 lines.append(f"# Kafka bootstrap servers: {broker.kafka_bootstrap}  (docs/kafka.md)")
+                lines.append("# Kafka clients notice a stopped broker in seconds with (librdkafka names; "
+                             "llog.kafka.client_settings): " + " ".join(f"{k}={v}" for k, v in PRODUCER.items()))
             for zone, b in zip(args.zones, brokers, strict=False):
                 kafka = "" if b.kafka_bootstrap is None else f", Kafka {b.kafka_bootstrap}"
                 lines.append(f"# zone {zone}: broker {b.url}{kafka}  (client.id=...,llog_zone={zone}; docs/zones.md)")
-                lines.append("# Kafka clients notice a stopped broker in seconds with (librdkafka names; "
-                             "llog.kafka.client_settings): " + " ".join(f"{k}={v}" for k, v in PRODUCER.items()))
             if args.env_file:
                 args.env_file.write_text("\n".join(lines) + "\n")
             print("\n".join(lines), flush=True)
