@@ -23,8 +23,8 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.devstack import free_port
 from llog.kafka.client_settings import PRODUCER
-from llog.kafka.context import leader_of
 from llog.kafka.registry import BrokerNode
+from llog.kafka.zones import leader_of
 from llog.reader import Reader
 from llog.state.keys import prefix_range_end
 from llog.topic.admin import Topics

@@ -15,7 +15,7 @@ from llog.codec.etcd_values.topic import TopicMeta
 from llog.errors import NotAuthorized
 from llog.kafka.batch_checks import BatchChecker
 from llog.kafka.coordinator import Coordinator
-from llog.kafka.registry import BrokerNode, BrokerRegistry, rendezvous
+from llog.kafka.registry import BrokerRegistry
 from llog.kafka.sasl import SaslState
 
 if TYPE_CHECKING:
@@ -97,13 +97,4 @@ class Context:
         under the same name gets a new one (as in Kafka, where clients read the change
         as a new topic)."""
         return uuid.uuid5(uuid.NAMESPACE_URL, f"llog://{self.broker.conn.keys.root}/{meta.name}@{meta.revision}")
-
-
-def leader_of(nodes: list[BrokerNode], topic: str, partition: int) -> BrokerNode:
-    """The broker a partition's clients are sent to. Any broker can serve any
-    partition; spreading partitions over the live brokers spreads the clients. By
-    rendezvous hashing, so every broker computes the same answer from the same live
-    list, and a broker leaving moves only its own partitions (clients of the others
-    keep their connections and their in-flight requests)."""
-    return rendezvous(nodes, f"{topic}\0{partition}")
 

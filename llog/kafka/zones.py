@@ -1,19 +1,20 @@
-"""Which zone a Kafka client is in, and the brokers that serve it there.
+"""Which broker a Kafka client is sent to for a partition, and which zone the client is in.
 
-A client names its zone, in order of precedence, by the zone listener it connected to
-(a broker's listener for one zone), by ``llog_zone=<zone>`` anywhere in its
-``client.id`` (WarpStream's ``ws_az=`` and Aiven's ``diskless_az=`` are read the same,
-so configurations carry over), or, for a consumer, by ``client.rack`` (Fetch's
-``rack_id``, KIP-392: answered with a ``preferred_read_replica`` in its zone). Any
-broker can serve any partition, so a client's "leaders" are chosen among the live
-brokers of its zone (rendezvous hashing within the zone: a broker's loss moves only its
-own partitions), and among all brokers when its zone has none alive (a lost zone stops
-nobody, and a client in it reaches another zone). docs/zones.md.
+Any broker can serve any partition; a partition's "leader" is the live broker that
+rendezvous hashing picks for it (:func:`leader_of`). A client names its zone by
+``llog_zone=<zone>`` anywhere in its ``client.id`` (WarpStream's ``ws_az=`` and Aiven's
+``diskless_az=`` are read the same, so configurations carry over): its leaders are then
+picked among the live brokers of its zone (a broker's loss moves only its own
+partitions), and among all brokers when its zone has none alive (a lost zone stops
+nobody, and a client in it reaches another zone). A consumer that names only
+``client.rack`` (Fetch's ``rack_id``, KIP-392) is answered with a
+``preferred_read_replica`` in its zone. docs/zones.md.
 """
 
 from __future__ import annotations
 
 import re
+from typing import Any
 
 from llog.kafka.registry import BrokerNode, rendezvous
 from llog.name_rules import ZONE_PATTERN
@@ -21,6 +22,15 @@ from llog.name_rules import ZONE_PATTERN
 #: The markers of a zone in a ``client.id``: llog's own, WarpStream's and Aiven's.
 ZONE_MARKERS = ("llog_zone", "ws_az", "diskless_az")
 _IN_CLIENT_ID = re.compile(rf"(?:^|[^A-Za-z0-9_])(?:{'|'.join(ZONE_MARKERS)})=({ZONE_PATTERN})")
+
+
+def leader_of(nodes: list[BrokerNode], topic: str, partition: int) -> BrokerNode:
+    """The broker of ``nodes`` a partition's clients are sent to. Spreading partitions
+    over the live brokers spreads the clients. By rendezvous hashing, so every broker
+    computes the same answer from the same live list, and a broker leaving moves only
+    its own partitions (clients of the others keep their connections and their
+    in-flight requests)."""
+    return rendezvous(nodes, f"{topic}\0{partition}")
 
 
 def zone_in_client_id(client_id: str | None) -> str | None:
@@ -31,9 +41,9 @@ def zone_in_client_id(client_id: str | None) -> str | None:
     return found.group(1) if found else None
 
 
-def client_zone(listener_zone: str | None, client_id: str | None) -> str | None:
-    """A client's zone: its listener's, else its ``client.id``'s (``None``: unknown)."""
-    return listener_zone or zone_in_client_id(client_id)
+def request_zone(req: Any) -> str | None:
+    """The zone the client id in a Kafka request's header names, or ``None``."""
+    return zone_in_client_id(getattr(req.header, "client_id", None))
 
 
 def serving(nodes: list[BrokerNode], zone: str | None) -> list[BrokerNode]:
@@ -49,9 +59,8 @@ def replicas(nodes: list[BrokerNode], leader: BrokerNode, topic: str, partition:
     ``nodes`` the broker :func:`preferred_replica` names there. The Java client follows
     a ``preferred_read_replica`` only to a broker Metadata lists as a replica; without
     zones the list is the leader alone, as before."""
-    key = f"{topic}\0{partition}"
     zones = sorted({n.zone for n in nodes if n.zone is not None and n.zone != leader.zone})
-    return [leader.node_id, *(rendezvous([n for n in nodes if n.zone == z], key).node_id for z in zones)]
+    return [leader.node_id, *(leader_of([n for n in nodes if n.zone == z], topic, partition).node_id for z in zones)]
 
 
 def preferred_replica(nodes: list[BrokerNode], me: BrokerNode, zone: str, topic: str, partition: int) -> int:
@@ -61,4 +70,4 @@ def preferred_replica(nodes: list[BrokerNode], me: BrokerNode, zone: str, topic:
     if me.zone == zone:
         return -1
     near = [n for n in nodes if n.zone == zone]
-    return rendezvous(near, f"{topic}\0{partition}").node_id if near else -1
+    return leader_of(near, topic, partition).node_id if near else -1

@@ -46,12 +46,13 @@ async def fetch(ctx: Context, req: Any) -> FetchResponse:
     readable = {t.topic for t in req.topics if ctx.allows(Operation.READ, ResourceType.TOPIC, t.topic)}
     zone = getattr(req, "rack_id", "") or None  # v11+
     live = ctx.registry.live(max_age_s=float("inf")) if zone else []  # the keep-alive's list: no I/O here
+    me = ctx.registry.me
     answers: list[_Answer | None] = []
     for topic, partition, _offset, _limit in wanted:
         if topic not in readable:
             answers.append(ErrorCode.TOPIC_AUTHORIZATION_FAILED)
             continue
-        near = preferred_replica(live, ctx.registry.me, zone, topic, partition) if zone else -1
+        near = preferred_replica(live, me, zone, topic, partition) if zone else -1
         answers.append(_ReadElsewhere(near) if near >= 0 else None)
     read = [w for w, a in zip(wanted, answers, strict=True) if a is None]
     polled = iter(await _poll(ctx, req, read) if read else [])

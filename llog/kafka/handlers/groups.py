@@ -30,7 +30,7 @@ from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
 from llog.kafka.group_state import GroupError
 from llog.kafka.registry import rendezvous
-from llog.kafka.zones import serving, zone_in_client_id
+from llog.kafka.zones import request_zone, serving
 from llog.names import check_group
 
 GROUP_KEY = 0  # FindCoordinator key types
@@ -54,8 +54,7 @@ async def find_coordinator(ctx: Context, req: Any) -> FindCoordinatorResponse:
         elif req.key_type == TRANSACTION_KEY:
             # Any broker coordinates any transactional id (the state is in etcd): the
             # same rendezvous as groups spreads them, among the client's zone's brokers.
-            zone = zone_in_client_id(getattr(req.header, "client_id", None))
-            node = rendezvous(serving(ctx.registry.live(max_age_s=float("inf")), zone), key)
+            node = rendezvous(serving(ctx.registry.live(max_age_s=float("inf")), request_zone(req)), key)
         else:  # one coordinator per group, which every broker must agree on: not by zone
             node = ctx.registry.coordinator(key)
         answers.append((key, code, node))

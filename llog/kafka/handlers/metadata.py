@@ -11,9 +11,9 @@ from llog.auth.acls import Operation, ResourceType
 from llog.codec.etcd_values.topic import TopicMeta
 from llog.errors import LlogError, NotAuthorized, UnknownTopic
 from llog.kafka.api_spec import Api
-from llog.kafka.context import ZERO_TOPIC_ID, Context, leader_of
+from llog.kafka.context import ZERO_TOPIC_ID, Context
 from llog.kafka.errors import error_code
-from llog.kafka.zones import replicas, serving, zone_in_client_id
+from llog.kafka.zones import leader_of, replicas, request_zone, serving
 from llog.topic.admin import Topics
 
 
@@ -35,7 +35,7 @@ def metadata(ctx: Context, req: Any) -> MetadataResponse:
     live = ctx.registry.live(max_age_s=0)
     nodes = ctx.registry.registered(max_age_s=float("inf"))  # the list just read
     # A client that names its zone is sent to that zone's brokers (docs/zones.md).
-    leaders = serving(live, zone_in_client_id(getattr(req.header, "client_id", None)))
+    leaders = serving(live, request_zone(req))
     names = None if req.topics is None else [t.name for t in req.topics]
     if names is None:  # every topic the caller may describe, quietly leaving out the others
         metas: list[tuple[str, TopicMeta | LlogError]] = [
