@@ -149,6 +149,8 @@ def test_dev_up_serves_a_stack_with_a_broker_and_stops_cleanly(tmp_path: Path) -
         )
         url = lines[-2].split()[2]
         kafka_host, kafka_port = lines[-1].split()[4].rsplit(":", 1)
+        assert any(x.startswith("# Kafka clients notice a stopped broker in seconds with ")
+                   for x in env_file.read_text().splitlines())  # the whole of what it printed
         with socket.create_connection((kafka_host, int(kafka_port)), timeout=30):
             pass  # the Kafka listener is up (tests/test_kafka.py drives it)
         cfg = LlogConfig.from_env(exports)
