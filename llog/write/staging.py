@@ -63,7 +63,15 @@ def pack_groups(prepared: Sequence[PreparedGroup], created: int, max_blob_bytes:
         blob.BlobBody(g.topic, g.partition, g.count, batch.encode_columns(g.columns, g.stamp, g.lengths))
         for g in prepared
     ]
-    packed = blob.pack(bodies, created)
+    # Each partition's bodies side by side (a stable sort: a partition's keep their
+    # order; spec §6), so a reader of one partition fetches one short range, not one
+    # that spans every other partition's bodies in between. ``parts`` back in group order.
+    order = sorted(range(len(bodies)), key=lambda i: (bodies[i].topic, bodies[i].partition))
+    laid = blob.pack([bodies[i] for i in order], created)
+    parts = list(laid.parts)
+    for pos, i in enumerate(order):
+        parts[i] = laid.parts[pos]
+    packed = replace(laid, parts=tuple(parts))
     if len(packed.data) > max_blob_bytes:
         raise InvalidInput(
             f"shared blob of {len(packed.data)} bytes exceeds max_blob_bytes {max_blob_bytes}; split the call"
