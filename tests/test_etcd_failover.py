@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -72,6 +73,29 @@ def test_reads_leases_and_writes_move_off_a_paused_member(
             assert etcd.range(key, key + "\xff")[0].value == b"during"
         assert etcd.metrics.value("llog_etcd_failovers_total") >= 1
         assert etcd.get(key).value == b"during"  # type: ignore[union-attr]
+
+
+def test_a_client_leaving_a_silent_member_goes_to_one_that_answers(
+    cluster: list[EtcdServer], request: pytest.FixtureRequest
+) -> None:
+    """The member in use paused, and another endpoint as silent (a socket that takes
+    connections and never answers: a member cut off with its zone): each new client
+    moves on once, to a member that answers its probe, never to the silent one, which
+    a random pick would choose a third of the time."""
+    key = f"/failover/{request.node.name}"
+    with socket.socket() as silent:
+        silent.bind(("127.0.0.1", 0))
+        silent.listen(16)
+        endpoints = [cluster[0].endpoint, f"127.0.0.1:{silent.getsockname()[1]}", cluster[1].endpoint,
+                     cluster[2].endpoint]
+        with _client(cluster) as etcd:
+            etcd.put(key, b"v")
+        with paused(cluster[0]):
+            for _ in range(8):
+                with Etcd(endpoints, timeout=10, attempt_timeout=1.0, first_member=0) as etcd:
+                    assert etcd.get(key).value == b"v"  # type: ignore[union-attr]
+                    assert etcd.metrics.value("llog_etcd_ops_total", op="get") == 2  # the paused one, then a live one
+                    assert etcd.metrics.value("llog_etcd_failovers_total") == 1
 
 
 def test_a_write_that_timed_out_is_never_sent_again_and_lands_at_most_once(
