@@ -153,6 +153,9 @@ class LlogConfig:
     kafka_port: int | None = None
     #: Address the Kafka listener binds (default: ``broker_host``).
     kafka_host: str | None = None
+    #: A Kafka listener per client zone, ``zone=port`` each (docs/zones.md): a client
+    #: connected to one is in its zone. Worker ``i`` listens on ``port + i``.
+    kafka_zone_listeners: tuple[str, ...] = ()
     #: Host name the brokers' Metadata answers give clients for this broker (default:
     #: the listen address, or 127.0.0.1 for a wildcard one).
     kafka_advertised_host: str | None = None
@@ -173,15 +176,12 @@ class LlogConfig:
     #: over all connections (Kafka's ``queued.max.request.bytes``): past it, the
     #: listener stops reading until answers free room. At least ``kafka_max_frame_bytes``.
     kafka_max_queued_bytes: int = 256 * 1024 * 1024
-    #: Open Kafka connections the listener keeps, in all and from one client address;
-    #: connections past either are closed at once.
+    #: Kafka connections kept, in all and per client address (more are closed at once).
     kafka_max_connections: int = 10_000
     kafka_max_connections_per_ip: int = 1_000
-    #: Requests one connection may have read and not yet answered; the listener stops
-    #: reading it at this many.
+    #: Requests one connection may have read and not yet answered (then it is not read).
     kafka_max_inflight_requests: int = 64
-    #: A connection with no request in progress for this long is closed (Kafka's
-    #: ``connections.max.idle.ms``).
+    #: A connection idle this long is closed (Kafka's ``connections.max.idle.ms``).
     kafka_idle_timeout_s: float = 600.0
     #: A request frame must arrive whole within this many seconds of its size, and a
     #: client must authenticate within it (with ``broker_token``): a client trickling
@@ -365,10 +365,7 @@ def _validate(cfg: LlogConfig) -> None:
     _validate_security(cfg)
     if cfg.zone is not None and ZONE_RE.fullmatch(cfg.zone) is None:
         raise ConfigError(f"zone {cfg.zone!r} is not a zone name ({ZONE_PATTERN})")
-    if cfg.kafka_port is not None and not 0 <= cfg.kafka_port <= 65535:
-        raise ConfigError(f"kafka_port must be in [0, 65535], got {cfg.kafka_port!r}")
-    if cfg.kafka_port and cfg.kafka_port + cfg.broker_workers > 65536:  # worker i: kafka_port + i
-        raise ConfigError(f"kafka_port {cfg.kafka_port} + {cfg.broker_workers} broker workers exceeds 65535")
+    _validate_kafka_ports(cfg)
     if cfg.kafka_max_queued_bytes < cfg.kafka_max_frame_bytes:
         raise ConfigError(f"kafka_max_queued_bytes ({cfg.kafka_max_queued_bytes}) must be at least "
                           f"kafka_max_frame_bytes ({cfg.kafka_max_frame_bytes})")
@@ -384,6 +381,21 @@ def _validate(cfg: LlogConfig) -> None:
     if cfg.compact_target_bytes > 1024**3:
         raise ConfigError("compact_target_bytes must be <= 1 GiB (one compacted body)")
 
+
+
+def _validate_kafka_ports(cfg: LlogConfig) -> None:
+    """The Kafka listener's port and the zone listeners' (worker ``i``: each port + ``i``)."""
+    if cfg.kafka_port is not None and not 0 <= cfg.kafka_port <= 65535:
+        raise ConfigError(f"kafka_port must be in [0, 65535], got {cfg.kafka_port!r}")
+    if cfg.kafka_port and cfg.kafka_port + cfg.broker_workers > 65536:
+        raise ConfigError(f"kafka_port {cfg.kafka_port} + {cfg.broker_workers} broker workers exceeds 65535")
+    for listener in cfg.kafka_zone_listeners:
+        zone, _, port = listener.partition("=")
+        if not ZONE_RE.fullmatch(zone) or not port.isdigit() or int(port) + cfg.broker_workers > 65536:
+            raise ConfigError(f"kafka_zone_listeners: {listener!r} is not zone=port (a zone name, a port in "
+                              "[0, 65535], 0 for any free one)")
+    if cfg.kafka_zone_listeners and cfg.kafka_port is None:
+        raise ConfigError("kafka_zone_listeners need a Kafka listener (kafka_port)")
 
 
 def _validate_security(cfg: LlogConfig) -> None:
@@ -416,7 +428,7 @@ def _split_endpoints(text: str) -> tuple[str, ...]:
 def _coerce(name: str, type_: Any, raw: str) -> Any:
     t = str(type_)
     try:
-        if name == "etcd_endpoints":
+        if t.startswith("tuple[str"):  # etcd_endpoints, kafka_zone_listeners: comma-separated
             return _split_endpoints(raw)
         if t == "bool":
             return _parse_bool(raw)

@@ -47,6 +47,9 @@ class Connection:
             self.config.etcd_endpoints, timeout=self.config.etcd_timeout_s,
             attempt_timeout=self.config.etcd_attempt_timeout_s, keepalive_s=self.config.etcd_keepalive_s,
             metrics=self.metrics, security=EtcdSecurity.of(self.config),
+            # A process given a zone starts on the first member listed, its zone's own
+            # (docs/zones.md), so its requests do not cross a zone to reach etcd.
+            first_member=0 if self.config.zone is not None else None,
         )
         try:
             self.store = store if store is not None else open_store(self.config, self.metrics)

@@ -20,7 +20,7 @@ import urllib.request
 from pathlib import Path
 
 from llog.errors import LlogError
-from llog.nemesis.network import Network
+from llog.nemesis.network import Hosts
 
 log = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ class EtcdServer(LocalServer):
         peer_port: int | None = None,
         initial_cluster: str | None = None,
         quota_backend_bytes: int = 4 * 1024**3,
-        network: Network | None = None,
+        network: Hosts | None = None,
     ) -> None:
         self.member = member
         self.name = "etcd" if member == "llog-dev" else f"etcd-{member}"
@@ -185,7 +185,7 @@ class EtcdServer(LocalServer):
                           quota_backend_bytes=quota, network=network)
 
 
-def etcd_cluster(workdir: Path, members: int, network: Network | None = None) -> list[EtcdServer]:
+def etcd_cluster(workdir: Path, members: int, network: Hosts | None = None) -> list[EtcdServer]:
     """``members`` etcd processes on loopback (or each in its node of ``network``,
     named ``etcd-m<i>``) forming one cluster (not yet ready: call
     :meth:`EtcdServer.wait_ready` on each)."""
@@ -205,12 +205,12 @@ def etcd_nodes(members: int) -> list[str]:
     return ["etcd"] if members == 1 else [f"etcd-m{i}" for i in range(members)]
 
 
-def node_host(network: Network | None, node: str) -> str:
+def node_host(network: Hosts | None, node: str) -> str:
     """The address ``node`` listens on: its own in ``network``, else loopback."""
     return "127.0.0.1" if network is None else network.address(node)
 
 
-def node_argv(network: Network | None, node: str, argv: list[str]) -> list[str]:
+def node_argv(network: Hosts | None, node: str, argv: list[str]) -> list[str]:
     """``argv`` run in ``node``'s namespace of ``network`` (as is without one)."""
     return argv if network is None else network.wrap(node, argv)
 
@@ -221,7 +221,7 @@ class S3Server(LocalServer):
 
     name = "s3"
 
-    def __init__(self, workdir: Path, port: int | None = None, network: Network | None = None) -> None:
+    def __init__(self, workdir: Path, port: int | None = None, network: Hosts | None = None) -> None:
         port = port or free_port()
         host = node_host(network, self.name)
         self.endpoint_url = f"http://{host}:{port}"
@@ -244,7 +244,7 @@ class S3ProxyServer(LocalServer):
     name = "s3-proxy"
 
     def __init__(self, workdir: Path, upstream_url: str, latency: str = "none", seed: int = 0,
-                 network: Network | None = None) -> None:
+                 network: Hosts | None = None) -> None:
         port = free_port()
         host = node_host(network, self.name)
         self.endpoint_url = f"http://{host}:{port}"
@@ -279,7 +279,7 @@ class LocalStack:
         s3_latency: str | None = None,
         seed: int = 0,
         etcd_members: int = 1,
-        network: Network | None = None,
+        network: Hosts | None = None,
     ) -> None:
         if s3_latency is not None:
             from llog.nemesis.latency import profile

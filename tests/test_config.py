@@ -77,6 +77,8 @@ def test_each_field_reads_its_own_variable() -> None:
             raw, want = "aws:kms", "aws:kms"
         elif f.name == "auth_super_users":  # principals
             raw, want = "User:admin;User:ops", "User:admin;User:ops"
+        elif f.name == "kafka_zone_listeners":  # zone=port each, beside a Kafka listener
+            raw, want = "a=19092,b=0", ("a=19092", "b=0")
         elif f.name == "kafka_max_batch_inflated_bytes":  # at least max_record_bytes
             raw, want = str(64 << 20), 64 << 20
         elif f.type == "int | None":
@@ -98,6 +100,8 @@ def test_each_field_reads_its_own_variable() -> None:
             env = {"LLOG_ETCD_CA_FILE": "ca", "LLOG_ETCD_CERT_FILE": "other", "LLOG_ETCD_KEY_FILE": "other", **env}
         if f.name in ("etcd_user", "etcd_password"):
             env = {"LLOG_ETCD_USER": "other", "LLOG_ETCD_PASSWORD": "other", **env}
+        if f.name == "kafka_zone_listeners":
+            env = {"LLOG_KAFKA_PORT": "9092", **env}
         if f.name.startswith("s3_sse"):
             env = {"LLOG_S3_SSE": "aws:kms", **env} if f.name == "s3_sse_kms_key_id" else env
         cfg = LlogConfig.from_env(env)

@@ -63,6 +63,23 @@ def test_zero_ack_intervals_are_found_attributed_and_excused_only_for_an_etcd_ou
     assert a["by_kind"]["kill:etcd-all"]["zero_ack_intervals"] == 3
 
 
+def test_each_zones_clients_have_their_own_gaps() -> None:
+    """Zone a cut off from 3 s to 6 s: its clients stop until they have moved, b's do
+    not; a zone cut is its own kind of fault."""
+    by_zone = [{"a": 10, "b": 10}, {"a": 10, "b": 10}, {"a": 0, "b": 10}, {"a": 0, "b": 10}, {"a": 10, "b": 10},
+               {"a": 10, "b": 10}]
+    samples, totals = [], {"a": 0, "b": 0}
+    for i, per_zone in enumerate(by_zone, start=1):
+        totals = {z: totals[z] + n for z, n in per_zone.items()}
+        samples.append({"t": float(i), "acked_records": sum(totals.values()), "acked_by_zone": dict(totals)})
+    events = [_step("partition", "zone-a", 2.5, peer="rest"), _step("heal", "zone-a", 5.5)]
+    a = availability(samples, events, interval_s=1.0, duration_s=6.0)
+    assert a["by_zone"] == {"a": {"zero_ack_intervals": [3.0, 4.0], "longest_gap_s": 2.0},
+                            "b": {"zero_ack_intervals": [], "longest_gap_s": 0.0}}
+    assert a["zero_ack_intervals"] == [] and set(a["by_kind"]) == {"partition:zone|rest"}
+    assert "by_zone" not in availability(_samples([10, 10]), [], interval_s=1.0, duration_s=2.0)
+
+
 def test_samples_after_the_load_ends_do_not_count() -> None:
     a = availability(_samples([10, 10, 0, 0]), [], interval_s=1.0, duration_s=2.0)
     assert a["zero_ack_intervals"] == [] and a["steady_rate_rec_s"] == 10

@@ -34,6 +34,15 @@ def _doc(**changes: Any) -> dict[str, Any]:
         (_doc(load={"rate": "fast"}), "load.rate = 'fast' must be a number"),
         (_doc(chaos=[{"at_s": "soon", "target": "broker-0"}]), "chaos[0].at_s = 'soon' must be a number"),
         (_doc(chaos=[1]), "scenario: "),
+        (_doc(cluster={"zones": ["a", "a"], "brokers": 2}), "cluster.zones names a zone twice"),
+        (_doc(cluster={"zones": ["a", "b c"], "brokers": 2}), "'b c' is not a zone name"),
+        (_doc(cluster={"zones": ["a", "b", "c"], "brokers": 2}), "must be at least one per zone"),
+        (_doc(cluster={"zones": ["a", "b"], "brokers": 2, "network": True},
+              chaos=[{"at_s": 1, "target": "zone-c", "peer": "rest", "action": "partition", "duration_s": 1}]),
+         "chaos partition side 'zone-c' is not one of"),
+        (_doc(cluster={"network": True},
+              chaos=[{"at_s": 1, "target": "rest", "peer": "etcd", "action": "partition", "duration_s": 1}]),
+         "chaos partition side 'rest' is not one of"),
     ],
 )
 def test_badly_typed_scenario_is_a_config_error(doc: dict[str, Any], says: str) -> None:

@@ -18,6 +18,7 @@ import pytest
 from llog.cli.doctor import diagnose
 from llog.config import LlogConfig
 from llog.connection import Connection
+from llog.devstack import free_port
 from llog.kafka.registry import BrokerNode
 from llog.kafka.zones import preferred_replica, serving, zone_in_client_id
 from llog.reader import Reader
@@ -156,6 +157,72 @@ def test_producers_naming_their_zone_produce_only_to_its_brokers(
         values = sorted(rec.value for part in range(PARTITIONS) for rec in r.scan("z", part, 0))
     assert values == sorted([b"rd-%d" % i for i in range(120)] + [b"java-%d" % i for i in range(30)]
                             + [b"tx-%d" % i for i in range(10)])
+
+
+def test_a_client_on_a_zone_listener_is_served_by_that_zones_brokers_on_their_listeners_for_it(
+    config: LlogConfig, conn: Connection, tmp_path: Path,
+) -> None:
+    """Each broker serves a Kafka port per client zone (AZ-aware listeners): a client
+    that bootstraps from zone b's listener of any broker, naming no zone itself, is in
+    zone b: Metadata's leaders are zone b's brokers and every broker's address is its
+    listener for zone b, so the client stays there (kafka-python, librdkafka, the Java
+    producer). The listener wins over a client id naming another zone."""
+    from confluent_kafka import Producer
+    from confluent_kafka.admin import AdminClient
+
+    Topics(conn).create("z", PARTITIONS)
+    ports = {b: {z: free_port() for z in "ab"} for b in "ab"}
+    with contextlib.ExitStack() as stack:
+        brokers = {b: stack.enter_context(kafka_broker(
+            config, "--zone", b, *(f"--kafka-zone-listener={z}={p}" for z, p in ports[b].items()))) for b in "ab"}
+        for zone, other in (("b", "a"), ("a", "b")):
+            on_zone = f"127.0.0.1:{ports[other][zone]}"  # the other broker's listener for this zone
+            racks, leaders = _kafka_python_view_of(on_zone, "app", "z")
+            assert {racks[n] for n in leaders} == {zone}
+            md = AdminClient({"bootstrap.servers": on_zone, "client.id": f"llog_zone={other}"}).list_topics("z", 30)
+            assert {p.leader for p in md.topics["z"].partitions.values()} == leaders  # the listener wins
+            assert sorted(b.port for b in md.brokers.values()) == sorted(ports[b][zone] for b in "ab")
+        on_b = f"127.0.0.1:{ports['a']['b']}"
+        produced = {b: x.http.metric("llog_kafka_requests_total", api="Produce") for b, x in brokers.items()}
+        p = Producer({"bootstrap.servers": on_b, "linger.ms": 5})
+        for i in range(60):
+            p.produce("z", value=b"rd-%d" % i, partition=i % PARTITIONS)
+        assert p.flush(60) == 0
+        java_client.tool("org.apache.kafka.tools.ConsoleProducer", "--bootstrap-server", on_b, "--topic", "z",
+                         stdin="".join(f"java-{i}\n" for i in range(30)))
+        produced = {b: x.http.metric("llog_kafka_requests_total", api="Produce") - produced[b]
+                    for b, x in brokers.items()}
+    assert produced["a"] == 0 and produced["b"] > 0, produced
+    with Reader(conn) as r:
+        values = sorted(rec.value for part in range(PARTITIONS) for rec in r.scan("z", part, 0))
+    assert values == sorted([b"rd-%d" % i for i in range(60)] + [b"java-%d" % i for i in range(30)])
+
+
+def test_each_worker_of_a_broker_serves_the_zone_listeners_on_its_own_ports(config: LlogConfig) -> None:
+    """With ``--workers 2`` each worker is a Kafka node of its own, listening for zone a
+    on the zone's port + its index; Metadata through either names both."""
+    from confluent_kafka.admin import AdminClient
+
+    port = free_port()
+    with kafka_broker(config, "--workers", "2", "--zone", "a", f"--kafka-zone-listener=a={port}"):
+        for p in (port, port + 1):
+            brokers = AdminClient({"bootstrap.servers": f"127.0.0.1:{p}"}).list_topics(timeout=30).brokers
+            assert sorted(b.port for b in brokers.values()) == [port, port + 1]
+
+
+def test_zone_listeners_are_checked() -> None:
+    from llog.errors import ConfigError
+
+    cfg = LlogConfig.from_env({"LLOG_KAFKA_PORT": "9092", "LLOG_KAFKA_ZONE_LISTENERS": "a=19092, b=0"})
+    assert cfg.kafka_zone_listeners == ("a=19092", "b=0")
+    for bad in ("a", "a=x", "a b=1", "a=70000"):
+        with pytest.raises(ConfigError, match="kafka_zone_listeners"):
+            LlogConfig(kafka_port=9092, kafka_zone_listeners=(bad,))
+    with pytest.raises(ConfigError, match="need a Kafka listener"):
+        LlogConfig(kafka_zone_listeners=("a=1",))
+    out = subprocess.run([sys.executable, "-m", "llog", "broker", "--kafka-port", "0", "--kafka-zone-listener", "a:1"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "not a zone name" in out.stderr
 
 
 def _leader_zone(bootstrap: str) -> str:

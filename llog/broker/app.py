@@ -172,6 +172,7 @@ def create_app(
     host: str | None = None,
     port: int | None = None,
     kafka_sock: socket.socket | None = None,
+    kafka_zone_socks: dict[str, socket.socket] | None = None,
     kafka_tls: ssl.SSLContext | None = None,
     place: WorkerPlace | None = None,
 ) -> BrokerApp:
@@ -191,6 +192,6 @@ def create_app(
         sock = kafka_sock
 
         def kafka(b: Broker) -> KafkaListener:
-            return KafkaListener(b, sock, kafka_tls, config.kafka_advertised_host)
+            return KafkaListener(b, sock, kafka_tls, config.kafka_advertised_host, kafka_zone_socks)
 
     return BrokerApp(open_broker, on_ready=on_ready, kafka=kafka)

@@ -13,7 +13,7 @@ from types import FrameType
 import uvicorn
 
 from llog.broker.app import create_app
-from llog.broker.sockets import OnReady, listening_socket
+from llog.broker.sockets import OnReady, listening_socket, zone_sockets
 from llog.broker.state import WorkerPlace, listen_url
 from llog.config import LlogConfig
 from llog.errors import ConfigError
@@ -34,13 +34,17 @@ def serve_one(config: LlogConfig, *, host: str, port: int, on_ready: OnReady | N
     returns 0 on a clean stop."""
     sock = listening_socket(host, port, "broker")
     kafka_sock = None
+    zones: dict[str, socket.socket] = {}
     if config.kafka_port is not None:
         try:
             kafka_sock = listening_socket(config.kafka_host or host, config.kafka_port, "Kafka listener")
+            zones = zone_sockets(config, host)
         except ConfigError:
-            sock.close()
+            for s in (sock, kafka_sock):
+                if s is not None:
+                    s.close()
             raise
-    serve_sockets(config, sock, kafka_sock=kafka_sock, on_ready=on_ready)
+    serve_sockets(config, sock, kafka_sock=kafka_sock, kafka_zone_socks=zones, on_ready=on_ready)
     return 0
 
 
@@ -49,12 +53,14 @@ def serve_sockets(
     sock: socket.socket,
     *,
     kafka_sock: socket.socket | None = None,
+    kafka_zone_socks: dict[str, socket.socket] | None = None,
     private_sock: socket.socket | None = None,
     place: WorkerPlace | None = None,
     on_ready: OnReady | None = None,
 ) -> None:
     """Serve on sockets already listening (closed on return): HTTP on ``sock`` (and on
-    ``private_sock``, a worker's own address), Kafka on ``kafka_sock``."""
+    ``private_sock``, a worker's own address), Kafka on ``kafka_sock`` (and for the
+    clients of a zone on its socket of ``kafka_zone_socks``)."""
     try:
         from llog.kafka.listener import tls_context  # llog.kafka builds on llog.broker
 
@@ -68,6 +74,7 @@ def serve_sockets(
             host=bound_host,
             port=bound_port,
             kafka_sock=kafka_sock,
+            kafka_zone_socks=kafka_zone_socks,
             kafka_tls=kafka_tls,
             place=place,
         )
@@ -91,6 +98,6 @@ def serve_sockets(
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
     finally:
-        for s in (sock, kafka_sock, private_sock):
+        for s in (sock, kafka_sock, private_sock, *(kafka_zone_socks or {}).values()):
             if s is not None:
                 s.close()

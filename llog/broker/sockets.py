@@ -6,11 +6,28 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 
+from llog.config import LlogConfig
 from llog.errors import ConfigError
 
 #: ``on_ready(url, kafka_port)``: the broker accepts requests at ``url`` (and Kafka
 #: clients at ``kafka_port``, when it has a listener).
 OnReady = Callable[[str, int | None], None]
+
+
+def zone_sockets(config: LlogConfig, host: str, worker: int = 0) -> dict[str, socket.socket]:
+    """A listening socket per ``kafka_zone_listeners`` entry (worker ``worker``'s own:
+    the port + ``worker``, or any free one for port 0); all or none."""
+    out: dict[str, socket.socket] = {}
+    try:
+        for listener in config.kafka_zone_listeners:
+            zone, _, port = listener.partition("=")
+            out[zone] = listening_socket(config.kafka_host or host, int(port) + worker if int(port) else 0,
+                                         f"Kafka listener for zone {zone}")
+    except ConfigError:
+        for s in out.values():
+            s.close()
+        raise
+    return out
 
 
 def listening_socket(host: str, port: int, what: str) -> socket.socket:

@@ -38,6 +38,8 @@ class WorkerSpec:
     ready_fd: int
     #: The parent's logging level (``llog -v``).
     log_level: int = logging.WARNING
+    #: The Kafka listeners for the clients of each zone: (zone, fd).
+    kafka_zone_fds: tuple[tuple[str, int], ...] = ()
 
 
 class WorkerProcess:
@@ -119,4 +121,6 @@ def _serve(spec: WorkerSpec) -> None:
             os.write(spec.ready_fd, f"ready {'' if kafka_port is None else kafka_port}\n".encode())
             os.close(spec.ready_fd)
 
-    serve_sockets(spec.config, sock, kafka_sock=kafka, private_sock=private, place=spec.place, on_ready=ready)
+    zones = {zone: socket.socket(fileno=fd) for zone, fd in spec.kafka_zone_fds}
+    serve_sockets(spec.config, sock, kafka_sock=kafka, kafka_zone_socks=zones, private_sock=private, place=spec.place,
+                  on_ready=ready)

@@ -31,6 +31,7 @@ import os
 import secrets
 import select
 import signal
+import socket
 import threading
 import time
 import uuid
@@ -38,7 +39,7 @@ from dataclasses import replace
 from types import FrameType
 from urllib.parse import urlsplit
 
-from llog.broker.sockets import OnReady, listening_socket
+from llog.broker.sockets import OnReady, listening_socket, zone_sockets
 from llog.broker.state import WorkerPlace, listen_url, peer_url_of, url_host
 from llog.broker.worker import WorkerProcess, WorkerSpec, fork_worker
 from llog.config import LlogConfig
@@ -87,6 +88,7 @@ def serve_workers(config: LlogConfig, *, host: str, port: int, on_ready: OnReady
         privates = [listening_socket(host, 0, f"broker worker {i}") for i in range(n)]
         sockets += privates
         kafkas = []
+        zones: list[dict[str, socket.socket]] = [{} for _ in range(n)]
         if config.kafka_port is not None:
             from llog.kafka.listener import tls_context  # llog.kafka builds on llog.broker
 
@@ -94,7 +96,9 @@ def serve_workers(config: LlogConfig, *, host: str, port: int, on_ready: OnReady
             for i in range(n):
                 kport = config.kafka_port + i if config.kafka_port else 0
                 kafkas.append(listening_socket(config.kafka_host or host, kport, f"Kafka listener of worker {i}"))
-            sockets += kafkas
+                sockets.append(kafkas[-1])
+                zones[i] = zone_sockets(config, host, i)
+                sockets += zones[i].values()
         tls = config.broker_tls_cert_file is not None
         private_urls = [peer_url_of(*s.getsockname()[:2], tls=tls) for s in privates]
         place_urls = tuple(listen_url(*s.getsockname()[:2], tls=tls) for s in privates)
@@ -102,11 +106,12 @@ def serve_workers(config: LlogConfig, *, host: str, port: int, on_ready: OnReady
         configs = worker_configs(config, private_urls)
         workers = []
         for i in range(n):
-            own = {s.fileno() for s in (sockets[0], privates[i], *(kafkas[i:i + 1]))}
+            own = {s.fileno() for s in (sockets[0], privates[i], *(kafkas[i:i + 1]), *zones[i].values())}
             workers.append(_Worker(
                 WorkerSpec(configs[i], WorkerPlace(i, place_urls, broker_id, secret), os.getpid(), sockets[0].fileno(),
                            privates[i].fileno(), kafkas[i].fileno() if kafkas else None, -1,
-                           logging.getLogger().getEffectiveLevel()),
+                           logging.getLogger().getEffectiveLevel(),
+                           tuple((z, s.fileno()) for z, s in zones[i].items())),
                 tuple(s.fileno() for s in sockets if s.fileno() not in own),
             ))
         return _Supervisor(workers).run(listen_url(*sockets[0].getsockname()[:2], tls=tls), on_ready)

@@ -36,6 +36,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--kafka-advertised-host", type=values.host,
                    help="host name clients are told to reach this broker's Kafka listener at "
                         "(LLOG_KAFKA_ADVERTISED_HOST; default: the listen address)")
+    p.add_argument("--kafka-zone-listener", type=values.zone_listener, action="append", metavar="ZONE=PORT",
+                   help="also serve Kafka on this port for the clients of ZONE: a client connected to it is in "
+                        "that zone (AZ-aware listeners); repeat for each zone (LLOG_KAFKA_ZONE_LISTENERS; "
+                        "docs/zones.md)")
     p.add_argument("--zone", type=values.zone,
                    help="the zone (availability zone, rack) this broker runs in: clients of a zone are sent to "
                         "its brokers, peer reads stay in it (LLOG_ZONE; docs/zones.md)")
@@ -55,11 +59,14 @@ def _run(args: argparse.Namespace) -> int:
             print(f"llog Kafka listener on port {kafka_port}", flush=True)
         if config.broker_workers > 1:
             print(f"llog broker serving with {config.broker_workers} worker processes", flush=True)
+        for listener in config.kafka_zone_listeners:  # what was asked for (port 0: the registration has it)
+            print(f"llog Kafka listener for zone {listener.replace('=', ' on port ')}", flush=True)
 
     # The flags win over the LLOG_* settings; replace() validates them again.
     flags = {"broker_max_request_bytes": args.max_request_bytes, "broker_send_timeout_s": args.send_timeout,
              "tail_cache_bytes": args.tail_cache_bytes, "kafka_port": args.kafka_port,
              "kafka_advertised_host": args.kafka_advertised_host, "broker_put_rate": args.put_rate,
-             "broker_put_burst": args.put_burst, "broker_workers": args.workers, "zone": args.zone}
+             "broker_put_burst": args.put_burst, "broker_workers": args.workers, "zone": args.zone,
+             "kafka_zone_listeners": None if args.kafka_zone_listener is None else tuple(args.kafka_zone_listener)}
     config = replace(config_from_args(args), **{k: v for k, v in flags.items() if v is not None})
     return serve(config, host=args.host, port=args.port, on_ready=ready)

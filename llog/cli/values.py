@@ -126,6 +126,14 @@ def zone(text: str) -> str:
     return text
 
 
+def zone_listener(text: str) -> str:
+    """``zone=port``: a Kafka listener for the clients of a zone (port 0: any free one)."""
+    name, _, port = text.partition("=")
+    zone(name)
+    listen_port(port)
+    return f"{name}={int(port)}"
+
+
 def host(text: str) -> str:
     """A host name or an IPv4/IPv6 address (``::1`` or ``[::1]``)."""
     name = text[1:-1] if text.startswith("[") and text.endswith("]") else text

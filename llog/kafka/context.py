@@ -42,6 +42,8 @@ class Context:
     sasl: SaslState | None = None
     #: Whether the client has closed the connection (``None``: the listener's own context).
     gone: Callable[[], bool] | None = None
+    #: The zone whose listener the connection came to (docs/zones.md), if it did.
+    listener_zone: str | None = None
 
     async def abandoned(self) -> bool:
         """Whether the client closed this connection, looked at a moment after the

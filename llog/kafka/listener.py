@@ -45,15 +45,18 @@ log = logging.getLogger(__name__)
 DRAIN_S = 10.0
 
 class KafkaListener:
-    """Serves the Kafka protocol for ``broker`` on ``sock`` (bound and listening), over
-    TLS when ``tls`` is given (:func:`tls_context`)."""
+    """Serves the Kafka protocol for ``broker`` on ``sock`` (bound and listening), and
+    on each of ``zone_socks`` for the clients of its zone (``_serve``'s ``zone``;
+    docs/zones.md), over TLS when ``tls`` is given (:func:`tls_context`)."""
 
     def __init__(
         self, broker: Broker, sock: socket.socket, tls: ssl.SSLContext | None = None,
-        advertised_host: str | None = None,
+        advertised_host: str | None = None, zone_socks: dict[str, socket.socket] | None = None,
     ) -> None:
         self.broker = broker
         self._sock = sock
+        self._zone_socks = dict(zone_socks or {})
+        self._zone_servers: list[asyncio.Server] = []
         self._tls = tls
         self.host, self.port = sock.getsockname()[:2]
         self._advertised_host = advertised_host
@@ -73,13 +76,16 @@ class KafkaListener:
         # Registered (a node id) before serving: every request finds the context set up.
         advertised = self._advertised_host or (self.host if self.host not in ("", "0.0.0.0", "::") else "127.0.0.1")
         config = self.broker.config
-        self.registry = BrokerRegistry(self.broker.conn, advertised, self.port, config.session_ttl_s, config.zone)
+        self.registry = BrokerRegistry(self.broker.conn, advertised, self.port, config.session_ttl_s, config.zone,
+                                       {z: s.getsockname()[1] for z, s in self._zone_socks.items()})
         node_id = await asyncio.to_thread(self.registry.start)
         coordinator = Coordinator(self.broker.conn, owner=f"kafka-node-{node_id}")
         coordinator.start()
         self.context = Context(self.broker, self.registry, coordinator, BatchChecker(self.broker.config))
         self._server = await asyncio.start_server(self._serve, sock=self._sock, limit=1024 * 1024,
                                                   ssl=self._tls)
+        self._zone_servers = [await asyncio.start_server(partial(self._serve, zone=z), sock=s, limit=1024 * 1024,
+                                                         ssl=self._tls) for z, s in self._zone_socks.items()]
         self._sweeper = asyncio.create_task(self._sweep())
         registry = self.registry
         self._health = PeerHealth(lambda: registry.node_id, lambda: registry.registered(float("inf")),
@@ -112,8 +118,9 @@ class KafkaListener:
         await self._settle(DRAIN_S)
         if self._health is not None:
             await self._health.close()
-        if self._server is not None:
-            self._server.close()
+        for server in (self._server, *self._zone_servers):
+            if server is not None:
+                server.close()
         if self._sweeper is not None:
             self._sweeper.cancel()
         # Closing a connection ends its read loop, which then stops its sender.
@@ -136,7 +143,7 @@ class KafkaListener:
                 return
             await asyncio.sleep(0.05)
 
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, zone: str | None = None) -> None:
         metrics = self.broker.conn.metrics
         peer = writer.get_extra_info("peername")
         address = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
@@ -154,7 +161,8 @@ class KafkaListener:
                          certificate_principal(cert["subject"]) if cert else None)
         assert self.context is not None
         conn = _Connection(peer, writer, sasl, asyncio.Queue(self.broker.config.kafka_max_inflight_requests),
-                           dataclasses.replace(self.context, sasl=sasl, gone=partial(_gone, writer)))
+                           dataclasses.replace(self.context, sasl=sasl, gone=partial(_gone, writer),
+                                               listener_zone=zone))
         self._connections[task] = conn
         sender = asyncio.create_task(self._send(writer, conn))
         reason: str | None = None

@@ -40,6 +40,13 @@ class BrokerNode:
     instance: str = ""
     #: The zone it runs in (``LLOG_ZONE``; the Kafka ``rack``), ``None`` when not given.
     zone: str | None = None
+    #: Its Kafka listeners for the clients of each zone: (zone, port), by zone.
+    zone_ports: tuple[tuple[str, int], ...] = ()
+
+    def port_for(self, zone: str | None) -> int:
+        """The port a client that came to ``zone``'s listener is given: this broker's
+        listener for that zone, or its own port when it has none (or no zone)."""
+        return next((p for z, p in self.zone_ports if z == zone), self.port)
 
     def __str__(self) -> str:
         """How logs name it: ``node 3 (10.0.0.5:9092, pid 812 on host-a, instance 5f0c…)``."""
@@ -66,9 +73,10 @@ def scan_brokers(conn: Connection) -> list[tuple[BrokerNode, KV]]:
         try:
             doc = json.loads(kv.value)
             zone = doc.get("zone")
+            zone_ports = tuple(sorted((str(z), int(p)) for z, p in dict(doc.get("zone_ports", {})).items()))
             out.append((BrokerNode(int(kv.key[len(prefix):]), str(doc["host"]), int(doc["port"]),
                                    str(doc.get("hostname", "")), int(doc.get("pid", 0)),
-                                   str(doc.get("instance", "")), str(zone) if zone else None), kv))
+                                   str(doc.get("instance", "")), str(zone) if zone else None, zone_ports), kv))
         except (ValueError, KeyError, TypeError, AttributeError):
             log.warning("ignoring a malformed broker registration at %s", kv.key)
     return out
@@ -77,9 +85,11 @@ def scan_brokers(conn: Connection) -> list[tuple[BrokerNode, KV]]:
 class BrokerRegistry:
     """This broker's registration (:meth:`start` to :meth:`close`) and the live list."""
 
-    def __init__(self, conn: Connection, host: str, port: int, ttl_s: int, zone: str | None = None) -> None:
+    def __init__(self, conn: Connection, host: str, port: int, ttl_s: int, zone: str | None = None,
+                 zone_ports: dict[str, int] | None = None) -> None:
         self._conn = conn
         self.host, self.port, self.zone = host, port, zone
+        self.zone_ports = tuple(sorted((zone_ports or {}).items()))
         self.hostname, self.instance = socket.gethostname(), uuid.uuid4().hex[:12]
         self._ttl_s = max(2, ttl_s)
         self._lease = 0
@@ -111,7 +121,8 @@ class BrokerRegistry:
 
     @property
     def me(self) -> BrokerNode:
-        return BrokerNode(self.node_id, self.host, self.port, self.hostname, os.getpid(), self.instance, self.zone)
+        return BrokerNode(self.node_id, self.host, self.port, self.hostname, os.getpid(), self.instance, self.zone,
+                          self.zone_ports)
 
     def registered(self, max_age_s: float = 1.0) -> list[BrokerNode]:
         """Every registered broker, by node id (this one included); read from etcd at
@@ -159,6 +170,8 @@ class BrokerRegistry:
                                   "pid": os.getpid(), "instance": self.instance}
         if self.zone is not None:
             doc["zone"] = self.zone
+        if self.zone_ports:
+            doc["zone_ports"] = dict(self.zone_ports)
         value = json.dumps(doc).encode()
         registered = self._scan()
         taken = {node.node_id for node, _kv in registered}

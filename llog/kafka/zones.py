@@ -1,7 +1,9 @@
 """Which broker a Kafka client is sent to for a partition, and which zone the client is in.
 
 Any broker can serve any partition; a partition's "leader" is the live broker that
-rendezvous hashing picks for it (:func:`leader_of`). A client names its zone by
+rendezvous hashing picks for it (:func:`leader_of`). A client is in the zone of the zone
+listener it connected to (a broker's Kafka port for the clients of one zone, given to it
+again for every broker: :meth:`BrokerNode.port_for`), or names its zone by
 ``llog_zone=<zone>`` anywhere in its ``client.id`` (WarpStream's ``ws_az=`` and Aiven's
 ``diskless_az=`` are read the same, so configurations carry over): its leaders are then
 picked among the live brokers of its zone (a broker's loss moves only its own
@@ -14,10 +16,13 @@ nobody, and a client in it reaches another zone). A consumer that names only
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llog.kafka.registry import BrokerNode, rendezvous
 from llog.name_rules import ZONE_PATTERN
+
+if TYPE_CHECKING:
+    from llog.kafka.context import Context
 
 #: The markers of a zone in a ``client.id``: llog's own, WarpStream's and Aiven's.
 ZONE_MARKERS = ("llog_zone", "ws_az", "diskless_az")
@@ -41,9 +46,10 @@ def zone_in_client_id(client_id: str | None) -> str | None:
     return found.group(1) if found else None
 
 
-def request_zone(req: Any) -> str | None:
-    """The zone the client id in a Kafka request's header names, or ``None``."""
-    return zone_in_client_id(getattr(req.header, "client_id", None))
+def client_zone(ctx: Context, req: Any) -> str | None:
+    """The zone of the client that sent a Kafka request: that of the zone listener it
+    connected to, else the one its client id names, else ``None``."""
+    return ctx.listener_zone or zone_in_client_id(getattr(req.header, "client_id", None))
 
 
 def serving(nodes: list[BrokerNode], zone: str | None) -> list[BrokerNode]:

@@ -45,6 +45,8 @@ def fault_kind(action: str, target: str, fault: str | None = None, peer: str | N
 
 
 def _side(target: str) -> str:
+    if target.startswith("zone-"):
+        return "zone"
     if target.startswith("etcd-") and target != "etcd-leader":
         return "etcd-member"
     return target.split("-")[0] if target.split("-")[-1].isdigit() else target
@@ -135,6 +137,8 @@ def availability(
             k["worst_vs_steady"] = f["vs_steady"] if worst is None else min(worst, f["vs_steady"])
     unexcused = [t for t, z, x in zip(ends, zero, excused, strict=True) if z and not x]
     return {
+        **({"by_zone": _by_zone(samples, interval_s, duration_s)} if any("acked_by_zone" in s for s in samples)
+           else {}),
         "interval_s": interval_s,
         "steady_rate_rec_s": None if steady is None else round(steady, 1),
         "zero_ack_intervals": [t for t, z in zip(ends, zero, strict=True) if z],
@@ -144,3 +148,22 @@ def availability(
         "by_kind": by_kind,
         "faults": faults,
     }
+
+
+def _by_zone(samples: Sequence[Mapping[str, Any]], interval_s: float, duration_s: float) -> dict[str, Any]:
+    """Each zone's clients alone: the intervals in which they had nothing acknowledged
+    (a zone cut off stops its own clients for a while, and must not stop the others')."""
+    prev: dict[str, float] = {}
+    zero: dict[str, list[float]] = {}
+    flags: dict[str, list[bool]] = {}
+    for s in samples:
+        t = float(s["t"])
+        for zone, acked in dict(s.get("acked_by_zone", {})).items():
+            if t <= duration_s + 1e-9:
+                none = float(acked) - prev.get(zone, 0.0) == 0
+                flags.setdefault(zone, []).append(none)
+                if none:
+                    zero.setdefault(zone, []).append(t)
+            prev[zone] = float(acked)
+    return {zone: {"zero_ack_intervals": zero.get(zone, []), "longest_gap_s": _runs(f) * interval_s}
+            for zone, f in sorted(flags.items())}

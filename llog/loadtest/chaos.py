@@ -81,6 +81,7 @@ class Chaos:
         stack: LocalStack | None = None,
         s3_faults: FaultSwitch | None = None,
         network: Network | None = None,
+        zones: Mapping[str, str] | None = None,
     ) -> None:
         steps: list[tuple[float, int, str, ChaosEvent]] = []
         for i, e in enumerate(events):
@@ -99,6 +100,8 @@ class Chaos:
         self._stack = stack
         self._s3 = s3_faults
         self._network = network
+        #: Node -> its zone, for the partition sides ``zone-<zone>``.
+        self._zones = dict(zones or {})
         #: The two sides (node names) each partition event cut.
         self._cut: dict[int, tuple[list[str], list[str]]] = {}
         self._t0 = t0
@@ -223,6 +226,10 @@ class Chaos:
             return [etcds[int(name.rsplit("-", 1)[1])]]
         if name == "s3":
             return [n for n in ("s3", "s3-proxy") if self._network is not None and n in self._network.nodes]
+        if name == "rest":  # as a peer: whatever the target's side leaves out
+            return list(self._network.nodes) if self._network is not None else []
+        if name.startswith("zone-"):
+            return sorted(n for n, z in self._zones.items() if z == name[len("zone-"):])
         return [name]
 
     def _signal(self, i: int, pid: int | None, action: str) -> None:

@@ -435,5 +435,10 @@ class LoadGenerator:
                 merged: dict[str, Any] = {"t": round(k * interval, 3), "processes": len(slots[k])}
                 for key in ("intent_records", "acked_records", "failed_records", "resends"):
                     merged[key] = sum(s[key] for s in parts)
+                if self.plan.zones:  # each zone's clients' own, for availability by zone
+                    by_zone: dict[str, int] = dict.fromkeys(self.plan.zones, 0)
+                    for i, s in slots[k].items():
+                        by_zone[str(self.plan.zone_of(i))] += s["acked_records"]
+                    merged["acked_by_zone"] = by_zone
                 merged["latency"] = h.figures()
                 f.write(json.dumps(merged) + "\n")

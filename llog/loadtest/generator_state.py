@@ -28,6 +28,11 @@ class GeneratorPlan:
     out_dir: str
     #: (broker id, Kafka listener host:port), for ``protocol = "kafka"``.
     kafka: tuple[tuple[str, str], ...] = ()
+    #: The cluster's zones: process ``i`` is a client of ``zones[i % len(zones)]``.
+    zones: tuple[str, ...] = ()
+
+    def zone_of(self, proc: int) -> str | None:
+        return self.zones[proc % len(self.zones)] if self.zones else None
 
     def assignment(self, proc: int) -> list[list[TopicPartition]]:
         """The partitions of each thread of process ``proc``."""

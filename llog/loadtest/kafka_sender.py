@@ -41,7 +41,9 @@ class _KafkaThread:
             **PRODUCER,
             # Undelivered by the end of the drain: reported failed, never silently dropped.
             "message.timeout.ms": int((plan.duration_s + load.drain_s) * 1000),
-            "client.id": f"llog-loadtest-{self.prefix}",
+            # A zoned cluster's clients name their zone, so they are led to its brokers.
+            "client.id": f"llog-loadtest-{self.prefix}"
+                         + ("" if (zone := plan.zone_of(proc.index)) is None else f",llog_zone={zone}"),
             # librdkafka's own log (a killed broker's refused connections) goes to the
             # generator's log file, not the terminal.
             "logger": log,

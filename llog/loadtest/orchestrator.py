@@ -99,19 +99,19 @@ class Cluster:
             py = [sys.executable, "-m", "llog"]
             for i in range(s.cluster.brokers):
                 port, host = free_port(), node_host(self.network, f"broker-{i}")
-                argv = [*py, "broker", "--host", host, "--port", str(port)]
+                argv = [*py, "broker", "--host", host, "--port", str(port), *self._zone_args(i)]
                 if s.load.protocol in ("kafka", "kafka-txn"):  # a fixed port: a restarted broker keeps it
                     kafka_port = free_port()
                     argv += ["--kafka-port", str(kafka_port)]
                     self.kafka_addresses[f"broker-{i}"] = f"{host}:{kafka_port}"
-                self._member(f"broker-{i}", argv, port)
+                self._member(f"broker-{i}", argv, port, **self._zone_env(i))
             if s.cluster.compactor:
                 port = free_port()
                 self._member("compactor", [
                     *py, "compactor", "--host", node_host(self.network, "compactor"), "--port", str(port),
                     "--pass-interval", "1", "--discovery-interval", "2",
-                    "--vacuum-interval", str(s.cluster.vacuum_interval_s),
-                ], port, LLOG_COMPACT_MIN_AGE_MS=str(s.cluster.compact_min_age_ms),
+                    "--vacuum-interval", str(s.cluster.vacuum_interval_s), *self._zone_args(0),
+                ], port, **self._zone_env(0), LLOG_COMPACT_MIN_AGE_MS=str(s.cluster.compact_min_age_ms),
                     LLOG_VACUUM_GRACE_S=str(s.cluster.vacuum_grace_s))
             for m in self.members.values():
                 m.start()
@@ -124,6 +124,31 @@ class Cluster:
             raise
         self._write_layout()
         return self
+
+    def _zone_args(self, i: int) -> list[str]:
+        zone = self.scenario.cluster.zone_of(i)
+        return [] if zone is None else ["--zone", zone]
+
+    def _zone_env(self, i: int) -> dict[str, str]:
+        """A zone's process starts on its zone's etcd member: listed first (docs/zones.md)."""
+        c = self.scenario.cluster
+        if not c.zones:
+            return {}
+        own = [m.endpoint for j, m in enumerate(self.stack.etcds) if c.zone_of(j) == c.zone_of(i)]
+        rest = [m.endpoint for m in self.stack.etcds if m.endpoint not in own]
+        return {"LLOG_ETCD_ENDPOINTS": ",".join(own + rest)}
+
+    @property
+    def node_zones(self) -> dict[str, str]:
+        """Each zoned node's zone (brokers, etcd members, the compactor)."""
+        c = self.scenario.cluster
+        if not c.zones:
+            return {}
+        out = {f"broker-{i}": c.zones[i % len(c.zones)] for i in range(c.brokers)}
+        out.update({n: c.zones[i % len(c.zones)] for i, n in enumerate(etcd_nodes(c.etcd_members))})
+        if c.compactor:
+            out["compactor"] = c.zones[0]
+        return out
 
     def _member(self, name: str, argv: list[str], port: int, **env: str) -> None:
         skew = self.scenario.cluster.clock_skew.get(name)
@@ -159,6 +184,7 @@ class Cluster:
         skews = self.scenario.cluster.clock_skew
         net = self.network
         return {**stack, **{n: {**m.describe(), "clock_skew": skews.get(n)} for n, m in self.members.items()},
+                "zones": self.node_zones,
                 "object_store": self.stack.config.object_store,
                 "network": None if net is None else {
                     "tag": net.tag, "bridge": net.bridge, "subnet": f"{net.subnet}.0/24",
@@ -232,7 +258,7 @@ def _load(scenario: Scenario, cluster: Cluster, say: Report, live_progress: bool
         brokers=tuple((m.name, m.url) for m in cluster.brokers),
         partitions=tuple(scenario.partitions), load=scenario.load, seed=scenario.seed,
         duration_s=scenario.duration_s, interval_s=scenario.interval_s, out_dir=str(run_dir / "client"),
-        kafka=tuple(cluster.kafka_addresses.items()),
+        kafka=tuple(cluster.kafka_addresses.items()), zones=scenario.cluster.zones,
     )
     gen = LoadGenerator(plan)
     t0 = gen.start()
@@ -242,7 +268,7 @@ def _load(scenario: Scenario, cluster: Cluster, say: Report, live_progress: bool
     proxy = cluster.stack.s3_proxy
     s3_faults = None if proxy is None else ProxyFaults(proxy.endpoint_url, FaultPlan(scenario.s3.faults))
     chaos = Chaos(scenario.chaos, cluster.members, t0, stack=cluster.stack, s3_faults=s3_faults,
-                  network=cluster.network).start()
+                  network=cluster.network, zones=cluster.node_zones).start()
     live = LiveProgress(run_dir / "client", scenario.load.processes, scenario.duration_s,
                         scenario.interval_s, lambda: sum(chaos.injected().values()), say)
     if live_progress:
@@ -337,7 +363,7 @@ def _run_transactional(scenario: Scenario, cluster: Cluster, say: Report) -> dic
         proxy = cluster.stack.s3_proxy
         s3_faults = None if proxy is None else ProxyFaults(proxy.endpoint_url, FaultPlan(scenario.s3.faults))
         chaos = Chaos(scenario.chaos, cluster.members, time.monotonic(), stack=cluster.stack, s3_faults=s3_faults,
-                      network=cluster.network).start()
+                      network=cluster.network, zones=cluster.node_zones).start()
         say(f"load: {load.processes * load.threads} transactional workers, input at {load.rate:.0f} rec/s for "
             f"{scenario.duration_s:.0f} s, then up to {load.drain_s:.0f} s of drain")
         with Connection(cluster.stack.config) as conn:

@@ -4,11 +4,13 @@ dataclasses. Unknown keys are errors, so a typo never silently runs the default.
 from __future__ import annotations
 
 import importlib.util
+import re
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, get_type_hints
 
 from llog.errors import ConfigError, InvalidTopicName
+from llog.name_rules import ZONE_PATTERN
 from llog.names import TopicPartition, check_topic
 from llog.nemesis.faults import KINDS, FaultPlan, FaultRule
 from llog.nemesis.latency import profile
@@ -47,6 +49,14 @@ class ClusterSpec:
     #: Each etcd member, broker, the compactor and the S3 server in a network namespace
     #: of its own (llog/nemesis/network.py; needs root): what ``partition`` chaos cuts.
     network: bool = False
+    #: Zones the cluster spreads over (docs/zones.md): broker ``i``, etcd member ``i``
+    #: and generator process ``i`` run in zone ``zones[i % len(zones)]``, the compactor
+    #: in the first; partition sides ``zone-<zone>`` name a zone's nodes.
+    zones: tuple[str, ...] = ()
+
+    def zone_of(self, i: int) -> str | None:
+        """The zone of broker, etcd member or generator process ``i`` (``None``: no zones)."""
+        return self.zones[i % len(self.zones)] if self.zones else None
 
 
 @dataclass(frozen=True)
@@ -93,8 +103,9 @@ CHAOS_ACTIONS = {
                  "duration_s, then heal; needs cluster.network",
 }
 #: Partition sides besides the members' own names: every broker, every etcd member,
-#: the S3 server (and its proxy), the load generators and the orchestrator.
-PARTITION_GROUPS = ("brokers", "etcd", "s3", "clients")
+#: the S3 server (and its proxy), the load generators and the orchestrator; and, as a
+#: peer, ``rest``: every node not on the target's side (``zone-<zone>`` names a zone's).
+PARTITION_GROUPS = ("brokers", "etcd", "s3", "clients", "rest")
 S3_FAULTS = KINDS
 
 
@@ -174,7 +185,9 @@ def load_scenario(path: Path) -> Scenario:
 def parse_scenario(doc: dict[str, Any], where: str = "scenario") -> Scenario:
     try:
         top = dict(doc)
-        cluster = ClusterSpec(**top.pop("cluster", {}))
+        cluster_doc = dict(top.pop("cluster", {}))
+        zones = tuple(cluster_doc.pop("zones", ()))
+        cluster = ClusterSpec(**cluster_doc, zones=zones)
         load = LoadSpec(**top.pop("load", {}))
         s3_doc = dict(top.pop("s3", {}))
         s3_faults = FaultPlan.from_json({"rules": s3_doc.pop("faults", [])}).rules
@@ -257,10 +270,25 @@ def _check(s: Scenario, where: str) -> None:
         if name not in members:
             problems.append(f"cluster.clock_skew names {name!r}, not one of {sorted(members)}")
     etcds = {"etcd", "etcd-leader", *(f"etcd-{i}" for i in range(s.cluster.etcd_members))}
+    problems.extend(_zone_problems(s.cluster))
+    zones = {f"zone-{z}" for z in s.cluster.zones}
     for c in s.chaos:
-        problems.extend(_chaos_problems(c, members, etcds, s.cluster.store, s.cluster.network))
+        problems.extend(_chaos_problems(c, members | zones, etcds, s.cluster.store, s.cluster.network))
     if problems:
         raise ConfigError(f"{where}: " + "; ".join(problems))
+
+
+def _zone_problems(c: ClusterSpec) -> list[str]:
+    if not c.zones:
+        return []
+    bad = [z for z in c.zones if not isinstance(z, str) or not re.fullmatch(ZONE_PATTERN, z)]
+    if bad:
+        return [f"cluster.zones: {bad[0]!r} is not a zone name ({ZONE_PATTERN})"]
+    if len(set(c.zones)) != len(c.zones):
+        return ["cluster.zones names a zone twice"]
+    if c.brokers < len(c.zones):
+        return [f"cluster.brokers ({c.brokers}) must be at least one per zone ({len(c.zones)})"]
+    return []
 
 
 def _chaos_problems(c: ChaosEvent, members: set[str], etcds: set[str], store: str, network: bool) -> list[str]:
@@ -278,7 +306,7 @@ def _chaos_problems(c: ChaosEvent, members: set[str], etcds: set[str], store: st
     if c.action == "partition":
         sides = members | etcds | set(PARTITION_GROUPS)
         out = [f"chaos partition side {x!r} is not one of {sorted(sides)}" for x in (c.target, c.peer)
-               if x not in sides]
+               if x not in sides or (x == "rest" and x == c.target)]
         if not network:
             out.append("chaos partition needs cluster.network = true")
         if c.duration_s <= 0 or c.target == c.peer:

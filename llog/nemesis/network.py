@@ -22,6 +22,7 @@ import shutil
 import subprocess
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from llog.errors import LlogError
 
@@ -44,6 +45,15 @@ class Node:
     netns: str | None  # None: the host's namespace (CLIENTS)
     device: str
     address: str
+
+
+class Hosts(Protocol):
+    """Where nodes run: what :mod:`llog.devstack` needs of a :class:`Network` (or a
+    :class:`~llog.nemesis.region.Region`) to start its servers in their places."""
+
+    def address(self, node: str) -> str: ...
+
+    def wrap(self, node: str, argv: Sequence[str]) -> list[str]: ...
 
 
 def available() -> str | None:

@@ -129,8 +129,8 @@ async def describe_cluster(ctx: Context, req: Any) -> DescribeClusterResponse:
     return R[req.API_VERSION](
         throttle_time_ms=0, error_code=0, error_message=None, endpoint_type=1, cluster_id=ctx.cluster_id,
         controller_id=nodes[0].node_id,
-        brokers=[R.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port, rack=n.zone, is_fenced=False)
-                 for n in nodes])
+        brokers=[R.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port_for(ctx.listener_zone),
+                                         rack=n.zone, is_fenced=False) for n in nodes])
 
 
 async def describe_client_quotas(ctx: Context, req: Any) -> DescribeClientQuotasResponse:

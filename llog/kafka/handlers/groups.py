@@ -30,7 +30,7 @@ from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
 from llog.kafka.group_state import GroupError
 from llog.kafka.registry import rendezvous
-from llog.kafka.zones import request_zone, serving
+from llog.kafka.zones import client_zone, serving
 from llog.names import check_group
 
 GROUP_KEY = 0  # FindCoordinator key types
@@ -54,19 +54,20 @@ async def find_coordinator(ctx: Context, req: Any) -> FindCoordinatorResponse:
         elif req.key_type == TRANSACTION_KEY:
             # Any broker coordinates any transactional id (the state is in etcd): the
             # same rendezvous as groups spreads them, among the client's zone's brokers.
-            node = rendezvous(serving(ctx.registry.live(max_age_s=float("inf")), request_zone(req)), key)
+            node = rendezvous(serving(ctx.registry.live(max_age_s=float("inf")), client_zone(ctx, req)), key)
         else:  # one coordinator per group, which every broker must agree on: not by zone
             node = ctx.registry.coordinator(key)
         answers.append((key, code, node))
     if version >= 4:
         return R[version](throttle_time_ms=0, coordinators=[
             R.Coordinator(key=key, node_id=-1 if node is None else node.node_id, host="" if node is None else node.host,
-                          port=-1 if node is None else node.port, error_code=code, error_message=_why(code))
+                          port=-1 if node is None else node.port_for(ctx.listener_zone), error_code=code,
+                          error_message=_why(code))
             for key, code, node in answers])
     key, code, node = answers[0]
     return R[version](throttle_time_ms=0, error_code=code, error_message=_why(code),
                       node_id=-1 if node is None else node.node_id, host="" if node is None else node.host,
-                      port=-1 if node is None else node.port)
+                      port=-1 if node is None else node.port_for(ctx.listener_zone))
 
 
 def _why(code: int) -> str | None:

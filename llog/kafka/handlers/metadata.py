@@ -13,7 +13,7 @@ from llog.errors import LlogError, NotAuthorized, UnknownTopic
 from llog.kafka.api_spec import Api
 from llog.kafka.context import ZERO_TOPIC_ID, Context
 from llog.kafka.errors import error_code
-from llog.kafka.zones import leader_of, replicas, request_zone, serving
+from llog.kafka.zones import client_zone, leader_of, replicas, serving
 from llog.topic.admin import Topics
 
 
@@ -35,7 +35,7 @@ def metadata(ctx: Context, req: Any) -> MetadataResponse:
     live = ctx.registry.live(max_age_s=0)
     nodes = ctx.registry.registered(max_age_s=float("inf"))  # the list just read
     # A client that names its zone is sent to that zone's brokers (docs/zones.md).
-    leaders = serving(live, request_zone(req))
+    leaders = serving(live, client_zone(ctx, req))
     names = None if req.topics is None else [t.name for t in req.topics]
     if names is None:  # every topic the caller may describe, quietly leaving out the others
         metas: list[tuple[str, TopicMeta | LlogError]] = [
@@ -61,7 +61,8 @@ def metadata(ctx: Context, req: Any) -> MetadataResponse:
                                               is_internal=False, partitions=parts))
     return R[req.API_VERSION](
         throttle_time_ms=0,
-        brokers=[R.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port, rack=n.zone) for n in nodes],
+        brokers=[R.MetadataResponseBroker(node_id=n.node_id, host=n.host, port=n.port_for(ctx.listener_zone),
+                                          rack=n.zone) for n in nodes],
         cluster_id=ctx.cluster_id, controller_id=leaders[0].node_id, topics=topics,
     )
 
