@@ -5,9 +5,12 @@ zone ``a``, ``b``, ``c`` and one for the object store, joined pairwise by veth l
 whose counters are the bytes each zone pair exchanges, split by TCP port into causes),
 then, one system after the other, in the same run:
 
-- **llog**: an etcd member, a broker (``--zone``) and, in zone ``a``, the compactor per
-  zone; moto's S3 in the region namespace. Each zone's clients name their zone in
-  their ``client.id`` (``llog_zone=<zone>``) and bootstrap from their zone's broker.
+- **llog**: an etcd member and a broker (``--zone``, its zone's etcd member listed
+  first) per zone, the compactor in zone ``a``, moto's S3 in the region namespace; the
+  brokers' PUT budget without its saved-up burst (the steady state). Each zone's
+  clients name their zone in their ``client.id`` (``llog_zone=<zone>``) and bootstrap
+  from their zone's broker. Twice in a full run: with llog's defaults, and set for
+  cost (:data:`COST_TUNED`).
 - **Apache Kafka** (the suite's Maven jars, KRaft): three combined broker/controller
   nodes, one per zone (``broker.rack``), RF=3, ``min.insync.replicas=2``, replication on
   a listener of its own; once plainly, and once at its best: consumers name
@@ -18,8 +21,9 @@ The load is the same for each: in every zone a librdkafka producer (confluent-ka
 acks=all, idempotent, no compression: random bytes) sends ``--records`` records of
 ``--size`` bytes to one topic of ``--partitions`` partitions, and a consumer of one
 shared group reads; the clients of all zones run at once, and a run ends when the group
-has read every acknowledged record. Counted: the bytes on the zone↔zone links from
-the clients' start to their end, over the bytes produced + consumed (record values),
+has read every acknowledged record (for llog, once the compactor has merged them too:
+its requests and etcd traffic count). Counted: the bytes on the zone↔zone links from
+the clients' start to that end, over the bytes produced + consumed (record values),
 by cause: ``etcd`` (client and peer ports), ``kafka`` (Kafka protocol: client↔broker;
 for llog only the group coordinator's and the brokers' peer-health traffic crosses),
 ``broker_http`` (llog's peer reads), ``replication`` and ``controller`` (Kafka's).
@@ -29,9 +33,10 @@ $0.01/GB each way ($0.02 for every byte that crosses), plus for llog its brokers
 compactor's object-store requests at S3 Standard's prices (``LlogConfig.s3_price_*``).
 Disks, instances and storage are left out of both.
 
-``--quick``: 20,000 records of 1 KiB per zone (under 5 minutes). The last line is one
-JSON object naming ``llog_inter_zone_share``, ``kafka_inter_zone_share``,
-``kafka_rack_aware_inter_zone_share`` and each system's ``usd_per_gib``.
+``--quick``: 20,000 records of 1 KiB per zone, llog with its defaults only (about a
+minute). The last line is one JSON object naming ``llog_inter_zone_share``,
+``kafka_inter_zone_share``, ``kafka_rack_aware_inter_zone_share`` and each system's
+``usd_per_gib``.
 Needs root (network namespaces), ``tc`` and Java 17+. bench/README.md has figures.
 """
 

@@ -49,6 +49,19 @@ def _health_by_connection(b: BrokerProcess, connections: int) -> Counter[int]:
     return seen
 
 
+def _connection_to(b: BrokerProcess, worker: int) -> http.client.HTTPConnection:
+    """A new connection that worker ``worker`` accepted (the kernel hands each to
+    whichever worker accepts first: under load one may take many in a row)."""
+    for _ in range(500):
+        c = http.client.HTTPConnection(b.host, b.port, timeout=60)
+        c.request("GET", "/health")
+        resp = c.getresponse()
+        if json.loads(resp.read())["worker"] == worker:
+            return c
+        c.close()
+    raise AssertionError(f"worker {worker} accepted none of 500 connections")
+
+
 def _produce_one(c: http.client.HTTPConnection, partition: int, value: str) -> dict[str, Any]:
     body = json.dumps({"topic_partitions": [{"topic": "t", "partition": partition, "records": [value]}]})
     c.request("POST", "/produce", body=body, headers={"content-type": "application/json"})
@@ -69,8 +82,8 @@ def test_two_workers_share_the_port_and_store_every_record_once(config: LlogConf
 
         sent: dict[int, list[str]] = {p: [] for p in range(4)}
         offsets: dict[int, list[int]] = {p: [] for p in range(4)}
-        for client in range(8):  # a connection each: the requests spread over both workers
-            c = http.client.HTTPConnection(b.host, b.port, timeout=60)
+        for client in range(8):  # a connection each, four to each worker
+            c = _connection_to(b, client % 2)
             for i in range(25):
                 p, value = (client + i) % 4, f"c{client}-{i}"
                 sent[p].append(value)

@@ -92,7 +92,7 @@ def test_a_client_leaving_a_silent_member_goes_to_one_that_answers(
             etcd.put(key, b"v")
         with paused(cluster[0]):
             for _ in range(8):
-                with Etcd(endpoints, timeout=10, attempt_timeout=1.0, first_member=0) as etcd:
+                with Etcd(endpoints, timeout=10, attempt_timeout=0.5, first_member=0) as etcd:
                     assert etcd.get(key).value == b"v"  # type: ignore[union-attr]
                     assert etcd.metrics.value("llog_etcd_ops_total", op="get") == 2  # the paused one, then a live one
                     assert etcd.metrics.value("llog_etcd_failovers_total") == 1

@@ -84,6 +84,53 @@ def test_one_flushs_appends_are_read_with_one_get_then_announced(s3_proxy: Proxi
         assert _outcome(conn, "cached") == PARTS
 
 
+def test_a_later_append_read_first_waits_for_the_earlier_one_before_it_is_announced(s3_proxy: ProxiedS3) -> None:
+    """Two appends to one partition in two blobs, the first blob's read held until the
+    second append is in the tail cache: nothing is announced before the first append
+    is cached too, and then the end of both at once, so a consumer woken never finds
+    offsets 0-2 missing (and reads storage for them)."""
+    tp = ("order", 0)
+    with llog.Connection(s3_proxy.config) as conn:
+        llog.Topics(conn).create("order", 1)
+        pendings = []
+        with llog.Writer(conn) as w:
+            for batch in range(2):
+                assert w.append("order", 0, [b"b%d-%d" % (batch, i) for i in range(3)]).ok
+                pending = read_control(conn, "order", 0).control.pending
+                assert pending is not None
+                pendings.append(pending)
+        second_cached = threading.Event()
+
+        class Cache(TailCache):
+            def put_stored(self, topic: str, partition: int, start: int, body: Any) -> None:
+                super().put_stored(topic, partition, start, body)
+                if start == 3:
+                    second_cached.set()
+
+        class HeldFirst:  # the blob cache, but the first blob's read waits for the second append
+            def __getattr__(self, name: str) -> Any:
+                return getattr(conn.blob_cache, name)
+
+            def read(self, key: str, offset: int, length: int) -> bytes:
+                if key == pendings[0].data_key:
+                    assert second_cached.wait(30)
+                return conn.blob_cache.read(key, offset, length)
+
+        cache = Cache(1 << 20)
+        seen: list[tuple[int, list[int]]] = []  # each announcement, and the offsets cached then
+
+        def announce(t: TopicPartition, next_offset: int) -> None:
+            seen.append((next_offset, [r.offset for r in cache.get("order", 0, 0, 1 << 20) or []]))
+
+        remote = RemoteCommits(HeldFirst(), cache, conn.metrics, workers=4, announce=announce)  # type: ignore[arg-type]
+        try:
+            assert remote.add(tp, pendings[0]) and remote.add(tp, pendings[1])
+            wait_until(lambda: seen, 30, "the appends announced")
+        finally:
+            remote.close()
+    assert seen == [(6, [0, 1, 2, 3, 4, 5])]
+
+
 def test_a_damaged_or_missing_body_is_announced_and_not_cached(s3_proxy: ProxiedS3) -> None:
     with llog.Connection(s3_proxy.config) as conn:
         [good, *_] = _pendings(conn, "bad")

@@ -11,6 +11,10 @@ keeps its records in the tail cache; only then does it raise the partition's kno
 end and wake the consumers, who are served from memory on the event loop instead of
 each resolving the offset in etcd and reading the blob on a worker thread.
 
+Appends are announced in each partition's offset order: a later append whose read
+finishes first waits for the earlier ones, so a consumer woken by it never finds the
+earlier records missing (and reads storage for them).
+
 Nothing here is a source of truth: an append whose read fails, or that is too large
 for the caches, is announced anyway and its consumers read it from storage as
 before.
@@ -36,9 +40,10 @@ log = logging.getLogger(__name__)
 
 class RemoteCommits:
     """Reads announced appends into ``cache``; calls ``announce(tp, next_offset)`` once
-    each is cached or its read failed. One job per blob at a time: the appends of one
-    flush (one per partition) queue behind the first read of their blob, which the
-    others then find in the blob cache."""
+    each is cached or its read failed, and every earlier append of ``tp`` it was given
+    is too. One job per blob at a time: the appends of one flush (one per partition)
+    queue behind the first read of their blob, which the others then find in the blob
+    cache."""
 
     def __init__(
         self, blob_cache: BlobCache, cache: TailCache, metrics: Metrics, *, workers: int,
@@ -51,6 +56,9 @@ class RemoteCommits:
         self._lock = threading.Lock()
         #: Per blob with a job running: the appends it has still to read.
         self._waiting: dict[str, list[tuple[TopicPartition, Pending]]] = {}
+        #: Per partition, its appends given and not yet announced: first offset ->
+        #: (next offset after it, whether it is done).
+        self._flights: dict[TopicPartition, dict[int, tuple[int, bool]]] = {}
         self._pool = ThreadPoolExecutor(workers, thread_name_prefix="llog-remote-tail")
         self._closed = False
 
@@ -60,8 +68,14 @@ class RemoteCommits:
         announces it itself."""
         if self._closed or not self._blobs.covers(pending.data_key, pending.byte_length):
             self._outcomes.labels("skipped").inc()
-            return False
+            with self._lock:
+                flights = self._flights.get(tp)
+                if not flights:  # nothing earlier in flight: the caller announces it now
+                    return False
+                flights[pending.start_offset] = (pending.end_offset + 1, True)  # in its turn
+            return True
         with self._lock:
+            self._flights.setdefault(tp, {})[pending.start_offset] = (pending.end_offset + 1, False)
             waiting = self._waiting.get(pending.data_key)
             if waiting is not None:
                 waiting.append((tp, pending))
@@ -72,6 +86,7 @@ class RemoteCommits:
         except RuntimeError:  # the pool shut down meanwhile: closing
             with self._lock:
                 self._waiting.pop(pending.data_key, None)
+                self._flights.pop(tp, None)
             return False
         return True
 
@@ -89,7 +104,26 @@ class RemoteCommits:
                 self._waiting[key] = []
             for tp, pending in items:
                 self._read(tp, pending)
-                self._announce(tp, pending.end_offset + 1)
+                self._finished(tp, pending)
+
+    def _finished(self, tp: TopicPartition, p: Pending) -> None:
+        """``p`` is cached (or failed): announce the end of the run of done appends at
+        the start of ``tp``'s flights, if ``p`` completed one."""
+        upto = None
+        with self._lock:
+            flights = self._flights.get(tp, {})
+            flights[p.start_offset] = (p.end_offset + 1, True)
+            while flights:
+                first = min(flights)
+                end, done = flights[first]
+                if not done:
+                    break
+                del flights[first]
+                upto = end
+            if not flights:
+                self._flights.pop(tp, None)
+        if upto is not None:
+            self._announce(tp, upto)
 
     def _read(self, tp: TopicPartition, p: Pending) -> None:
         try:

@@ -116,6 +116,8 @@ class Members:
         answered = threading.Event()
 
         def done(m: Member, call: Any) -> None:
+            if call.cancelled():  # silent until the wait below ended
+                return
             exc = call.exception()
             if exc is None or (isinstance(exc, grpc.RpcError) and exc.code() not in RETRYABLE):
                 with self._lock:

@@ -183,8 +183,10 @@ class Cluster:
                                  "log": str(self.stack.s3_proxy.log_path)}
         skews = self.scenario.cluster.clock_skew
         net = self.network
-        return {**stack, **{n: {**m.describe(), "clock_skew": skews.get(n)} for n, m in self.members.items()},
-                "zones": self.node_zones,
+        processes = {**stack, **{n: {**m.describe(), "clock_skew": skews.get(n)} for n, m in self.members.items()}}
+        for node, zone in self.node_zones.items():
+            processes[node]["zone"] = zone
+        return {**processes,
                 "object_store": self.stack.config.object_store,
                 "network": None if net is None else {
                     "tag": net.tag, "bridge": net.bridge, "subnet": f"{net.subnet}.0/24",
