@@ -144,8 +144,8 @@ class Cluster:
         c = self.scenario.cluster
         if not c.zones:
             return {}
-        out = {f"broker-{i}": c.zones[i % len(c.zones)] for i in range(c.brokers)}
-        out.update({n: c.zones[i % len(c.zones)] for i, n in enumerate(etcd_nodes(c.etcd_members))})
+        out = {f"broker-{i}": str(c.zone_of(i)) for i in range(c.brokers)}
+        out.update({n: str(c.zone_of(i)) for i, n in enumerate(etcd_nodes(c.etcd_members))})
         if c.compactor:
             out["compactor"] = c.zones[0]
         return out

@@ -4,13 +4,12 @@ dataclasses. Unknown keys are errors, so a typo never silently runs the default.
 from __future__ import annotations
 
 import importlib.util
-import re
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, get_type_hints
 
 from llog.errors import ConfigError, InvalidTopicName
-from llog.name_rules import ZONE_PATTERN
+from llog.name_rules import ZONE_PATTERN, ZONE_RE
 from llog.names import TopicPartition, check_topic
 from llog.nemesis.faults import KINDS, FaultPlan, FaultRule
 from llog.nemesis.latency import profile
@@ -281,7 +280,7 @@ def _check(s: Scenario, where: str) -> None:
 def _zone_problems(c: ClusterSpec) -> list[str]:
     if not c.zones:
         return []
-    bad = [z for z in c.zones if not isinstance(z, str) or not re.fullmatch(ZONE_PATTERN, z)]
+    bad = [z for z in c.zones if not isinstance(z, str) or not ZONE_RE.fullmatch(z)]
     if bad:
         return [f"cluster.zones: {bad[0]!r} is not a zone name ({ZONE_PATTERN})"]
     if len(set(c.zones)) != len(c.zones):
