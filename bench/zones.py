@@ -43,15 +43,12 @@ Needs root (network namespaces), ``tc`` and Java 17+. bench/README.md has figure
 from __future__ import annotations
 
 import argparse
-import base64
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
@@ -69,6 +66,7 @@ from llog.loadtest.process import ManagedProcess
 from llog.nemesis.region import REGION, Region, delta, inter_zone
 from llog.state.control import read_control
 from llog.topic.admin import Topics
+from tests.apache_kafka import await_listening, format_storage, new_cluster_id, stop
 
 ZONES = ("a", "b", "c")
 GB, GIB = 10**9, 1024**3
@@ -232,9 +230,7 @@ def kafka_cluster(region: Region, workdir: Path, classpath: str) -> Iterator[str
     """Three KRaft nodes (broker and controller each), node ``i`` in zone ``ZONES[i]``;
     yields the bootstrap list."""
     voters = ",".join(f"{i + 1}@{region.address(z)}:{KAFKA_CONTROLLER}" for i, z in enumerate(ZONES))
-    cluster = "-"
-    while cluster.startswith("-"):  # as Kafka's Uuid.randomUuid: a leading '-' reads as an option
-        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    cluster = new_cluster_id()
     java = ["java", "-Xms768m", "-Xmx768m", "-cp", classpath]
     procs: list[subprocess.Popen[bytes]] = []
     try:
@@ -254,37 +250,19 @@ def kafka_cluster(region: Region, workdir: Path, classpath: str) -> Iterator[str
                 "offsets.topic.replication.factor=3", "transaction.state.log.replication.factor=3",
                 "default.replication.factor=3", "min.insync.replicas=2", "group.initial.rebalance.delay.ms=0", "",
             )))
-            subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(props)],
-                           check=True, capture_output=True, timeout=120)
+            format_storage(java, cluster, props)
             with open(d / "server.log", "wb") as log:
                 procs.append(subprocess.Popen(region.wrap(z, [*java, "kafka.Kafka", str(props)]), stdout=log,
                                               stderr=subprocess.STDOUT))
         bootstrap = ",".join(f"{region.address(z)}:{KAFKA}" for z in ZONES)
         for z, proc in zip(ZONES, procs, strict=True):
-            _await_port(region.address(z), KAFKA, proc, workdir / z / "server.log")
+            await_listening(region.address(z), KAFKA, proc, workdir / z / "server.log", timeout_s=180)
         yield bootstrap
     finally:
-        for proc in procs:
+        for proc in procs:  # all asked at once, then each waited for
             proc.terminate()
         for proc in procs:
-            try:
-                proc.wait(60)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-
-
-def _await_port(host: str, port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
-    deadline = time.monotonic() + 180
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"Kafka exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        with socket.socket() as s:
-            s.settimeout(1)
-            if s.connect_ex((host, port)) == 0:
-                return
-        time.sleep(0.2)
-    raise RuntimeError(f"Kafka not listening on {host}:{port} after 180 s")
+            stop(proc)
 
 
 def _create_topics(bootstrap: str, topics: list[str], partitions: int) -> None:

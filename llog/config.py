@@ -390,12 +390,19 @@ def _validate_kafka_ports(cfg: LlogConfig) -> None:
     if cfg.kafka_port and cfg.kafka_port + cfg.broker_workers > 65536:
         raise ConfigError(f"kafka_port {cfg.kafka_port} + {cfg.broker_workers} broker workers exceeds 65535")
     for listener in cfg.kafka_zone_listeners:
-        zone, _, port = listener.partition("=")
-        if not ZONE_RE.fullmatch(zone) or not port.isdigit() or int(port) + cfg.broker_workers > 65536:
-            raise ConfigError(f"kafka_zone_listeners: {listener!r} is not zone=port (a zone name, a port in "
-                              "[0, 65535], 0 for any free one)")
+        zone_listener(listener, cfg.broker_workers)
     if cfg.kafka_zone_listeners and cfg.kafka_port is None:
         raise ConfigError("kafka_zone_listeners need a Kafka listener (kafka_port)")
+
+
+def zone_listener(listener: str, workers: int = 1) -> tuple[str, int]:
+    """A ``kafka_zone_listeners`` entry, ``zone=port``, as (zone, port); its port + each
+    of ``workers`` must be a port too."""
+    zone, _, port = listener.partition("=")
+    if not ZONE_RE.fullmatch(zone) or not port.isdigit() or int(port) + workers > 65536:
+        raise ConfigError(f"kafka_zone_listeners: {listener!r} is not zone=port (a zone name, a port in "
+                          "[0, 65535], 0 for any free one)")
+    return zone, int(port)
 
 
 def _validate_security(cfg: LlogConfig) -> None:

@@ -33,16 +33,12 @@ def apache_kafka(workdir: Path, classpath: str, heap: str = "1g") -> Iterator[tu
         "offsets.topic.replication.factor=1", "transaction.state.log.replication.factor=1",
         "transaction.state.log.min.isr=1", "group.initial.rebalance.delay.ms=0", "",
     )))
-    cluster = "-"
-    while cluster.startswith("-"):  # as Kafka's Uuid.randomUuid: a leading '-' reads as an option
-        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
     java = ["java", f"-Xms{heap}", f"-Xmx{heap}", "-cp", classpath]
-    subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(props)],
-                   check=True, capture_output=True, timeout=120)
+    format_storage(java, new_cluster_id(), props)
     log = open(data / "server.log", "wb")  # noqa: SIM115 - closed below
     proc = subprocess.Popen([*java, "kafka.Kafka", str(props)], stdout=log, stderr=subprocess.STDOUT)
     try:
-        _await_listening(port, proc, data / "server.log")
+        await_listening("127.0.0.1", port, proc, data / "server.log")
         yield f"127.0.0.1:{port}", proc.pid
     finally:
         stop(proc)
@@ -59,15 +55,33 @@ def stop(proc: subprocess.Popen[Any]) -> None:
         proc.wait()
 
 
-def _await_listening(port: int, proc: subprocess.Popen[bytes], log: Path) -> None:
+def new_cluster_id() -> str:
+    """A KRaft cluster id, as Kafka's ``Uuid.randomUuid``: never with a leading '-',
+    which StorageTool would read as an option."""
+    cluster = "-"
+    while cluster.startswith("-"):
+        cluster = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+    return cluster
+
+
+def format_storage(java: list[str], cluster: str, props: Path) -> None:
+    """``kafka-storage.sh format`` of the node ``props`` configures, into ``cluster``."""
+    subprocess.run([*java, "kafka.tools.StorageTool", "format", "-t", cluster, "-c", str(props)],
+                   check=True, capture_output=True, timeout=120)
+
+
+def await_listening(host: str, port: int, proc: subprocess.Popen[bytes], log: Path, timeout_s: float = 120) -> None:
+    """Until the Kafka node ``proc`` accepts connections at ``host:port``; its log's tail
+    in the error if it exits first."""
     import socket
 
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise RuntimeError(f"Kafka exited with {proc.returncode}: {log.read_text()[-2000:]}")
         with socket.socket() as s:
-            if s.connect_ex(("127.0.0.1", port)) == 0:
+            s.settimeout(1)
+            if s.connect_ex((host, port)) == 0:
                 return
         time.sleep(0.2)
-    raise RuntimeError(f"Kafka not listening on {port} after 120 s")
+    raise RuntimeError(f"Kafka not listening on {host}:{port} after {timeout_s:.0f} s")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 from collections.abc import Callable
 
-from llog.config import LlogConfig
+from llog.config import LlogConfig, zone_listener
 from llog.errors import ConfigError
 
 #: ``on_ready(url, kafka_port)``: the broker accepts requests at ``url`` (and Kafka
@@ -19,9 +19,8 @@ def zone_sockets(config: LlogConfig, host: str, worker: int = 0) -> dict[str, so
     the port + ``worker``, or any free one for port 0); all or none."""
     out: dict[str, socket.socket] = {}
     try:
-        for listener in config.kafka_zone_listeners:
-            zone, _, port = listener.partition("=")
-            out[zone] = listening_socket(config.kafka_host or host, int(port) + worker if int(port) else 0,
+        for zone, port in map(zone_listener, config.kafka_zone_listeners):
+            out[zone] = listening_socket(config.kafka_host or host, port + worker if port else 0,
                                          f"Kafka listener for zone {zone}")
     except ConfigError:
         for s in out.values():

@@ -179,9 +179,15 @@ class Network:
 
     @staticmethod
     def _ip(*args: str) -> None:
-        try:
-            subprocess.run(["ip", *args], check=True, capture_output=True, text=True, timeout=30)
-        except subprocess.CalledProcessError as exc:
-            raise NetworkError(f"ip {' '.join(args)}: {exc.stderr.strip() or exc.returncode}") from None
-        except (OSError, subprocess.TimeoutExpired) as exc:
-            raise NetworkError(f"ip {' '.join(args)}: {exc}") from None
+        run_tool("ip", *args)
+
+
+def run_tool(tool: str, *args: str) -> str:
+    """``tool args`` (``ip``, ``tc``, ``ip netns exec …``): its output, or a
+    :class:`NetworkError` naming the command and what it said."""
+    try:
+        return subprocess.run([tool, *args], check=True, capture_output=True, text=True, timeout=30).stdout
+    except subprocess.CalledProcessError as exc:
+        raise NetworkError(f"{tool} {' '.join(args)}: {exc.stderr.strip() or exc.returncode}") from None
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise NetworkError(f"{tool} {' '.join(args)}: {exc}") from None

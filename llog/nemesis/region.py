@@ -18,11 +18,10 @@ import itertools
 import logging
 import random
 import re
-import subprocess
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from llog.nemesis.network import NetworkError, available
+from llog.nemesis.network import NetworkError, available, run_tool
 
 log = logging.getLogger(__name__)
 
@@ -134,8 +133,7 @@ class Region:
         _ip("-n", region, "link", "set", "to-operator", "up")
         _ip("-n", region, "route", "add", f"{self._address[OPERATOR]}/32", "dev", "to-operator",
             "src", self._address[REGION])
-        subprocess.run(["ip", "netns", "exec", region, "sysctl", "-qw", "net.ipv4.ip_forward=1"], check=True,
-                       capture_output=True, timeout=30)
+        _ip("netns", "exec", region, "sysctl", "-qw", "net.ipv4.ip_forward=1")
         for z in self.zones:
             _ip("-n", self.netns(z), "route", "add", f"{self._address[OPERATOR]}/32", "via", self._address[REGION],
                 "dev", f"to-{REGION}", "onlink", "src", self._address[z])
@@ -162,8 +160,7 @@ class Region:
         for link in self.links:
             row = dict.fromkeys(self._causes, 0)
             for ns, dev in ((self.netns(link.a), f"to-{link.b}"), (self.netns(link.b), f"to-{link.a}")):
-                text = subprocess.run(["tc", "-n", ns, "-s", "class", "show", "dev", dev], check=True,
-                                      capture_output=True, text=True, timeout=30).stdout
+                text = run_tool("tc", "-n", ns, "-s", "class", "show", "dev", dev)
                 for classid, sent in _SENT.findall(text):
                     row[names.get(int(classid), OTHER)] += int(sent)
             row["total"] = sum(row.values())
@@ -205,17 +202,8 @@ _UNLIMITED = ("htb", "rate", "40gbit", "ceil", "40gbit", "burst", "4mb", "cburst
 
 
 def _ip(*args: str) -> None:
-    _run("ip", args)
+    run_tool("ip", *args)
 
 
 def _tc(*args: str) -> None:
-    _run("tc", args)
-
-
-def _run(tool: str, args: Sequence[str]) -> None:
-    try:
-        subprocess.run([tool, *args], check=True, capture_output=True, text=True, timeout=30)
-    except subprocess.CalledProcessError as exc:
-        raise NetworkError(f"{tool} {' '.join(args)}: {exc.stderr.strip() or exc.returncode}") from None
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        raise NetworkError(f"{tool} {' '.join(args)}: {exc}") from None
+    run_tool("tc", *args)
