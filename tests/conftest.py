@@ -30,7 +30,7 @@ from llog.connection import Connection
 from llog.devstack import EtcdServer, S3Server, scratch_dir
 from llog.nemesis.s3_proxy import S3Proxy
 from llog.store.s3 import S3Store
-from tests import compat_matrix
+from tests import compat_matrix, java_client
 
 TEST_BUCKET = "llog-test"
 
@@ -67,6 +67,9 @@ class _MatrixRecorder:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Every Spark driver a test starts, in process or in a document's, an example's or
+    # the demo's process, with the suite's lean JVM options and Spark's class archive.
+    os.environ.setdefault("PYSPARK_SUBMIT_ARGS", java_client.pyspark_submit_args())
     # Under pytest-xdist the controller sees every worker's reports: it alone records, so
     # the workers do not race to rewrite the record.
     if not hasattr(config, "workerinput"):
@@ -354,8 +357,7 @@ def spark() -> Iterator[object]:
     """One ``local[2]`` SparkSession (UI off, 2 shuffle partitions) for every Spark test:
     starting the JVM costs far more than any one test."""
     from llog.spark import local_session  # pyspark is imported only by Spark tests
-    from tests.java_client import SPARK_DRIVER_OPTIONS
 
-    session = local_session("llog-tests", conf={"spark.driver.extraJavaOptions": SPARK_DRIVER_OPTIONS})
+    session = local_session("llog-tests")  # the driver's JVM options: PYSPARK_SUBMIT_ARGS (pytest_configure)
     yield session
     session.stop()

@@ -55,7 +55,7 @@ def _context() -> ForkServerContext:
 
     ctx = multiprocessing.get_context("forkserver")
     commands = [f"llog.cli.{m.name}" for m in pkgutil.iter_modules(llog.cli.__path__)]
-    ctx.set_forkserver_preload(["llog.cli", *commands, *PRELOAD])
+    ctx.set_forkserver_preload(["llog.cli", *commands, *PRELOAD, "tests.forkserver_warmup"])
     return ctx
 
 

@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import importlib.metadata
 import itertools
 import os
 import shutil
 import subprocess
+import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -93,9 +96,72 @@ def _fetch(pom: Path, lib: Path, what: str, *options: str) -> None:
 #: The JVM's own warnings go to stderr, never into a tool's output the test reads.
 JVM = ("java", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:-UsePerfData", "-Xlog:disable",
        "-Xlog:all=warning:stderr", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
-#: The same for the Spark drivers the suite starts (``spark.driver.extraJavaOptions``):
-#: a Spark test's CPU about 30 % less.
-SPARK_DRIVER_OPTIONS = " ".join(JVM[1:6])
+def _version(distribution: str) -> str:
+    try:
+        return importlib.metadata.version(distribution)
+    except importlib.metadata.PackageNotFoundError:
+        return "none"
+
+
+#: Spark's classes mapped from a class data sharing archive that :func:`spark_cds_archive`
+#: makes once per checkout and pyspark version (tests/prepare.py, beside lint).
+SPARK_CDS_ARCHIVE = CACHE / f"spark-{_version('pyspark')}.jsa"
+
+#: A short job whose classes the archive holds: SQL, a shuffle, Parquet, a Python data source.
+_SPARK_CDS_JOB = """
+import sys
+from pyspark.sql.datasource import DataSource, DataSourceReader
+from llog.spark import local_session
+
+class Rows(DataSource):
+    @classmethod
+    def name(cls): return "rows"
+    def schema(self): return "n int"
+    def reader(self, schema): return RowsReader()
+
+class RowsReader(DataSourceReader):
+    def read(self, partition): yield from ((i,) for i in range(10))
+
+spark = local_session("llog-cds")
+spark.dataSource.register(Rows)
+df = spark.range(1000).selectExpr("id % 7 AS k", "id AS v")
+df.groupBy("k").count().collect()
+df.write.mode("overwrite").parquet(sys.argv[1])
+spark.read.parquet(sys.argv[1]).count()
+spark.read.format("rows").load().count()
+spark.stop()
+"""
+
+
+def spark_driver_options() -> str:
+    """The JVM options of the Spark drivers the suite starts: :data:`JVM`'s (a Spark
+    test's CPU about 30 % less) and, once made, :data:`SPARK_CDS_ARCHIVE` (a driver's
+    start 14 → 8 CPU-seconds)."""
+    sharing = f" -XX:SharedArchiveFile={SPARK_CDS_ARCHIVE}" if SPARK_CDS_ARCHIVE.exists() else ""
+    return " ".join(JVM[1:6]) + sharing
+
+
+def pyspark_submit_args() -> str:
+    """``PYSPARK_SUBMIT_ARGS`` giving every Spark driver started from the environment
+    (the documents' and examples' ``local_session()``) :func:`spark_driver_options`."""
+    return f"--driver-java-options '{spark_driver_options()}' pyspark-shell"
+
+
+def spark_cds_archive() -> Path:
+    """:data:`SPARK_CDS_ARCHIVE`, made by running a short local job with
+    ``-XX:ArchiveClassesAtExit`` (once; ~17 CPU-seconds)."""
+    if SPARK_CDS_ARCHIVE.exists():
+        return SPARK_CDS_ARCHIVE
+    dump = SPARK_CDS_ARCHIVE.with_name(f"spark-{os.getpid()}.jsa")
+    options = f"{' '.join(JVM[1:6])} -XX:ArchiveClassesAtExit={dump}"
+    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": f"--driver-java-options '{options}' pyspark-shell"}
+    with tempfile.TemporaryDirectory() as tmp:
+        _run([sys.executable, "-c", _SPARK_CDS_JOB, f"{tmp}/parquet"], "Spark's class data sharing archive",
+             env=env)
+    if not dump.exists():
+        pytest.fail(f"Spark's JVM wrote no class data sharing archive to {dump}")
+    dump.replace(SPARK_CDS_ARCHIVE)  # one rename: a JVM never maps a half-written archive
+    return SPARK_CDS_ARCHIVE
 
 
 def run(*args: str, timeout: float = 120.0) -> list[str]:
@@ -138,8 +204,9 @@ def _shared_classes() -> tuple[str, ...]:
     return (f"-XX:SharedArchiveFile={CDS_ARCHIVE}",) if CDS_ARCHIVE.exists() else ()
 
 
-def _run(argv: list[str], what: str, timeout: float = 600.0, stdin: str | None = None) -> str:
-    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=stdin)
+def _run(argv: list[str], what: str, timeout: float = 600.0, stdin: str | None = None,
+         env: dict[str, str] | None = None) -> str:
+    proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout, input=stdin, env=env)
     if proc.returncode != 0:
         pytest.fail(f"{what} failed ({proc.returncode}):\n{proc.stderr[-4000:]}\n{proc.stdout[-2000:]}")
     return proc.stdout

@@ -28,7 +28,7 @@ from llog.state.control import read_control
 from llog.topic.admin import parse_cleanup_policy
 from tests import forked_llog
 from tests.conftest import config_env
-from tests.test_kafka import KafkaBroker, kb_fixture  # noqa: F401 (the fixture kb)
+from tests.test_kafka import KafkaBroker, kafka_broker, kb_fixture  # noqa: F401 (the fixture kb)
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
 from confluent_kafka.admin import (  # noqa: E402
@@ -357,13 +357,14 @@ def test_consumers_read_past_the_gaps(kconn: llog.Connection, kb: KafkaBroker) -
 
 
 def test_a_million_records_over_ten_thousand_keys_compact_to_the_latest_of_each(
-    config: llog.LlogConfig, kb: KafkaBroker, spark: Any
+    config: llog.LlogConfig, spark: Any
 ) -> None:
     """The acceptance run: 1,000,000 records (100 rounds over 10,000 keys, the last
     round's every tenth key a tombstone), compacted, then key-compacted by compactor
     processes SIGKILLed at every step in turn and one that finishes; every reader then
-    gets exactly each live key's latest record at its offset, and the tombstones go
-    once delete.retention.ms (0 here) has passed."""
+    gets exactly each live key's latest record at its offset (Kafka's clients through a
+    broker of one process and one of two workers: the log is made once for both), and
+    the tombstones go once delete.retention.ms (0 here) has passed."""
     import json as _json
 
     from tests import java_client
@@ -398,22 +399,24 @@ def test_a_million_records_over_ten_thousand_keys_compact_to_the_latest_of_each(
         live = {k: v for k, v in latest.items() if v[1] is not None}
         assert _latest_read(conn, "million") == live
     want = sorted((o, k.decode(), (v or b"").decode()) for k, (o, v) in live.items())
-    # librdkafka, through Kafka Fetch.
-    kc = confluent_kafka.Consumer({"bootstrap.servers": kb.bootstrap, "group.id": "million-rd",
-                                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    kc.assign([confluent_kafka.TopicPartition("million", 0, 0)])
-    fetched = []
-    while len(fetched) < len(want):
-        m = kc.poll(10)
-        assert m is not None and m.error() is None
-        fetched.append((m.offset(), m.key().decode(), m.value().decode()))
-    kc.close()
-    assert fetched == want
-    # The Java client.
-    lines = java_client.run("consume", kb.bootstrap, "million", "million-java", str(len(want)))
-    got = sorted((int(o), k, v) for _, _, o, k, v, *_ in (line.split(" ") for line in lines
-                                                            if line.startswith("record ")))
-    assert got == want
+    for workers in ("1", "2"):
+        with kafka_broker(config, "--workers", workers) as kb:
+            # librdkafka, through Kafka Fetch.
+            kc = confluent_kafka.Consumer({"bootstrap.servers": kb.bootstrap, "group.id": f"million-rd-{workers}",
+                                           "auto.offset.reset": "earliest", "enable.auto.commit": False})
+            kc.assign([confluent_kafka.TopicPartition("million", 0, 0)])
+            fetched = []
+            while len(fetched) < len(want):
+                m = kc.poll(10)
+                assert m is not None and m.error() is None
+                fetched.append((m.offset(), m.key().decode(), m.value().decode()))
+            kc.close()
+            assert fetched == want, workers
+            # The Java client.
+            lines = java_client.run("consume", kb.bootstrap, "million", f"million-java-{workers}", str(len(want)))
+            got = sorted((int(o), k, v) for _, _, o, k, v, *_ in (line.split(" ") for line in lines
+                                                                    if line.startswith("record ")))
+            assert got == want, workers
     # Spark, through llog's source.
     from tests.test_spark_batch import spark_options
 

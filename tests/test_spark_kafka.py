@@ -29,8 +29,7 @@ def test_spark_kafka_source_and_sink_in_one_job(kb: KafkaBroker, conn: Connectio
     assert len(acks) == n
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent)}
     job = subprocess.run([sys.executable, str(JOB), ",".join(java_client.spark_kafka_jars()), kb.bootstrap,
-                          "sk-in", "sk-out", java_client.SPARK_DRIVER_OPTIONS], env=env, capture_output=True, text=True,
-                         timeout=600)
+                          "sk-in", "sk-out"], env=env, capture_output=True, text=True, timeout=600)
     assert job.returncode == 0, job.stderr[-4000:]
     assert json.loads(job.stdout.strip().splitlines()[-1]) == {"read": n}
     with Reader(conn) as r:
