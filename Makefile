@@ -71,19 +71,26 @@ lint: install
 # tests marked `alone` (paused processes, session timeouts) run by themselves.
 TEST_WORKERS ?= 4
 REPORTS := .cache/test-reports
-PYTEST := PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -p no:cacheprovider
+# Without PYTHONDONTWRITEBYTECODE: pytest keeps the test modules it rewrote for its
+# assertions, or each of its processes rewrites all of them again (~11 CPU-s each).
+PYTEST := env -u PYTHONDONTWRITEBYTECODE PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(PY) -m pytest -q -p no:cacheprovider
+# The files with tests marked `alone`: the second phase collects only them.
+ALONE_FILES = $$(grep -l "mark.alone" tests/test_*.py)
 
 # Byte-code compiled once up front: where PYTHONDONTWRITEBYTECODE is set, every broker,
 # CLI and worker process the suite starts would compile llog's sources again (~0.4 s each).
-# The clients' builds (tests/prepare.py: Maven, javac, Go, npm) run beside lint, which
-# leaves a core idle; the tests then find them built. Lint's failure still stops the run.
+# The clients' builds (tests/prepare.py: Maven, javac, Go, npm, Spark's class archive) run
+# beside lint, which leaves a core idle; the tests then find them built. After lint, one
+# collection writes the rewritten test modules every pytest process then reads (prepare
+# is the longer of the two). Lint's failure still stops the run.
 test: install tools
 	$(PY) -m compileall -q llog compactor tests >/dev/null
 	@mkdir -p $(REPORTS); $(PY) -m tests.prepare > $(REPORTS)/prepare.log 2>&1 & prepared=$$!; \
 	$(LINT) || { kill $$prepared; exit 1; }; \
+	$(PYTEST) --collect-only >/dev/null; \
 	wait $$prepared; cat $(REPORTS)/prepare.log
 	$(PYTEST) -n $(TEST_WORKERS) --dist worksteal -m "not alone" --durations=20 --junitxml=$(REPORTS)/parallel.xml
-	$(PYTEST) -m alone --durations=5 --junitxml=$(REPORTS)/alone.xml
+	$(PYTEST) -m alone --durations=5 --junitxml=$(REPORTS)/alone.xml $(ALONE_FILES)
 
 # tests/README.md's durations table and tests/data/test_seconds.tsv (the parallel phase's
 # order, tests/packing.py), from the last `make test`'s reports.
