@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 
-.PHONY: venv install install-demo tools demo test test-fast durations lint unit matrix bench clean distclean
+.PHONY: venv install install-demo tools demo test test-fast durations cpu-profile lint unit matrix bench clean distclean
 
 # A venv needs the interpreter's venv module and ensurepip; Debian ships them as
 # python3-venv (python3.X-venv). Install it from Debian when it is missing.
@@ -97,6 +97,10 @@ test: install tools
 durations:
 	$(PY) -m tests.durations
 	$(PY) -m tests.durations --seconds
+
+# make test with CPU-seconds per test, file and program (tests/cpu_profile.py).
+cpu-profile:
+	$(PY) -m tests.cpu_profile $(REPORTS)/cpu.json -- $(MAKE) test
 
 # The inner loop: the tests that start no server (tests/README.md), in under two minutes.
 test-fast: install
