@@ -96,6 +96,8 @@ def _fetch(pom: Path, lib: Path, what: str, *options: str) -> None:
 #: The JVM's own warnings go to stderr, never into a tool's output the test reads.
 JVM = ("java", "-XX:TieredStopAtLevel=1", "-XX:+UseSerialGC", "-XX:-UsePerfData", "-Xlog:disable",
        "-Xlog:all=warning:stderr", "-Dorg.slf4j.simpleLogger.defaultLogLevel=warn")
+
+
 def _version(distribution: str) -> str:
     try:
         return importlib.metadata.version(distribution)

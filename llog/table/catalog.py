@@ -184,12 +184,15 @@ class TableCatalog:
 
             if self.uri.startswith("sqlite:///"):
                 os.makedirs(os.path.dirname(self.uri[len("sqlite:///"):]) or ".", exist_ok=True)
-            try:
-                return SqlCatalog(CATALOG_NAME, uri=self.uri, **props)
-            except Exception:  # the driver's own types; a second failure is raised
-                # A new catalog's tables are made as the namespace is (check, then create): a
-                # process opening it at the same moment as another loses that race once.
-                return SqlCatalog(CATALOG_NAME, uri=self.uri, **props)
+            # A new catalog's two tables are made as the namespace is (check, then create):
+            # a process opening it at the same moment as others can lose that race once per
+            # table, each loss meaning another process made one; the third attempt finds both.
+            for _ in range(2):
+                try:
+                    return SqlCatalog(CATALOG_NAME, uri=self.uri, **props)
+                except Exception:  # the driver's own types; the third failure is raised
+                    continue
+            return SqlCatalog(CATALOG_NAME, uri=self.uri, **props)
         except LlogError:
             raise
         except Exception as exc:  # the catalog's driver raises its own types
