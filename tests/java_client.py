@@ -135,18 +135,20 @@ spark.stop()
 """
 
 
-def spark_driver_options() -> str:
+def spark_driver_options(sharing: str | None = None) -> str:
     """The JVM options of the Spark drivers the suite starts: :data:`JVM`'s (a Spark
-    test's CPU about 30 % less) and, once made, :data:`SPARK_CDS_ARCHIVE` (a driver's
-    start 14 → 8 CPU-seconds)."""
-    sharing = f" -XX:SharedArchiveFile={SPARK_CDS_ARCHIVE}" if SPARK_CDS_ARCHIVE.exists() else ""
-    return " ".join(JVM[1:6]) + sharing
+    test's CPU about 30 % less) and ``sharing``, by default, once made,
+    :data:`SPARK_CDS_ARCHIVE` (a driver's start 14 → 8 CPU-seconds)."""
+    if sharing is None:
+        sharing = f"-XX:SharedArchiveFile={SPARK_CDS_ARCHIVE}" if SPARK_CDS_ARCHIVE.exists() else ""
+    return " ".join(filter(None, (*JVM[1:6], sharing)))
 
 
-def pyspark_submit_args() -> str:
+def pyspark_submit_args(options: str | None = None) -> str:
     """``PYSPARK_SUBMIT_ARGS`` giving every Spark driver started from the environment
-    (the documents' and examples' ``local_session()``) :func:`spark_driver_options`."""
-    return f"--driver-java-options '{spark_driver_options()}' pyspark-shell"
+    (the documents' and examples' ``local_session()``) ``options``, by default
+    :func:`spark_driver_options`."""
+    return f"--driver-java-options '{options or spark_driver_options()}' pyspark-shell"
 
 
 def spark_cds_archive() -> Path:
@@ -155,8 +157,8 @@ def spark_cds_archive() -> Path:
     if SPARK_CDS_ARCHIVE.exists():
         return SPARK_CDS_ARCHIVE
     dump = SPARK_CDS_ARCHIVE.with_name(f"spark-{os.getpid()}.jsa")
-    options = f"{' '.join(JVM[1:6])} -XX:ArchiveClassesAtExit={dump}"
-    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": f"--driver-java-options '{options}' pyspark-shell"}
+    options = spark_driver_options(sharing=f"-XX:ArchiveClassesAtExit={dump}")
+    env = {**os.environ, "PYSPARK_SUBMIT_ARGS": pyspark_submit_args(options)}
     with tempfile.TemporaryDirectory() as tmp:
         _run([sys.executable, "-c", _SPARK_CDS_JOB, f"{tmp}/parquet"], "Spark's class data sharing archive",
              env=env)

@@ -43,23 +43,27 @@ def _data_loader() -> Any:
     return botocore.session.Session().get_component("data_loader")
 
 
+def _session() -> Any:
+    """A botocore session of its own (its own credentials) over the process's data loader."""
+    session = botocore.session.Session()
+    session.register_component("data_loader", _data_loader())
+    return session
+
+
 def warm_data_loader() -> None:
     """Parse what an S3 client is made from (S3's service model, endpoint rules,
     partitions) into the process's data loader now, connecting to nothing: processes
     forked from this one then make their clients without parsing it again (~0.2 of a
     forked broker worker's ~0.4 CPU-s to start)."""
-    session = botocore.session.Session()
-    session.register_component("data_loader", _data_loader())
     # Explicit (unused) credentials: the standard chain could ask the instance metadata service.
-    session.create_client("s3", region_name="us-east-1", aws_access_key_id="-", aws_secret_access_key="-")
+    _session().create_client("s3", region_name="us-east-1", aws_access_key_id="-", aws_secret_access_key="-")
 
 
 def s3_client(endpoint_url: str | None, region: str | None, config: Config) -> Any:
     """An S3 client of a session of its own (credentials from the standard AWS chain,
     read when it is made) over the process's data loader."""
-    session = botocore.session.Session()
-    session.register_component("data_loader", _data_loader())
-    return session.create_client("s3", endpoint_url=endpoint_url, region_name=region or "us-east-1", config=config)
+    return _session().create_client("s3", endpoint_url=endpoint_url, region_name=region or "us-east-1",
+                                    config=config)
 
 
 class S3Store(ObjectStore):
