@@ -99,7 +99,7 @@ durations:
 	$(PY) -m tests.durations --seconds
 
 # make test with CPU-seconds per test, file and program (tests/cpu_profile.py).
-cpu-profile:
+cpu-profile: install
 	$(PY) -m tests.cpu_profile $(REPORTS)/cpu.json -- $(MAKE) test
 
 # The inner loop: the tests that start no server (tests/README.md), in under two minutes.
