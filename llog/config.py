@@ -7,6 +7,7 @@ arguments win over the environment, which wins over the defaults.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -120,6 +121,9 @@ class LlogConfig:
     gc_threshold: int = 20_000
     broker_host: str = "127.0.0.1"
     broker_port: int = 8080
+    #: The URL ``GET /brokers`` gives HTTP clients for this broker (docs/zones.md; default:
+    #: where it listens, a wildcard address standing for the host's name).
+    http_advertised_url: str | None = None
     broker_token: str | None = None
     #: TLS on the HTTP API: a PEM certificate chain and its key (the broker then serves
     #: ``https://`` only, on its workers' private ports too).
@@ -365,6 +369,10 @@ def _validate(cfg: LlogConfig) -> None:
     _validate_security(cfg)
     if cfg.zone is not None and ZONE_RE.fullmatch(cfg.zone) is None:
         raise ConfigError(f"zone {cfg.zone!r} is not a zone name ({ZONE_PATTERN})")
+    for name in ("http_advertised_url", "peer_url"):
+        url = getattr(cfg, name)
+        if url is not None and not re.fullmatch(r"https?://[^/\s]+(?::\d+)?/?", url):
+            raise ConfigError(f"{name} {url!r} is not an http:// or https:// URL of a host (and port)")
     _validate_kafka_ports(cfg)
     if cfg.kafka_max_queued_bytes < cfg.kafka_max_frame_bytes:
         raise ConfigError(f"kafka_max_queued_bytes ({cfg.kafka_max_queued_bytes}) must be at least "

@@ -166,6 +166,10 @@ class Metrics:
         self.http_requests = Counter(
             "llog_http_requests", "broker HTTP requests by route and status", ["route", "status"], registry=r
         )
+        self.http_other_zone = Counter(
+            "llog_http_other_zone_requests", "broker HTTP requests whose Llog-Zone header names another zone than "
+            "this broker's (their bytes cross zones: the client should ask GET /brokers)", ["route"], registry=r,
+        )
         self.http_latency = Histogram(
             "llog_http_request_seconds", "broker HTTP request latency", ["route"],
             buckets=_LATENCY_BUCKETS, registry=r,

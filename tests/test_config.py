@@ -79,6 +79,8 @@ def test_each_field_reads_its_own_variable() -> None:
             raw, want = "User:admin;User:ops", "User:admin;User:ops"
         elif f.name == "kafka_zone_listeners":  # zone=port each, beside a Kafka listener
             raw, want = "a=19092,b=0", ("a=19092", "b=0")
+        elif f.name in ("peer_url", "http_advertised_url"):  # an http(s) URL of a host
+            raw, want = "http://10.0.0.5:8080", "http://10.0.0.5:8080"
         elif f.name == "kafka_max_batch_inflated_bytes":  # at least max_record_bytes
             raw, want = str(64 << 20), 64 << 20
         elif f.type == "int | None":

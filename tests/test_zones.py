@@ -17,16 +17,17 @@ from pathlib import Path
 
 import pytest
 
+from llog.broker.directory import serving
 from llog.cli.doctor import diagnose
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.devstack import free_port
 from llog.kafka.registry import BrokerNode
-from llog.kafka.zones import preferred_replica, serving, zone_in_client_id
+from llog.kafka.zones import preferred_replica, zone_in_client_id
 from llog.reader import Reader
 from llog.topic.admin import Topics
 from tests import java_client
-from tests.broker_harness import broker_process
+from tests.broker_harness import BrokerProcess, broker_process
 from tests.conftest import ProxiedS3, wait_until
 from tests.test_kafka import KafkaBroker, kafka_broker
 
@@ -321,6 +322,60 @@ def test_a_broker_asks_only_peers_of_its_zone_for_a_blob(
         assert b.metric("llog_read_peer_requests_total", outcome="hit") == (1 if peer_read else 0)
         assert b.metric("llog_read_peer_requests_total", outcome="other_zone") == (0 if peer_read else 1)
         assert b.metric("llog_zone", zone=zones[1]) == 1
+
+
+def test_an_http_client_of_a_zone_finds_that_zones_brokers(config: LlogConfig) -> None:
+    """``GET /brokers``: a client naming zone b (``Llog-Zone`` header or ``zone=``) is
+    given zone b's brokers while it has one, every broker otherwise; each answer names
+    its broker's zone, and a request naming another zone is counted. Two workers of one
+    broker are listed once."""
+    with broker_process(config, "--zone", "a") as a, broker_process(config, "--zone", "b") as b, \
+            broker_process(config, "--zone", "b", "--workers", "2") as b2:
+        def listed(path: str, via: BrokerProcess = a, **headers: str) -> tuple[str | None, list[str]]:
+            status, answer_headers, got = via.exchange("GET", path, headers=headers)
+            assert status == 200, got
+            assert answer_headers["llog-zone"] == ("a" if via is a else "b")  # the answering broker's
+            return got["zone"], sorted(x["url"] for x in got["brokers"])
+
+        everyone = sorted([a.url, b.url, b2.url])
+        assert listed("/brokers") == (None, everyone)
+        assert listed("/brokers", **{"Llog-Zone": "b"}) == ("b", sorted([b.url, b2.url]))
+        assert listed("/brokers?zone=a", via=b) == ("a", [a.url])
+        assert listed("/brokers?zone=a", **{"Llog-Zone": "b"}) == ("b", sorted([b.url, b2.url]))  # the header wins
+        assert listed("/brokers?zone=c") == ("c", everyone)  # nobody in c: everyone
+        status, got = a.request("GET", "/brokers?zone=not%20a%20zone")
+        assert status == 400 and got["field"] == "zone"
+        status, got = a.request("GET", "/brokers", headers={"Llog-Zone": "b c"})
+        assert status == 400 and got["field"] == "Llog-Zone"
+        status, got = a.request("GET", "/brokers?zones=a")
+        assert status == 400 and "zones" in got["error"]
+        status, headers, _ = b.exchange("GET", "/health", headers={"Llog-Zone": "a"})
+        assert headers["llog-zone"] == "b" and b.metric("llog_http_other_zone_requests_total", route="/health") == 1
+        b.exchange("GET", "/health", headers={"Llog-Zone": "b"})
+        assert b.metric("llog_http_other_zone_requests_total", route="/health") == 1
+        entries = a.request("GET", "/brokers?zone=b")[1]["brokers"]
+        assert {e["zone"] for e in entries} == {"b"}
+    # b's brokers stopped (their registrations revoked): a client of b is served by a.
+    with broker_process(config, "--zone", "a") as again:
+        assert again.request("GET", "/brokers?zone=b")[1]["brokers"] == [{"url": again.url, "zone": "a"}]
+
+
+def test_a_broker_without_a_zone_is_listed_without_one_and_names_none(config: LlogConfig) -> None:
+    with broker_process(config) as b:
+        status, headers, got = b.exchange("GET", "/brokers", headers={"Llog-Zone": "a"})
+        assert status == 200 and got == {"zone": "a", "brokers": [{"url": b.url}]}
+        assert "llog-zone" not in headers
+        assert b.metric("llog_http_other_zone_requests_total", route="/brokers") == 0
+
+
+def test_the_advertised_url_is_the_one_listed(config: LlogConfig) -> None:
+    from llog.errors import ConfigError
+
+    for bad in ("broker-7:8443", "ftp://broker-7", "http://broker-7/api", "http://"):
+        with pytest.raises(ConfigError, match="http_advertised_url"):
+            LlogConfig(http_advertised_url=bad)
+    with broker_process(config, LLOG_HTTP_ADVERTISED_URL="https://broker-7.zone-a.example:8443") as b:
+        assert b.request("GET", "/brokers")[1]["brokers"] == [{"url": "https://broker-7.zone-a.example:8443"}]
 
 
 def test_dev_up_starts_a_broker_per_zone(tmp_path: Path) -> None:

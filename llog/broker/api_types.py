@@ -15,6 +15,7 @@ from typing import Annotated, Literal
 
 from msgspec import UNSET, Meta, Struct, UnsetType
 
+from llog.name_rules import ZONE_PATTERN
 from llog.names import NAME_PATTERN, RESERVED_TOPICS, TOPIC_NAME_PATTERN
 
 MAX_TOPIC_PARTITIONS = 10_000  # items of one request's array, and records per partition
@@ -152,6 +153,16 @@ class BlobQuery(Struct, frozen=True, forbid_unknown_fields=True):
     length: Positive
 
 
+Zone = Annotated[str, Meta(pattern=f"^{ZONE_PATTERN}$", description="a zone's name (LLOG_ZONE)")]
+
+
+class BrokersQuery(Struct, frozen=True, forbid_unknown_fields=True):
+    """``GET /brokers`` query parameters: the caller's zone, unless the ``Llog-Zone``
+    header names it."""
+
+    zone: Zone | None = None
+
+
 # Answers. ``omit_defaults``: a field left UNSET is not in the JSON.
 
 
@@ -256,6 +267,18 @@ class Health(Struct, omit_defaults=True):
     worker: Annotated[int | UnsetType,
                       Meta(description="the worker process that answered (only with llog broker --workers)")] = UNSET
     workers: Annotated[int | UnsetType, Meta(description="the broker's worker processes (only with --workers)")] = UNSET
+
+
+class BrokerEntry(Struct, omit_defaults=True):
+    url: Annotated[str, Meta(description="the broker's HTTP API (LLOG_HTTP_ADVERTISED_URL, or where it listens)")]
+    zone: Annotated[str | UnsetType, Meta(description="the zone it runs in (absent: it names none)")] = UNSET
+
+
+class Brokers(Struct):
+    zone: Annotated[str | None, Meta(description="the caller's zone, as the request named it (null: none)")]
+    brokers: Annotated[list[BrokerEntry], Meta(
+        description="the live brokers that serve the caller: those of its zone, or every one when its zone has "
+                    "none alive or it names none; by URL")]
 
 
 class Check(Struct, omit_defaults=True):

@@ -55,6 +55,8 @@ class BrokerApp:
         self.kafka: KafkaListener | None = None
         self.broker: Broker | None = None
         self.routes: dict[str, Endpoint] = {e.path: e for e in ENDPOINTS}
+        #: The broker's zone as the ``Llog-Zone`` answer header carries it (set at start).
+        self._zone_header: bytes | None = None
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] == "http":
@@ -68,11 +70,19 @@ class BrokerApp:
         if endpoint is None and path.split("/", 2)[1] in REGISTRY_ROOTS:
             endpoint = REGISTRY
         status = 500
+        # A broker with a zone names it on every answer (``Llog-Zone``), so a client can
+        # tell it crossed one, and counts the requests of clients naming another zone.
+        zone = self._zone_header
+        caller_zone = None
+        if zone is not None:
+            caller_zone = next((v for k, v in scope["headers"] if k == b"llog-zone"), None)
 
         async def send_wrapper(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
+                if zone is not None:
+                    message = {**message, "headers": [*message.get("headers", ()), (b"llog-zone", zone)]}
             await send(message)
 
         start = time.perf_counter()
@@ -88,6 +98,8 @@ class BrokerApp:
                 if endpoint is REGISTRY:  # one label per API, not per subject
                     route = "/" + path.split("/", 2)[1]
                 m.http_requests.labels(route, str(status)).inc()
+                if caller_zone is not None and caller_zone != zone:
+                    m.http_other_zone.labels(route).inc()
                 m.http_latency.labels(route).observe(time.perf_counter() - start)
 
     async def _answer(self, endpoint: Endpoint | None, request: Request) -> Response:
@@ -129,6 +141,7 @@ class BrokerApp:
         try:
             b = self.broker = await anyio.to_thread.run_sync(self.open_broker)
             self.auth = HttpAuth(b)
+            self._zone_header = None if b.config.zone is None else b.config.zone.encode()
             b.start(asyncio.get_running_loop())
             if self.kafka_factory is not None:
                 kafka = self.kafka = self.kafka_factory(b)

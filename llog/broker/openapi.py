@@ -11,6 +11,8 @@ import msgspec
 
 from llog.broker.api_types import (
     BlobQuery,
+    Brokers,
+    BrokersQuery,
     CommitRequest,
     CommitResponse,
     ConsumeRequest,
@@ -23,6 +25,7 @@ from llog.broker.api_types import (
     ProduceResponse,
     Readiness,
 )
+from llog.name_rules import ZONE_PATTERN
 
 _REF = "#/components/schemas/{name}"
 
@@ -84,7 +87,7 @@ def openapi_document() -> dict[str, Any]:
     """The whole document, one path per route."""
     _, components = msgspec.json.schema_components(
         [ProduceRequest, ProduceResponse, ConsumeRequest, ConsumeResponse, CommitRequest, CommitResponse,
-         OffsetsResponse, ErrorBody, Health, Readiness],
+         OffsetsResponse, ErrorBody, Health, Readiness, Brokers],
         ref_template=_REF,
     )
     for name, extra in _AMEND.items():
@@ -230,6 +233,15 @@ def _meta_paths() -> dict[str, Any]:
                           **_errors("401")},
         }},
         "/openapi.json": {"get": {"summary": "This document", "security": [], "responses": plain}},
+        "/brokers": {"get": {
+            "summary": "The live brokers a client of a zone is to use: those of its zone, or every one when its zone "
+                       "has none alive or it names none (docs/zones.md)",
+            "parameters": [{"name": "Llog-Zone", "in": "header", "required": False,
+                            "schema": {"type": "string", "pattern": f"^{ZONE_PATTERN}$"},
+                            "description": "the caller's zone (wins over the zone query parameter)"},
+                           *query_parameters(BrokersQuery)],
+            "responses": {"200": {"description": "the brokers", **_ref(Brokers)}, **_errors("400", "401")},
+        }},
         "/blobs": {"get": {
             "summary": "Bytes of a WAL blob this broker wrote, from memory (other brokers' peer reads)",
             "parameters": query_parameters(BlobQuery),

@@ -16,6 +16,7 @@ import msgspec
 from llog.broker.api_types import (
     Base64,
     BlobQuery,
+    BrokersQuery,
     Bytes,
     CommitRequest,
     ConsumeRequest,
@@ -102,6 +103,18 @@ def parse_blob_query(params: list[tuple[str, str]]) -> BlobQuery:
     """``GET /blobs`` query parameters: ``key``, ``offset`` (>= 0) and ``length`` (>= 1),
     all required."""
     return _convert_query(BlobQuery, params)
+
+
+def parse_brokers_query(params: list[tuple[str, str]], header: str | None) -> BrokersQuery:
+    """``GET /brokers``: the ``zone`` query parameter, which the ``Llog-Zone`` header
+    (``header``) overrides; each is checked."""
+    query = _convert_query(BrokersQuery, params)
+    if header is None:
+        return query
+    try:
+        return _convert_query(BrokersQuery, [("zone", header)])
+    except InvalidRequest as exc:
+        raise InvalidRequest("Llog-Zone", exc.reason) from None
 
 
 def encode_bytes(b: bytes) -> Bytes:

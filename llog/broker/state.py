@@ -14,6 +14,7 @@ import anyio
 from starlette.requests import Request
 
 from llog.auth.authorizer import Authorizer, parse_super_users
+from llog.broker.directory import HttpDirectory
 from llog.broker.filecache import FileTailCache
 from llog.broker.loop_inbox import LoopInbox
 from llog.broker.readiness import Readiness
@@ -101,12 +102,18 @@ class Broker:
         self.txn_expiry = TxnExpiry(self.transactions, config.txn_sweep_s)
         #: Transactional produce requests, staged in order per id, PUT in parallel.
         self.txn_staging = StagePipeline(self.producer.writer)
-        if self.authorizer is not None:  # last: what failed before it leaves no watch behind
-            try:
+        #: This broker's HTTP address in etcd, and every live broker's (``GET /brokers``).
+        self.directory = HttpDirectory(
+            self.conn,
+            config.http_advertised_url or peer_url_of(host, port, tls=config.broker_tls_cert_file is not None),
+            config.zone, config.session_ttl_s)
+        try:  # last: what failed before these leaves no registration or watch behind
+            self.directory.start()
+            if self.authorizer is not None:
                 self.authorizer.start()
-            except BaseException:
-                self.close()
-                raise
+        except BaseException:
+            self.close()
+            raise
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start watching partition tails, waking long-polls on ``loop``."""
@@ -134,8 +141,9 @@ class Broker:
             return Topics(self.conn).create(name, self.config.default_partitions)
 
     def close(self) -> None:
-        """Drain the producer, then release everything else."""
+        """Leave ``GET /brokers``, drain the producer, then release everything else."""
         try:
+            self.directory.close()
             self.txn_staging.close()
             self.producer.close()  # drains: every accepted produce is answered
         finally:

@@ -52,14 +52,6 @@ def client_zone(ctx: Context, req: Any) -> str | None:
     return ctx.listener_zone or zone_in_client_id(getattr(req.header, "client_id", None))
 
 
-def serving(nodes: list[BrokerNode], zone: str | None) -> list[BrokerNode]:
-    """The brokers of ``nodes`` that serve a client of ``zone``: those in it, or every
-    one when it has none (or the client's zone is unknown)."""
-    if zone is None:
-        return nodes
-    return [n for n in nodes if n.zone == zone] or nodes
-
-
 def replicas(nodes: list[BrokerNode], leader: BrokerNode, topic: str, partition: int) -> list[int]:
     """Metadata's replicas of a partition: its leader, then for every other zone of
     ``nodes`` the broker :func:`preferred_replica` names there. The Java client follows

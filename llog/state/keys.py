@@ -207,6 +207,13 @@ class KeyLayout:
         """A live broker's Kafka node id and listener address, under its lease."""
         return f"{self.brokers_prefix()}{node_id}"
 
+    def http_brokers_prefix(self) -> str:
+        return f"{self.root}/{BROKERS}/http/"
+
+    def http_broker(self, instance: str) -> str:
+        """A live broker's HTTP address and zone (``GET /brokers``), under its lease."""
+        return f"{self.http_brokers_prefix()}{instance}"
+
     def kafka_producer_ids(self) -> str:
         """Written once per Kafka InitProducerId: its etcd revision is the new producer id."""
         return f"{self.root}/{BROKERS}/producer-ids"

@@ -12,7 +12,7 @@ from starlette.responses import Response
 
 from llog.broker.routes.consume import consume
 from llog.broker.routes.groups import commit, offsets
-from llog.broker.routes.meta import blob_range, health, metrics_json, metrics_prometheus, openapi, ready
+from llog.broker.routes.meta import blob_range, brokers, health, metrics_json, metrics_prometheus, openapi, ready
 from llog.broker.routes.produce import produce
 from llog.broker.routes.schema_registry import registry
 
@@ -39,6 +39,7 @@ ENDPOINTS: tuple[Endpoint, ...] = (
     Endpoint("/metrics", "GET", metrics_json),
     Endpoint("/metrics/prometheus", "GET", metrics_prometheus),
     Endpoint("/openapi.json", "GET", openapi, public=True),
+    Endpoint("/brokers", "GET", brokers),
     Endpoint("/blobs", "GET", blob_range),
 )
 #: Confluent's Schema Registry API: every path under ``/subjects``, ``/schemas``,

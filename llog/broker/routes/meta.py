@@ -1,6 +1,7 @@
 """The broker's own state: ``GET /health``, ``/ready``, ``/metrics``,
-``/metrics/prometheus`` and ``/openapi.json``; and ``GET /blobs``, the blobs it wrote
-as other brokers' readers ask for them."""
+``/metrics/prometheus`` and ``/openapi.json``; ``GET /brokers``, where a client of a
+zone finds the brokers of its zone; and ``GET /blobs``, the blobs it wrote as other
+brokers' readers ask for them."""
 
 from __future__ import annotations
 
@@ -8,17 +9,19 @@ import functools
 
 import anyio.to_thread
 import msgspec
+from msgspec import UNSET
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from starlette.requests import Request
 from starlette.responses import Response
 
 from llog.auth.acls import Operation, ResourceType
 from llog.broker import worker_metrics
-from llog.broker.api_types import Check, Health, Readiness
+from llog.broker.api_types import BrokerEntry, Brokers, Check, Health, Readiness
+from llog.broker.directory import serving
 from llog.broker.http_auth import Access
 from llog.broker.openapi import openapi_document
 from llog.broker.responses import json_response
-from llog.broker.schemas import parse_blob_query
+from llog.broker.schemas import parse_blob_query, parse_brokers_query
 from llog.broker.state import broker_of
 
 
@@ -56,6 +59,20 @@ async def metrics_prometheus(request: Request) -> Response:
     if b.place is not None and request.query_params.get("scope") != worker_metrics.WORKER_SCOPE:
         text = worker_metrics.merge_prometheus(await worker_metrics.gather(b, "/metrics/prometheus", text))
     return Response(text, media_type=CONTENT_TYPE_LATEST)
+
+
+#: The request header that names the caller's zone (as a Kafka client's ``client.id`` does).
+ZONE_HEADER = "llog-zone"
+
+
+async def brokers(request: Request) -> Response:
+    """The live brokers that serve the caller's zone (the ``Llog-Zone`` header, else
+    the ``zone`` query parameter): those of its zone, or every one when its zone has
+    none alive or it names none (docs/zones.md)."""
+    q = parse_brokers_query(request.query_params.multi_items(), request.headers.get(ZONE_HEADER))
+    b = broker_of(request)
+    listed = await anyio.to_thread.run_sync(b.directory.brokers)
+    return json_response(Brokers(q.zone, [BrokerEntry(x.url, x.zone or UNSET) for x in serving(listed, q.zone)]))
 
 
 async def blob_range(request: Request) -> Response:

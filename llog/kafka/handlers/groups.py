@@ -23,6 +23,7 @@ from kafka.protocol.consumer import (
 from kafka.protocol.metadata import FindCoordinatorResponse
 
 from llog.auth.acls import Operation, ResourceType
+from llog.broker.directory import serving
 from llog.codec.etcd_values.groups import GroupEpoch
 from llog.errors import InvalidInput, LlogError
 from llog.groups.offsets import Fence, GroupOffsets
@@ -30,7 +31,7 @@ from llog.kafka.context import Context
 from llog.kafka.errors import ErrorCode, error_code
 from llog.kafka.group_state import GroupError
 from llog.kafka.registry import rendezvous
-from llog.kafka.zones import client_zone, serving
+from llog.kafka.zones import client_zone
 from llog.names import check_group
 
 GROUP_KEY = 0  # FindCoordinator key types

@@ -8,12 +8,13 @@ from typing import Any
 from kafka.protocol.metadata import ApiVersionsResponse, MetadataResponse
 
 from llog.auth.acls import Operation, ResourceType
+from llog.broker.directory import serving
 from llog.codec.etcd_values.topic import TopicMeta
 from llog.errors import LlogError, NotAuthorized, UnknownTopic
 from llog.kafka.api_spec import Api
 from llog.kafka.context import ZERO_TOPIC_ID, Context
 from llog.kafka.errors import error_code
-from llog.kafka.zones import client_zone, leader_of, replicas, serving
+from llog.kafka.zones import client_zone, leader_of, replicas
 from llog.topic.admin import Topics
 
 
