@@ -15,6 +15,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -166,6 +167,29 @@ def spark_cds_archive() -> Path:
         pytest.fail(f"Spark's JVM wrote no class data sharing archive to {dump}")
     dump.replace(SPARK_CDS_ARCHIVE)  # one rename: a JVM never maps a half-written archive
     return SPARK_CDS_ARCHIVE
+
+
+#: Spark puts its own copies of pyspark and py4j (``pyspark/python/lib/*.zip``) first on
+#: its Python workers' path, and what Python imports from a zip it compiles at every
+#: start: ~0.7 CPU-seconds more per worker, and on a busy machine a streaming source's
+#: runner then misses the 10 s Spark gives it to connect back (hard-coded in
+#: ``PythonWorkerFactory``). This start-up hook in the venv drops them, so workers import
+#: the same pyspark and py4j installed beside them, byte-compiled.
+_WORKER_PATH_HOOK = (
+    "import os, sys; sys.path[:] = [p for p in sys.path if not (p.endswith('.zip') and "
+    "os.sep.join(('', 'pyspark', 'python', 'lib', '')) in p)]\n"
+)
+
+
+def spark_workers_import_installed_pyspark() -> Path:
+    """Write :data:`_WORKER_PATH_HOOK` as a ``.pth`` file of this interpreter's
+    site-packages (once; one rename, so no process reads half of it)."""
+    pth = Path(sysconfig.get_paths()["purelib"]) / "llog_tests_spark_workers.pth"
+    if not pth.exists() or pth.read_text() != _WORKER_PATH_HOOK:
+        tmp = pth.with_name(f".{pth.name}.{os.getpid()}")
+        tmp.write_text(_WORKER_PATH_HOOK)
+        tmp.replace(pth)
+    return pth
 
 
 def run(*args: str, timeout: float = 120.0) -> list[str]:

@@ -29,6 +29,7 @@ def _steps() -> list[tuple[str, Callable[[], object]]]:
         ("the Go clients (sarama)", lambda: _binary("./sarama")),
         ("the Java client's classpath", java_client.classpath),
         ("Spark's Kafka connector", java_client.spark_kafka_jars),
+        ("Spark's Python workers' path", java_client.spark_workers_import_installed_pyspark),
         ("Spark's class data sharing archive", java_client.spark_cds_archive),
         ("kafkajs", _node_modules),
     ]
