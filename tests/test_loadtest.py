@@ -141,9 +141,17 @@ def test_reconcile_lists_lost_misplaced_and_duplicated_records(conn: Connection)
 
 @pytest.mark.timeout(180)
 def test_ci_scenario_with_a_broker_kill_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    """``llog loadtest run loadtest/scenarios/ci.toml``, the command loadtest/README.md
+    shows first (its block there is not run again)."""
     scenario = load_scenario(SCENARIOS / "ci.toml")
-    lines: list[str] = []
-    run_dir, summary = orchestrator.run(scenario, tmp_path, progress=lines.append)
+    # Exec'd, not forked: the generator's processes cannot be children of a daemonic one.
+    out = subprocess.run([sys.executable, "-m", "llog", "loadtest", "run", str(SCENARIOS / "ci.toml"),
+                          "--results", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-4000:]
+    lines = out.stderr.splitlines()  # the live progress
+    run_dir = Path(out.stdout.split("run directory: ", 1)[1].split(" (", 1)[0])
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert out.stdout.splitlines()[-1] == json.dumps(summary["verdict"])
     v = summary["verdict"]
     assert summary["reconciliation"]["mismatches"] == []
     assert (v["lost"], v["duplicated"]) == (0, 0)
