@@ -113,6 +113,7 @@ def test_etcd_unreachable_is_503_with_retry_after_on_every_route(config: LlogCon
             "group": "g", "epoch": 1, "offsets": [{"topic": "t", "partition": 0, "offset": 0}],
         }), "CoordinationError")
         _assert_unavailable(b.exchange("GET", "/offsets?group=g"), "CoordinationError")
+        _assert_unavailable(b.exchange("GET", "/brokers"), "CoordinationError")
     assert _hwm(conn, 0) == 0
 
 

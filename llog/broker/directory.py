@@ -62,13 +62,17 @@ class HttpDirectory:
         self._ttl_s = max(2, ttl_s)
         self._lease = 0
         self._stop = threading.Event()
+        self._tried = threading.Event()
         self._thread: threading.Thread | None = None
         self._cached: tuple[float, list[HttpBroker]] | None = None
 
     def start(self) -> None:
-        self._register()
+        """Register and keep the registration alive, from a thread of its own; wait up
+        to a second for the first try. A broker starts (alive, not ready) while etcd is
+        away: it registers once etcd answers."""
         self._thread = threading.Thread(target=self._keepalive, name="llog-http-directory", daemon=True)
         self._thread.start()
+        self._tried.wait(1.0)
 
     def brokers(self, max_age_s: float = 1.0) -> list[HttpBroker]:
         """Every registered broker (this one included), by URL, each URL once (the
@@ -106,14 +110,17 @@ class HttpDirectory:
                 log.warning("HTTP registration not revoked: %s", exc)
 
     def _register(self) -> None:
-        self._lease = self._conn.etcd.grant_lease(self._ttl_s)
-        self._conn.etcd.put(self._key, self._value, lease=self._lease)
+        lease = self._conn.etcd.grant_lease(self._ttl_s)
+        self._lease = lease  # before the put: close() revokes it even if the put fails
+        self._conn.etcd.put(self._key, self._value, lease=lease)
 
     def _keepalive(self) -> None:
-        while not self._stop.wait(self._ttl_s / 3):
+        while True:
             try:
-                if self._conn.etcd.refresh_lease(self._lease) <= 0:
-                    log.warning("the HTTP registration %s lost its lease; registering again", self._key)
+                if not self._lease or self._conn.etcd.refresh_lease(self._lease) <= 0:
                     self._register()
             except CoordinationError as exc:
-                log.warning("HTTP registration keep-alive failed: %s", exc)
+                log.warning("HTTP registration (GET /brokers) failed: %s", exc)
+            self._tried.set()
+            if self._stop.wait(self._ttl_s / 3):
+                return

@@ -240,7 +240,7 @@ def _meta_paths() -> dict[str, Any]:
                             "schema": {"type": "string", "pattern": f"^{ZONE_PATTERN}$"},
                             "description": "the caller's zone (wins over the zone query parameter)"},
                            *query_parameters(BrokersQuery)],
-            "responses": {"200": {"description": "the brokers", **_ref(Brokers)}, **_errors("400", "401")},
+            "responses": {"200": {"description": "the brokers", **_ref(Brokers)}, **_errors("400", "401", "503")},
         }},
         "/blobs": {"get": {
             "summary": "Bytes of a WAL blob this broker wrote, from memory (other brokers' peer reads)",

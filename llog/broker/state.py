@@ -107,13 +107,13 @@ class Broker:
             self.conn,
             config.http_advertised_url or peer_url_of(host, port, tls=config.broker_tls_cert_file is not None),
             config.zone, config.session_ttl_s)
-        try:  # last: what failed before these leaves no registration or watch behind
-            self.directory.start()
-            if self.authorizer is not None:
+        self.directory.start()
+        if self.authorizer is not None:  # last: what failed before it leaves no watch behind
+            try:
                 self.authorizer.start()
-        except BaseException:
-            self.close()
-            raise
+            except BaseException:
+                self.close()
+                raise
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start watching partition tails, waking long-polls on ``loop``."""
