@@ -315,20 +315,23 @@ class LlogConfig:
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> LlogConfig:
         """Build a config from ``LLOG_*`` variables, then apply ``overrides`` (non-None)."""
-        source = os.environ if env is None else env
-        values: dict[str, Any] = {}
-        for f in fields(cls):
-            raw = source.get(f"LLOG_{f.name.upper()}")
-            if raw is not None:
-                values[f.name] = _coerce(f.name, f.type, raw)
-        cfg = cls(**values)
-        clean = {k: v for k, v in overrides.items() if v is not None}
-        if "etcd_endpoints" in clean and isinstance(clean["etcd_endpoints"], str):
-            clean["etcd_endpoints"] = _split_endpoints(clean["etcd_endpoints"])
-        return replace(cfg, **clean) if clean else cfg
+        return _from_env(os.environ if env is None else env, overrides)
 
     def __post_init__(self) -> None:
         _validate(self)
+
+
+def _from_env(source: Mapping[str, str], overrides: Mapping[str, Any]) -> LlogConfig:
+    values: dict[str, Any] = {}
+    for f in fields(LlogConfig):
+        raw = source.get(f"LLOG_{f.name.upper()}")
+        if raw is not None:
+            values[f.name] = _coerce(f.name, f.type, raw)
+    cfg = LlogConfig(**values)
+    clean = {k: v for k, v in overrides.items() if v is not None}
+    if "etcd_endpoints" in clean and isinstance(clean["etcd_endpoints"], str):
+        clean["etcd_endpoints"] = _split_endpoints(clean["etcd_endpoints"])
+    return replace(cfg, **clean) if clean else cfg
 
 
 def _validate(cfg: LlogConfig) -> None:

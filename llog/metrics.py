@@ -178,12 +178,9 @@ class Metrics:
         self.produce_bytes = Counter("llog_produce_bytes", "value bytes acknowledged by the broker", registry=r)
         self.consume_records = Counter("llog_consume_records", "records returned by broker consumes", registry=r)
         self.consume_bytes = Counter("llog_consume_bytes", "value bytes returned by broker consumes", registry=r)
-        self.consume_waiting = Gauge(
-            "llog_consume_waiting", "broker consumes long-polling right now", registry=r
-        )
-        self.tail_cache_lookups = Counter(
-            "llog_tail_cache_lookups", "broker tail cache lookups by result", ["result"], registry=r
-        )
+        self.consume_waiting = Gauge("llog_consume_waiting", "broker consumes long-polling right now", registry=r)
+        self.tail_cache_lookups = Counter("llog_tail_cache_lookups", "broker tail cache lookups by result", ["result"],
+                                          registry=r)
         self.tail_cache_files_dropped = Counter(
             "llog_tail_cache_files_dropped",
             "commits left out of the shared tail cache files because the writer fell behind",
