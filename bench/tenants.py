@@ -57,6 +57,7 @@ from llog.connection import Connection
 from llog.quotas.entities import PRODUCER_BYTE_RATE, QuotaEntity
 from llog.quotas.store import QuotaStore
 from llog.topic.admin import Topics
+from tests.kafka_crafted import exchange
 
 PASSWORDS = {"a": "a-secret", "b": "b-secret"}
 TOPIC_A, TOPIC_B, PARTITIONS = "tenant-a", "tenant-b", 4
@@ -154,24 +155,8 @@ def tenant_a(bootstrap: str, stop: threading.Event, out: dict[str, float]) -> No
     out["errors"] = out.get("errors", 0.0) + len(errors)
 
 
-def _frame(request: Any, correlation: int) -> bytes:
-    request.with_header(correlation_id=correlation, client_id="flood")
-    return bytes(request.encode(header=True, framed=True))
-
-
-def _reply(sock: socket.socket, response: Any, version: int) -> Any:
-    size = struct.unpack(">i", _recv(sock, 4))[0]
-    return response[version].decode(_recv(sock, size), version=version, header=True)
-
-
-def _recv(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        got = sock.recv(n - len(out))
-        if not got:
-            raise ConnectionError("closed")
-        out += got
-    return out
+def _ask(sock: socket.socket, request: Any, response: Any, version: int, correlation: int) -> Any:
+    return response[version].decode(exchange(sock, request, correlation, "flood"), version=version, header=True)
 
 
 def wrong_login(kind: str, source: str, kafka: tuple[str, int], http_url: str) -> None:
@@ -188,19 +173,18 @@ def wrong_login(kind: str, source: str, kafka: tuple[str, int], http_url: str) -
         return
     with socket.create_connection(kafka, timeout=10, source_address=(source, 0)) as sock:
         mechanism = "PLAIN" if kind == "PLAIN" else "SCRAM-SHA-512"
-        sock.sendall(_frame(SaslHandshakeRequest[1](mechanism=mechanism), 1))
-        _reply(sock, SaslHandshakeResponse, 1)
+        _ask(sock, SaslHandshakeRequest[1](mechanism=mechanism), SaslHandshakeResponse, 1, 1)
         if kind == "PLAIN":
-            sock.sendall(_frame(SaslAuthenticateRequest[2](auth_bytes=b"\0b\0" + secrets.token_hex(6).encode()), 2))
-            _reply(sock, SaslAuthenticateResponse, 2)
+            plain = SaslAuthenticateRequest[2](auth_bytes=b"\0b\0" + secrets.token_hex(6).encode())
+            _ask(sock, plain, SaslAuthenticateResponse, 2, 2)
             return
         nonce = secrets.token_urlsafe(18)
-        sock.sendall(_frame(SaslAuthenticateRequest[2](auth_bytes=f"n,,n=b,r={nonce}".encode()), 2))
-        first = _reply(sock, SaslAuthenticateResponse, 2)
+        first = _ask(sock, SaslAuthenticateRequest[2](auth_bytes=f"n,,n=b,r={nonce}".encode()),
+                     SaslAuthenticateResponse, 2, 2)
         server_nonce = dict(kv.split("=", 1) for kv in bytes(first.auth_bytes).decode().split(","))["r"]
         proof = base64.b64encode(os.urandom(64)).decode()
-        sock.sendall(_frame(SaslAuthenticateRequest[2](auth_bytes=f"c=biws,r={server_nonce},p={proof}".encode()), 3))
-        _reply(sock, SaslAuthenticateResponse, 2)
+        final = SaslAuthenticateRequest[2](auth_bytes=f"c=biws,r={server_nonce},p={proof}".encode())
+        _ask(sock, final, SaslAuthenticateResponse, 2, 3)
 
 
 def flood(kind: str, stop: threading.Event, kafka_ports: list[int], http_urls: list[str], counts: dict[str, int],

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import base64
 import socket
-import struct
 import subprocess
 import sys
 from pathlib import Path
@@ -25,32 +24,17 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from tests.broker_harness import BrokerProcess
 from tests.conftest import config_env, wait_until
-
-
-def _exchange(sock: socket.socket, request: object, response: type, version: int, correlation: int) -> object:
-    request.with_header(correlation_id=correlation, client_id="flood")  # type: ignore[attr-defined]
-    sock.sendall(request.encode(header=True, framed=True))  # type: ignore[attr-defined]
-    (size,) = struct.unpack(">i", _read(sock, 4))
-    return response[version].decode(_read(sock, size), version=version, header=True)  # type: ignore[index]
-
-
-def _read(sock: socket.socket, n: int) -> bytes:
-    out = b""
-    while len(out) < n:
-        got = sock.recv(n - len(out))
-        assert got, "the broker closed the connection"
-        out += got
-    return out
+from tests.kafka_crafted import exchange
 
 
 def _plain(port: int, user: str, password: str) -> int:
     """One SASL/PLAIN login on a connection of its own; the SaslAuthenticate error code."""
     with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
-        hs = _exchange(sock, SaslHandshakeRequest[1](mechanism="PLAIN"), SaslHandshakeResponse, 1, 1)
-        assert hs.error_code == 0  # type: ignore[attr-defined]
-        auth = _exchange(sock, SaslAuthenticateRequest[2](auth_bytes=f"\0{user}\0{password}".encode()),
-                         SaslAuthenticateResponse, 2, 2)
-        return int(auth.error_code)  # type: ignore[attr-defined]
+        hs = SaslHandshakeResponse[1].decode(exchange(sock, SaslHandshakeRequest[1](mechanism="PLAIN"), 1),
+                                             version=1, header=True)
+        assert hs.error_code == 0
+        request = SaslAuthenticateRequest[2](auth_bytes=f"\0{user}\0{password}".encode())
+        return int(SaslAuthenticateResponse[2].decode(exchange(sock, request, 2), version=2, header=True).error_code)
 
 
 def _broker(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[str], int, str]:
