@@ -14,8 +14,7 @@ import anyio
 from starlette.requests import Request
 
 from llog.auth.authorizer import Authorizer, parse_super_users
-from llog.auth.login_budget import login_guard
-from llog.broker.directory import HttpDirectory, serving
+from llog.broker.directory import HttpDirectory
 from llog.broker.filecache import FileTailCache
 from llog.broker.loop_inbox import LoopInbox
 from llog.broker.readiness import Readiness
@@ -29,8 +28,6 @@ from llog.connection import Connection
 from llog.errors import UnknownTopic
 from llog.names import TopicPartition
 from llog.producer import BatchingProducer
-from llog.quotas.cache import Quotas
-from llog.quotas.meter import QuotaMeter
 from llog.reader import Reader
 from llog.records import Record
 from llog.registry import SchemaRegistry
@@ -105,26 +102,18 @@ class Broker:
         self.txn_expiry = TxnExpiry(self.transactions, config.txn_sweep_s)
         #: Transactional produce requests, staged in order per id, PUT in parallel.
         self.txn_staging = StagePipeline(self.producer.writer)
-        self._open_tenancy(host, port)
+        #: This broker's HTTP address in etcd, and every live broker's (``GET /brokers``).
+        self.directory = HttpDirectory(
+            self.conn,
+            config.http_advertised_url or peer_url_of(host, port, tls=config.broker_tls_cert_file is not None),
+            config.zone, config.session_ttl_s)
+        self.directory.start()
         if self.authorizer is not None:  # last: what failed before it leaves no watch behind
             try:
                 self.authorizer.start()
             except BaseException:
                 self.close()
                 raise
-
-    def _open_tenancy(self, host: str, port: int) -> None:
-        """What keeps clients apart: where a client of a zone is sent (``GET /brokers``),
-        connection rates and failed logins, client quotas and each client's use against
-        them (docs/zones.md; docs/security.md, "Failed logins", "Quotas")."""
-        config = self.config
-        url = config.http_advertised_url or peer_url_of(host, port, tls=config.broker_tls_cert_file is not None)
-        self.directory = HttpDirectory(self.conn, url, config.zone, config.session_ttl_s)
-        self.directory.start()
-        self.logins = login_guard(config, self.conn.metrics)
-        self.quotas = Quotas(self.conn)
-        self.quotas.start()
-        self.meter = QuotaMeter(self.quotas.limit, lambda zone: len(serving(self.directory.cached(), zone)))
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start watching partition tails, waking long-polls on ``loop``."""
@@ -155,8 +144,6 @@ class Broker:
         """Leave ``GET /brokers``, drain the producer, then release everything else."""
         try:
             self.directory.close()
-            self.quotas.close()
-            self.logins.close()
             self.txn_staging.close()
             self.producer.close()  # drains: every accepted produce is answered
         finally:

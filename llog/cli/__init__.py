@@ -36,7 +36,6 @@ COMMAND_MODULES = (
     "llog.cli.groups",
     "llog.cli.users",
     "llog.cli.acls",
-    "llog.cli.quotas",
     "llog.cli.schemas",
     "llog.cli.compactor",
     "llog.cli.etcd",
