@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
+from llog.broker.directory import ZONE_HEADER
 from llog.broker.exception_handlers import error_answer
 from llog.broker.http_auth import CALLER_SCOPE_KEY, HttpAuth
 from llog.broker.responses import error_response
@@ -38,6 +39,8 @@ if TYPE_CHECKING:
 __all__ = ["ROUTES", "BrokerApp", "create_app"]
 
 log = logging.getLogger(__name__)
+
+_ZONE_HEADER = ZONE_HEADER.encode()  # ASGI's header names: lower-case bytes
 
 
 class BrokerApp:
@@ -75,14 +78,14 @@ class BrokerApp:
         zone = self._zone_header
         caller_zone = None
         if zone is not None:
-            caller_zone = next((v for k, v in scope["headers"] if k == b"llog-zone"), None)
+            caller_zone = next((v for k, v in scope["headers"] if k == _ZONE_HEADER), None)
 
         async def send_wrapper(message: Message) -> None:
             nonlocal status
             if message["type"] == "http.response.start":
                 status = message["status"]
                 if zone is not None:
-                    message = {**message, "headers": [*message.get("headers", ()), (b"llog-zone", zone)]}
+                    message = {**message, "headers": [*message.get("headers", ()), (_ZONE_HEADER, zone)]}
             await send(message)
 
         start = time.perf_counter()

@@ -24,6 +24,10 @@ from llog.state.keys import prefix_range_end
 
 log = logging.getLogger(__name__)
 
+#: The HTTP header that names a zone: the caller's on a request, the broker's own on
+#: every answer (as a Kafka client's ``client.id`` names its zone).
+ZONE_HEADER = "llog-zone"
+
 
 class _Zoned(Protocol):
     @property

@@ -55,8 +55,10 @@ class Broker:
     """The connection, producer, reader, caches and tail watches every route uses."""
 
     def __init__(self, config: LlogConfig, *, host: str, port: int, place: WorkerPlace | None = None) -> None:
+        # Where other brokers and clients reach this one, unless configured otherwise.
+        reachable = peer_url_of(host, port, tls=config.broker_tls_cert_file is not None)
         if config.read_peers and config.peer_url is None:
-            config = replace(config, peer_url=peer_url_of(host, port, tls=config.broker_tls_cert_file is not None))
+            config = replace(config, peer_url=reachable)
         self.config = config
         #: Where the broker listens, as ``/health`` reports it.
         self.host, self.port = host, port
@@ -103,10 +105,8 @@ class Broker:
         #: Transactional produce requests, staged in order per id, PUT in parallel.
         self.txn_staging = StagePipeline(self.producer.writer)
         #: This broker's HTTP address in etcd, and every live broker's (``GET /brokers``).
-        self.directory = HttpDirectory(
-            self.conn,
-            config.http_advertised_url or peer_url_of(host, port, tls=config.broker_tls_cert_file is not None),
-            config.zone, config.session_ttl_s)
+        self.directory = HttpDirectory(self.conn, config.http_advertised_url or reachable, config.zone,
+                                       config.session_ttl_s)
         self.directory.start()
         if self.authorizer is not None:  # last: what failed before it leaves no watch behind
             try:

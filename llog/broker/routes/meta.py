@@ -17,7 +17,7 @@ from starlette.responses import Response
 from llog.auth.acls import Operation, ResourceType
 from llog.broker import worker_metrics
 from llog.broker.api_types import BrokerEntry, Brokers, Check, Health, Readiness
-from llog.broker.directory import serving
+from llog.broker.directory import ZONE_HEADER, serving
 from llog.broker.http_auth import Access
 from llog.broker.openapi import openapi_document
 from llog.broker.responses import json_response
@@ -59,10 +59,6 @@ async def metrics_prometheus(request: Request) -> Response:
     if b.place is not None and request.query_params.get("scope") != worker_metrics.WORKER_SCOPE:
         text = worker_metrics.merge_prometheus(await worker_metrics.gather(b, "/metrics/prometheus", text))
     return Response(text, media_type=CONTENT_TYPE_LATEST)
-
-
-#: The request header that names the caller's zone (as a Kafka client's ``client.id`` does).
-ZONE_HEADER = "llog-zone"
 
 
 async def brokers(request: Request) -> Response:
