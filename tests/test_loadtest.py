@@ -14,10 +14,11 @@ import pytest
 from llog.connection import Connection
 from llog.errors import ConfigError
 from llog.loadtest import orchestrator, report
-from llog.loadtest.reconcile import Ack, reconcile
+from llog.loadtest.loss_report import loss_report, lost_batches
+from llog.loadtest.reconcile import Ack, Mismatch, reconcile
 from llog.loadtest.routing import NoLiveOwner, Router, owner_set
 from llog.loadtest.scenario import load_scenario, parse_scenario
-from llog.records import Record
+from llog.records import AppendGroup, Record
 from llog.topic.admin import Topics
 from llog.writer import Writer
 
@@ -137,6 +138,33 @@ def test_reconcile_lists_lost_misplaced_and_duplicated_records(conn: Connection)
     assert not r.ok
     dup = next(m for m in r.mismatches if m.kind == "duplicated")
     assert dup.found_offsets == (1, 3)
+
+
+def test_a_loss_report_tells_a_commit_etcd_never_had_from_one_it_had(conn: Connection) -> None:
+    """Two batches of one idempotent producer reported lost: the first was committed (its
+    control version and producer version are in etcd's history, its blob in the store),
+    the second never was (claimed past the end, under a sequence never committed)."""
+    Topics(conn).create("lossy", 1)
+    with Writer(conn) as w:
+        [first] = w.append_shared([AppendGroup("lossy", 0, [Record(f"g0t0-{i} x".encode()) for i in range(3)],
+                                               producer_id="lt-run-g0t0", sequence=0)])
+        w.append("lossy", 0, [Record(b"other")])  # the control moves on past the batch
+    uri = f"s3://bucket/{first.data_key}"
+    committed = Ack("lossy", 0, 0, 2, "g0t0", 0, 0, "broker-1", uri, False)
+    never = Ack("lossy", 0, 4, 6, "g0t0", 3, 1, "broker-1", uri.replace(first.data_key.rsplit("/", 1)[1], "x"), False)
+    lost = [Mismatch("lost", "lossy", 0, f"g0t0-{i}", i, ()) for i in (0, 4)]
+    assert lost_batches([committed, never], lost) == [committed, never]
+    report = loss_report(conn, [committed, never])
+    had, missing = report["batches"]
+    assert had["commit_in_etcd_history"] and had["blob_in_store"]
+    assert [v["sequence"] for v in had["producer_versions"]] == [0]
+    assert not missing["commit_in_etcd_history"] and not missing["blob_in_store"]
+    # The control's versions, newest first, back to one before the batch's offsets: the
+    # writer's settle at close, the commit of "other", the batch's own commit.
+    assert [v["next_offset"] for v in had["control_versions"]] == [4, 4, 3]
+    assert had["control_versions"][2]["pending"][1:3] == [0, 2]
+    assert [v["next_offset"] for v in missing["control_versions"]] == [4]
+    assert report["not_reported"] == 0
 
 
 @pytest.mark.timeout(180)

@@ -10,7 +10,8 @@ another owner, which returns the original offsets if the first attempt committed
 ``g<proc>t<thread>-<n>`` so reconciliation can find each record and spot copies.
 
 Per process, in the output directory: ``acks-<i>.tsv`` (one line per acknowledged
-batch: topic, partition, start, end, id prefix, first n, sequence, broker),
+batch: topic, partition, start, end, id prefix, first n, sequence, broker, the blob's
+URI and whether the answer was a retry's: ``-`` and ``0`` where not known),
 ``samples-<i>.jsonl`` (cumulative counters and the interval's latency histogram,
 every interval), ``client-<i>.json`` (the process's totals) and ``generator-<i>.log``
 (remaps and errors). :meth:`LoadGenerator.summarize` merges them."""
@@ -275,8 +276,11 @@ class _Process:
                 if res.get("ok"):
                     if res["end_offset"] - res["start_offset"] + 1 != b.count:
                         self.stats.errors["ack_count_mismatch"] += 1
+                    # The blob and whether the broker answered from the producer state
+                    # (a retry's first commit): what a lost batch's report starts from.
                     self.acks.write(f"{b.topic}\t{b.partition}\t{res['start_offset']}\t{res['end_offset']}\t"
-                                    f"{b.prefix}\t{b.first}\t{b.sequence}\t{answered_by}\n")
+                                    f"{b.prefix}\t{b.first}\t{b.sequence}\t{answered_by}\t"
+                                    f"{res.get('wal_uri') or '-'}\t{int(bool(res.get('duplicate')))}\n")
                     self.stats.acked_batches += 1
                     self.stats.acked_records += b.count
                     settled.append(b)

@@ -85,7 +85,7 @@ class _KafkaThread:
         ms = (time.perf_counter() - t) * 1000
         stats, off = self.proc.stats, msg.offset()
         with stats.lock:
-            self.proc.acks.write(f"{msg.topic()}\t{msg.partition()}\t{off}\t{off}\t{self.prefix}\t{n}\t-1\tkafka\n")
+            self.proc.acks.write(f"{msg.topic()}\t{msg.partition()}\t{off}\t{off}\t{self.prefix}\t{n}\t-1\tkafka\t-\t0\n")
             stats.acked_batches += 1
             stats.acked_records += 1
             stats.hist.add(ms)

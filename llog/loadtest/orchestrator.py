@@ -33,6 +33,7 @@ from llog.loadtest.collector import Collector, Target
 from llog.loadtest.generator import LoadGenerator
 from llog.loadtest.generator_state import GeneratorPlan
 from llog.loadtest.live import LiveProgress, Report
+from llog.loadtest.loss_report import loss_report, lost_batches
 from llog.loadtest.process import ManagedProcess
 from llog.loadtest.reconcile import Reconciliation, read_acks, reconcile
 from llog.loadtest.report import write_report
@@ -289,14 +290,19 @@ def _load(scenario: Scenario, cluster: Cluster, say: Report, live_progress: bool
 
 def _reconcile(
     scenario: Scenario, cluster: Cluster, client: dict[str, Any], say: Report
-) -> tuple[Reconciliation, float]:
-    """Read back every acknowledged record; the reconcile result and its duration."""
+) -> tuple[Reconciliation, float, dict[str, Any] | None]:
+    """Read back every acknowledged record; the reconcile result, its duration and, if
+    records were lost, what etcd's history says of their batches (``loss_report.json``)."""
     say(f"reconcile: reading back {client['acked_records']:,} acknowledged records")
     t_rec = time.monotonic()
+    report = None
     with Connection(cluster.stack.config) as conn:
         acks = read_acks(sorted((cluster.run_dir / "client").glob("acks-*.tsv")))
         rec = reconcile(conn, acks, scenario.partitions)
-    return rec, time.monotonic() - t_rec
+        if rec.lost:
+            report = loss_report(conn, lost_batches(acks, rec.mismatches))
+            _write(cluster.run_dir / "loss_report.json", report)
+    return rec, time.monotonic() - t_rec, report
 
 
 def _add_states(
@@ -335,7 +341,7 @@ def run(
             f"{scenario.load.processes} generator process(es)")
         etcd_start = etcd_state(cluster.stack.config)
         load = _load(scenario, cluster, say, progress is not None)
-        rec, reconcile_s = _reconcile(scenario, cluster, load.client, say)
+        rec, reconcile_s, lost = _reconcile(scenario, cluster, load.client, say)
         etcd_end = etcd_state(cluster.stack.config)
         s3_proxy = None if cluster.stack.s3_proxy is None else proxy_state(cluster.stack.s3_proxy.endpoint_url)
     finally:
@@ -347,6 +353,8 @@ def run(
         samples=samples,
     )
     _add_states(summary, load.chaos, etcd_start, etcd_end, s3_proxy)
+    if lost is not None:
+        summary["loss_report"] = lost
     _write(run_dir / "summary.json", summary)
     say(f"report: {write_report(run_dir)}")
     return run_dir, summary

@@ -27,6 +27,10 @@ class Ack:
     first: int
     sequence: int
     broker: str
+    #: The blob the broker named (``-``: not known) and whether its answer was a retry's
+    #: (the producer state's first commit of the batch).
+    wal_uri: str = "-"
+    duplicate: bool = False
 
     def ids(self) -> Iterable[tuple[int, str]]:
         """``(offset, record id)`` of every record of the batch."""
@@ -73,8 +77,8 @@ def read_acks(paths: Iterable[Path]) -> list[Ack]:
     for path in paths:
         with open(path) as f:
             for line in f:
-                t, p, s, e, prefix, first, seq, broker = line.rstrip("\n").split("\t")
-                out.append(Ack(t, int(p), int(s), int(e), prefix, int(first), int(seq), broker))
+                t, p, s, e, prefix, first, seq, broker, uri, dup = line.rstrip("\n").split("\t")
+                out.append(Ack(t, int(p), int(s), int(e), prefix, int(first), int(seq), broker, uri, dup == "1"))
     return out
 
 
