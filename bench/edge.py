@@ -36,6 +36,7 @@ from bench.common import MIB, LocalStack, bench_args, emit_json, print_table
 from llog.connection import Connection
 from llog.topic.admin import Topics
 from tests.broker_harness import PeakRss
+from tests.kafka_crafted import exchange
 
 TOPIC = "edge"
 
@@ -66,20 +67,8 @@ def _connect(bootstrap: str) -> socket.socket:
     return socket.create_connection((host, int(port)), timeout=60)
 
 
-def _recv(s: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = s.recv(n - len(data))
-        if not chunk:
-            raise ConnectionError("closed")
-        data += chunk
-    return data
-
-
 def _exchange(s: socket.socket, req: Any, correlation: int) -> bytes:
-    req.with_header(correlation_id=correlation, client_id="bench-edge")
-    s.sendall(req.encode(header=True, framed=True))
-    return _recv(s, struct.unpack(">i", _recv(s, 4))[0])
+    return exchange(s, req, correlation, "bench-edge")
 
 
 def _timed_clients(

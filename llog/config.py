@@ -183,6 +183,17 @@ class LlogConfig:
     #: Kafka connections kept, in all and per client address (more are closed at once).
     kafka_max_connections: int = 10_000
     kafka_max_connections_per_ip: int = 1_000
+    #: Connections one address may open a second, on the Kafka listener (a burst of twice
+    #: that); 0: no limit (Kafka's ``max.connection.creation.rate`` per IP).
+    connection_rate_per_address: float = 100.0
+    #: Connections all clients together may open a second (Kafka's
+    #: ``max.connection.creation.rate``); 0: no limit.
+    connection_rate: float = 1_000.0
+    #: Failed logins from an address, or as a user, in a window, before its next ones are
+    #: suspect: answered after ``auth_failure_delay_ms``, on a thread of their own.
+    auth_failure_burst: int = 5
+    auth_failure_window_s: float = 10.0
+    auth_failure_delay_ms: int = 100
     #: Requests one connection may have read and not yet answered (then it is not read).
     kafka_max_inflight_requests: int = 64
     #: A connection idle this long is closed (Kafka's ``connections.max.idle.ms``).
@@ -305,13 +316,6 @@ class LlogConfig:
     s3_price_get_per_1000: float = 0.0004
     s3_price_gib_month: float = 0.023
 
-    @property
-    def kafka_inflate_cap(self) -> int:
-        """What a produced batch's records may inflate to (``kafka_max_batch_inflated_bytes``)."""
-        if self.kafka_max_batch_inflated_bytes is not None:
-            return self.kafka_max_batch_inflated_bytes
-        return 4 * self.max_record_bytes
-
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> LlogConfig:
         """Build a config from ``LLOG_*`` variables, then apply ``overrides`` (non-None)."""
@@ -357,6 +361,7 @@ def _validate(cfg: LlogConfig) -> None:
                  "broker_body_timeout_s", "broker_put_burst", "broker_workers",
                  "iceberg_snapshots_kept", "kafka_max_frame_bytes", "kafka_max_preauth_frame_bytes",
                  "kafka_max_queued_bytes", "kafka_max_connections", "kafka_max_connections_per_ip",
+                 "auth_failure_burst", "auth_failure_window_s",
                  "kafka_max_inflight_requests", "kafka_idle_timeout_s", "kafka_frame_timeout_s",
                  "kafka_max_batch_records", "kafka_check_threads",
                  "kafka_peer_timeout_s", "txn_max_timeout_ms", "txn_sweep_s", "txn_max_ops",
@@ -366,7 +371,8 @@ def _validate(cfg: LlogConfig) -> None:
     for name in ("compact_min_age_ms", "iceberg_freshness_s", "vacuum_grace_s", "vacuum_interval_s",
                  "compactor_shutdown_timeout_s", "etcd_compact_interval_s", "max_uncompacted_keys",
                  "backpressure_check_s", "producer_state_ttl_s", "producer_lookback_entries", "tail_cache_bytes",
-                 "read_cache_bytes", "iceberg_sync_interval_s", "put_hedge_min_ms", "gc_threshold", "broker_put_rate"):
+                 "read_cache_bytes", "iceberg_sync_interval_s", "put_hedge_min_ms", "gc_threshold", "broker_put_rate",
+                 "connection_rate_per_address", "connection_rate", "auth_failure_delay_ms"):
         if getattr(cfg, name) < 0:
             raise ConfigError(f"{name} must be >= 0, got {getattr(cfg, name)!r}")
     _validate_security(cfg)

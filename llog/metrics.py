@@ -43,6 +43,22 @@ class Metrics:
         self.acls = Gauge("llog_acls", "ACLs the broker's authorizer holds (LLOG_AUTH_ACLS)", registry=r)
         self.acl_reloads = Counter("llog_acl_reloads", "Times the authorizer re-read the ACLs after a change, "
                                    "by result (ok; failed: tried again with back-off)", ["result"], registry=r)
+        self.quota_entities = Gauge("llog_quota_entities", "Users, client ids and (user, client id) pairs with "
+                                    "client quotas set, as this process holds them", registry=r)
+        self.login_failures = Counter(
+            "llog_login_failures", "Failed logins (Kafka SASL, HTTP Basic) by listener and how they were refused: "
+            "checked (a key derived or a SCRAM proof checked), remembered (the same password just failed: refused "
+            "without deriving it again)", ["listener", "check"], registry=r)
+        self.login_suspects = Counter(
+            "llog_login_suspects", "Logins checked as suspects (their address or user over LLOG_AUTH_FAILURE_BURST "
+            "failures in LLOG_AUTH_FAILURE_WINDOW_S): on their own thread, a failure answered after "
+            "LLOG_AUTH_FAILURE_DELAY_MS", ["listener"], registry=r)
+        self.quota_throttles = Counter("llog_quota_throttles", "Requests answered with a wait for a client over its "
+                                       "quota, by listener and request", ["listener", "api"], registry=r)
+        self.quota_throttle_seconds = Counter("llog_quota_throttle_seconds", "Seconds clients over their quotas were "
+                                              "told to wait, by listener", ["listener"], registry=r)
+        self.quota_reloads = Counter("llog_quota_reloads", "Times the client quotas were re-read after a change, "
+                                     "by result (ok; failed: tried again with back-off)", ["result"], registry=r)
         self.schema_refusals = Counter(
             "llog_schema_refusals", "Produced values a topic's schema refused (value_validation), by what "
             "became of them (refuse: their batch was refused; dlq: dead-lettered)", ["validation"], registry=r,

@@ -16,7 +16,7 @@ TOPIC_NAME_PATTERN = "(?:[A-Za-z0-9._-]{1,245}(?:~dlq)?|[A-Za-z0-9._-]{246,249})
 TOPIC_NAME_RE = re.compile(TOPIC_NAME_PATTERN)
 #: Names that would collide with llog's own object-key or etcd-key prefixes.
 RESERVED_TOPICS = frozenset({".", "..", "wal-shared", "_groups", "_maintenance", "_sessions", "_brokers", "_users",
-                             "_acls", "_schemas", "_transactions", "_sinks"})
+                             "_acls", "_quotas", "_schemas", "_transactions", "_sinks"})
 #: A zone's name (an availability zone or its id, a rack: ``us-east-1a``, ``use1-az1``).
 ZONE_PATTERN = "[A-Za-z0-9][A-Za-z0-9._-]{0,63}"
 ZONE_RE = re.compile(ZONE_PATTERN)

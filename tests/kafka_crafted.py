@@ -1,13 +1,17 @@
 """Crafted Kafka v2 record batches for the edge tests, the fuzzers and bench/edge.py:
 valid ones built field by field, decompression bombs streamed through each codec
-(never holding their inflated bytes), and batches whose CRC holds over broken insides.
+(never holding their inflated bytes), and batches whose CRC holds over broken insides;
+and one request sent and its answer read on a plain socket (:func:`exchange`), for the
+tests and benches that speak the protocol below any client.
 """
 
 from __future__ import annotations
 
+import socket
 import struct
 import zlib
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 from crc32c import crc32c
 
@@ -148,3 +152,22 @@ def hostile_batches(max_record_bytes: int) -> list[tuple[str, bytes, int]]:
         ("offset deltas 0, 0", batch(record(0, b"a") + record(1, b"b", offset_delta=0), 2), 87),
         ("a record framed past its end", batch(record(0, b"a")[:-1] + b"\x02\x00", 1), 87),
     ]
+
+
+def read_exactly(sock: socket.socket, n: int) -> bytes:
+    """``n`` bytes from ``sock``; :class:`ConnectionError` if it closes first."""
+    out = b""
+    while len(out) < n:
+        got = sock.recv(n - len(out))
+        if not got:
+            raise ConnectionError("the broker closed the connection")
+        out += got
+    return out
+
+
+def exchange(sock: socket.socket, request: Any, correlation: int = 1, client_id: str = "test") -> bytes:
+    """Send ``request`` (a kafka-python protocol message) with its header; the answer's
+    frame, header included (decode it with the response class at the request's version)."""
+    request.with_header(correlation_id=correlation, client_id=client_id)
+    sock.sendall(request.encode(header=True, framed=True))
+    return read_exactly(sock, struct.unpack(">i", read_exactly(sock, 4))[0])

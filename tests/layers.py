@@ -60,10 +60,11 @@ LAYERS: tuple[Layer, ...] = (
        "unknown outcomes, W3 acknowledgement) behind the `Writer` façade; the read path `llog/scan/` (§9) "
        "behind the `Reader` façade; topics (`llog/topic/`): admin and fencing, deletion, time lookups"),
     Layer("4. clients and tables", ("llog/producer/*", "llog/groups/*", "llog/table/*", "llog/auth/*",
-                                    "llog/registry/*", "llog/txn/*"),
+                                    "llog/quotas/*", "llog/registry/*", "llog/txn/*"),
           "the batching producer (accumulator → sender), committed offsets, membership, the `Consumer`; "
           "transactions (§15: the record, staging, the one-etcd-transaction commit, expiry); "
-          "table topics' Iceberg catalog and sync (§10.1); users and their SCRAM credentials, ACLs and the authorizer; "
+          "table topics' Iceberg catalog and sync (§10.1); users and their SCRAM credentials, ACLs and the authorizer, "
+          "failed logins' budgets, client quotas; "
           "the schema registry (§14)"),
     Layer("5. services", (
         "llog/broker/*", "llog/kafka/*", "llog/spark/*", "llog/__init__.py",

@@ -111,8 +111,10 @@ def test_each_field_reads_its_own_variable() -> None:
 
 
 def test_kafka_limits_are_checked_against_each_other() -> None:
-    assert LlogConfig().kafka_inflate_cap == 4 * LlogConfig().max_record_bytes
-    assert LlogConfig(max_record_bytes=1 << 20).kafka_inflate_cap == 4 << 20
+    from llog.kafka.batch_checks import inflate_cap
+
+    assert inflate_cap(LlogConfig()) == 4 * LlogConfig().max_record_bytes
+    assert inflate_cap(LlogConfig(max_record_bytes=1 << 20)) == 4 << 20
     with pytest.raises(ConfigError, match="kafka_max_queued_bytes"):
         LlogConfig(kafka_max_frame_bytes=2 << 20, kafka_max_queued_bytes=1 << 20)
     with pytest.raises(ConfigError, match="kafka_max_batch_inflated_bytes"):

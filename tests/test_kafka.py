@@ -35,6 +35,7 @@ from tests.broker_harness import (
     shared_conn_with_topic_t,  # noqa: F401 (the fixture shared_conn)
 )
 from tests.conftest import wait_until
+from tests.kafka_crafted import exchange
 
 kafka = pytest.importorskip("kafka")
 
@@ -382,21 +383,9 @@ def _exchange(bootstrap: str, req: Any, response_cls: Any) -> Any:
     """One request on a fresh connection, its response decoded (correlation id checked)."""
     host, port = bootstrap.rsplit(":", 1)
     with socket.create_connection((host, int(port)), timeout=30) as s:
-        req.with_header(correlation_id=7, client_id="test")
-        s.sendall(req.encode(header=True, framed=True))
-        size = struct.unpack(">i", _recv_exactly(s, 4))[0]
-        resp = response_cls.decode(_recv_exactly(s, size), version=req.API_VERSION, header=True)
+        resp = response_cls.decode(exchange(s, req, 7), version=req.API_VERSION, header=True)
     assert resp.header.correlation_id == 7
     return resp
-
-
-def _recv_exactly(s: socket.socket, n: int) -> bytes:
-    data = b""
-    while len(data) < n:
-        chunk = s.recv(n - len(data))
-        assert chunk, "connection closed"
-        data += chunk
-    return data
 
 
 def test_two_brokers_both_in_metadata_and_either_serves_any_partition(config: LlogConfig, conn: Connection) -> None:

@@ -22,8 +22,8 @@ from llog.connection import Connection
 from llog.reader import Reader
 from llog.topic.admin import Topics
 from tests.broker_harness import PeakRss
-from tests.kafka_crafted import hostile_batches, plain_batch
-from tests.test_kafka import KafkaBroker, _exchange, _recv_exactly, kafka_broker
+from tests.kafka_crafted import hostile_batches, plain_batch, read_exactly
+from tests.test_kafka import KafkaBroker, _exchange, kafka_broker
 
 kafka = pytest.importorskip("kafka")
 from kafka.protocol.consumer import FetchRequest, FetchResponse, OffsetCommitRequest, OffsetCommitResponse  # noqa: E402
@@ -116,8 +116,8 @@ class _Others:
                         forgotten_topics_data=[], rack_id="")
                 req.with_header(correlation_id=len(self.fetches), client_id="other")
                 s.sendall(req.encode(header=True, framed=True))
-                size = struct.unpack(">i", _recv_exactly(s, 4))[0]
-                resp = FetchResponse.decode(_recv_exactly(s, size), version=11, header=True)
+                size = struct.unpack(">i", read_exactly(s, 4))[0]
+                resp = FetchResponse.decode(read_exactly(s, size), version=11, header=True)
                 self.fetches.append(resp.responses[0].partitions[0].error_code)
 
 
@@ -227,7 +227,7 @@ def test_slow_idle_and_surplus_connections_are_closed(config: LlogConfig, edge_c
         idle = _raw_connection(kb.bootstrap)
         versions.with_header(correlation_id=1, client_id="idle")
         idle.sendall(versions.encode(header=True, framed=True))
-        _recv_exactly(idle, struct.unpack(">i", _recv_exactly(idle, 4))[0])
+        read_exactly(idle, struct.unpack(">i", read_exactly(idle, 4))[0])
         # Those two fill the per-address limit of 2: a third is closed on arrival.
         surplus = _raw_connection(kb.bootstrap)
         assert _closed_by_peer(surplus)

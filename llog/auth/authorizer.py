@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
-import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from llog.auth.acl_store import AclStore
@@ -33,7 +32,8 @@ from llog.auth.acls import (
     check_principal,
 )
 from llog.connection import Connection
-from llog.errors import LlogError, NotAuthorized
+from llog.errors import NotAuthorized
+from llog.state.watched import ReloadOnChange
 
 log = logging.getLogger(__name__)
 
@@ -151,54 +151,26 @@ class _Decisions:
 
 
 class Authorizer:
-    """One broker's authorizer over the deployment's ACLs, kept current by a watch: a
-    change wakes one reload thread, which re-reads them all (however many changes came
-    at once) and tries again, backing off, until a read succeeds."""
+    """One broker's authorizer over the deployment's ACLs, kept current by a watch
+    (:class:`~llog.state.watched.ReloadOnChange`)."""
 
     def __init__(self, conn: Connection, super_users: frozenset[str]) -> None:
         self._conn = conn
         self._store = AclStore(conn)
         self.super_users = super_users
         self._decisions = _Decisions(AclIndex(()))
-        self._changed = threading.Event()
-        self._stopping = threading.Event()
-        self._thread: threading.Thread | None = None
-        self._cancel: Callable[[], None] | None = None
+        self._watch = ReloadOnChange(
+            conn.etcd, conn.keys.acls_prefix(), self.reload, name="ACLs",
+            counted=lambda ok: conn.metrics.acl_reloads.labels("ok" if ok else "failed").inc(),
+            held=lambda: f"deciding by the {self._decisions.index.size} held")
 
     def start(self) -> None:
         """Watch, then read (a change made in between is read again, never missed);
         :class:`LlogError` if the first read fails: a broker cannot authorize without."""
-        self._cancel = self._conn.etcd.watch(self._conn.keys.acls_prefix(), self._changed.set, prefix=True)
-        self.reload()
-        self._thread = threading.Thread(target=self._reloads, name="llog-acl-reload", daemon=True)
-        self._thread.start()
+        self._watch.start()
 
     def close(self) -> None:
-        if self._cancel is not None:
-            self._cancel()
-            self._cancel = None
-        self._stopping.set()
-        self._changed.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
-
-    def _reloads(self) -> None:
-        backoff = 0.1
-        while self._changed.wait() and not self._stopping.is_set():
-            self._changed.clear()
-            try:
-                self.reload()
-            except LlogError as exc:
-                self._conn.metrics.acl_reloads.labels("failed").inc()
-                log.warning("could not re-read the ACLs after a change (%s); deciding by the %d held, "
-                            "trying again in %.1f s", exc, self._decisions.index.size, backoff)
-                self._changed.set()
-                self._stopping.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
-                continue
-            self._conn.metrics.acl_reloads.labels("ok").inc()
-            backoff = 0.1
+        self._watch.close()
 
     def reload(self) -> None:
         """Read every ACL and decide by them from now on (an entry that does not decode

@@ -24,6 +24,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.types import Message, Receive, Scope, Send
 
+from llog.broker import quota_check
 from llog.broker.directory import ZONE_HEADER
 from llog.broker.exception_handlers import error_answer
 from llog.broker.http_auth import CALLER_SCOPE_KEY, HttpAuth
@@ -128,8 +129,15 @@ class BrokerApp:
             resp = error_response(405, "MethodNotAllowed", f"Method Not Allowed: {method} {endpoint.path}")
             resp.headers["allow"] = endpoint.method
             return resp
+        caller = request.scope.get(CALLER_SCOPE_KEY)
+        b = self.broker
+        if caller is not None and b is not None and (over := quota_check.refused(b, caller, request, endpoint.path)):
+            return over
         try:
-            return await endpoint.handler(request)
+            resp = await endpoint.handler(request)
+            if caller is not None and b is not None:
+                quota_check.count(b, caller, request, endpoint.path, resp)
+            return resp
         except Exception as exc:
             answer = error_answer(exc)
             if answer is None:

@@ -69,6 +69,7 @@ class HttpDirectory:
         self._tried = threading.Event()
         self._thread: threading.Thread | None = None
         self._cached: tuple[float, list[HttpBroker]] | None = None
+        self._seen = [self.me]
 
     def start(self) -> None:
         """Register and keep the registration alive, from a thread of its own; wait up
@@ -85,6 +86,11 @@ class HttpDirectory:
         now = time.monotonic()
         if self._cached is not None and now - self._cached[0] < max_age_s:
             return self._cached[1]
+        listed = self._read()
+        self._cached = (now, listed)
+        return listed
+
+    def _read(self) -> list[HttpBroker]:
         prefix = self._conn.keys.http_brokers_prefix()
         found = {self.me.url: self.me}
         for kv in self._conn.etcd.scan(prefix, prefix_range_end(prefix)):
@@ -96,9 +102,12 @@ class HttpDirectory:
                 log.warning("ignoring a malformed HTTP broker registration at %s", kv.key)
                 continue
             found.setdefault(broker.url, broker)
-        listed = [found[u] for u in sorted(found)]
-        self._cached = (now, listed)
-        return listed
+        return [found[u] for u in sorted(found)]
+
+    def cached(self) -> list[HttpBroker]:
+        """Every registered broker as the keep-alive thread last read them (no I/O: for
+        the event loop); this one alone before its first read."""
+        return self._seen
 
     def close(self) -> None:
         """Deregister (once; a second call does nothing)."""
@@ -123,6 +132,7 @@ class HttpDirectory:
             try:
                 if not self._lease or self._conn.etcd.refresh_lease(self._lease) <= 0:
                     self._register()
+                self._seen = self._read()
             except CoordinationError as exc:
                 log.warning("HTTP registration (GET /brokers) failed: %s", exc)
             self._tried.set()

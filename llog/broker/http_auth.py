@@ -2,9 +2,10 @@
 
 - ``Authorization: Bearer <LLOG_BROKER_TOKEN>``: the broker token, a super user;
 - ``Authorization: Basic <user:password>`` with ``LLOG_AUTH_USERS``: a user of ``llog
-  users``, the principal ``User:<name>``. A password is checked once (PBKDF2, on a
-  thread) and the success remembered for :data:`VERIFIED_S` seconds, so a changed
-  password or a deleted user applies within that time;
+  users``, the principal ``User:<name>``. A password is checked once (PBKDF2, on the
+  logins' own threads: llog/auth/login_budget.py) and the success remembered for
+  :data:`VERIFIED_S` seconds, so a changed password or a deleted user applies within
+  that time; a failure is remembered too, and a flood of them is held back;
 - nothing, when neither a token nor users are configured: ``User:ANONYMOUS``.
 
 A request that must authenticate and does not is answered 401 before its route is
@@ -13,6 +14,7 @@ looked at; with the authorizer on (``LLOG_AUTH_ACLS``), each route checks its ca
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import hashlib
@@ -20,7 +22,6 @@ import hmac
 import logging
 import time
 
-import anyio.to_thread
 from starlette.requests import Request
 from starlette.types import Scope
 
@@ -57,6 +58,7 @@ class HttpAuth:
         # The broker's workers ask each other with their broker's own secret.
         self._tokens = [t.encode() for t in (cfg.broker_token, broker.place and broker.place.secret) if t]
         self._verified: dict[bytes, tuple[str, float]] = {}
+        self._guard = broker.logins
         #: Nothing to check at all (no credentials, no authorizer): every request is let in as is.
         self._open = not self.required and broker.authorizer is None
 
@@ -94,9 +96,18 @@ class HttpAuth:
             return known[0]
         users = self._users
         assert users is not None
-        if not await anyio.to_thread.run_sync(users.verify, user, password):
+        guard, secret = self._guard, password.encode()
+        verdict = guard.verdict(host, user, now, "http")
+        # A password that just failed is refused without deriving it again; the others
+        # are checked on the logins' own threads (a suspect's: on the suspects' one).
+        remembered = guard.known_bad(user, secret, now)
+        if remembered or not await asyncio.get_running_loop().run_in_executor(
+                guard.executor(verdict), users.verify, user, password):
             self._metrics.http_authentications.labels("failed").inc()
-            log.info("HTTP client %s failed Basic authentication as %r", host, user)
+            guard.failed("http", host, user, f"HTTP Basic as {user!r}", time.monotonic(), secret,
+                         remembered=remembered)
+            if verdict.delay_s:
+                await asyncio.sleep(verdict.delay_s)
             return None
         self._metrics.http_authentications.labels("ok").inc()
         if len(self._verified) >= _VERIFIED_ENTRIES:

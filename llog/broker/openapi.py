@@ -75,6 +75,8 @@ _MEANING = {
     "413": "the body is larger than LLOG_BROKER_MAX_REQUEST_BYTES",
     "500": "the broker's own failure (a bug, or corrupt metadata in etcd), logged",
     "503": "etcd unreachable; nothing was written: send the same request again after Retry-After",
+    "429": "the client (its user and Llog-Client-Id) is over its quota; nothing was done: send the same request "
+           "again after Retry-After",
 }
 _UNAVAILABLE = ("every partition failed for an outage (etcd or the object store unreachable), back-pressure or "
                 "an expired writer session, or the request as a whole met an outage; "
@@ -142,7 +144,7 @@ def _ref(cls: type[msgspec.Struct]) -> dict[str, Any]:
 def _errors(*codes: str) -> dict[str, Any]:
     """Whole-request refusals (an :class:`ErrorBody`), each with its usual meaning."""
     return {c: {"description": _MEANING[c], **_ref(ErrorBody),
-                **({"headers": _RETRY_AFTER} if c == "503" else {}),
+                **({"headers": _RETRY_AFTER} if c in ("429", "503") else {}),
                 **({"headers": _WWW_AUTHENTICATE} if c == "401" else {})}
             for c in codes}
 
@@ -155,24 +157,31 @@ def _results_or_error(cls: type[msgspec.Struct]) -> dict[str, Any]:
 
 
 def _results_route(summary: str, request: type[msgspec.Struct], response: type[msgspec.Struct],
-                   ok: str, conflict: str, **more: dict[str, Any]) -> dict[str, Any]:
+                   ok: str, conflict: str, *, quota: bool = False, **more: dict[str, Any]) -> dict[str, Any]:
     """``POST`` of a JSON body answered with one result per partition (statuses.py)."""
     return {"post": {
         "summary": summary,
+        **({"parameters": [_CLIENT_ID]} if quota else {}),
         "requestBody": {"required": True, **_ref(request)},
         "responses": {"200": {"description": ok, **_ref(response)},
                       "403": {"description": _REFUSED, **_results_or_error(response)},
                       "409": {"description": conflict, **_ref(response)},
                       "503": {"description": _UNAVAILABLE, "headers": _RETRY_AFTER, **_results_or_error(response)},
                       **more,
-                      **_errors("400", "401", "408", "413", "500")},
+                      **_errors("400", "401", "408", "413", "500", *(("429",) if quota else ()))},
     }}
+
+
+#: The client id a quota knows an HTTP client by (llog/broker/quota_check.py).
+_CLIENT_ID = {"name": "Llog-Client-Id", "in": "header", "required": False, "schema": {"type": "string"},
+              "description": "the client id its quotas name (none: the empty one)"}
 
 
 def _produce_path() -> dict[str, Any]:
     return _results_route(
         "Append records to topic-partitions (coalesced with other requests)", ProduceRequest, ProduceResponse,
         "every partition appended", "some partition failed (its result says why); the others were appended",
+        quota=True,
         **{"504": {"description": "every partition failed and some commit's outcome is unknown (AmbiguousCommit): "
                                   "resend with the same producer_id/sequence", **_ref(ProduceResponse)}},
     )
@@ -181,7 +190,7 @@ def _produce_path() -> dict[str, Any]:
 def _consume_path() -> dict[str, Any]:
     return _results_route(
         "Fetch records; long-polls until min_bytes or max_wait_ms", ConsumeRequest, ConsumeResponse,
-        "records", "some partition failed (its result says why)",
+        "records", "some partition failed (its result says why)", quota=True,
     )
 
 

@@ -14,7 +14,8 @@ import anyio
 from starlette.requests import Request
 
 from llog.auth.authorizer import Authorizer, parse_super_users
-from llog.broker.directory import HttpDirectory
+from llog.auth.login_budget import login_guard
+from llog.broker.directory import HttpDirectory, serving
 from llog.broker.filecache import FileTailCache
 from llog.broker.loop_inbox import LoopInbox
 from llog.broker.readiness import Readiness
@@ -28,6 +29,8 @@ from llog.connection import Connection
 from llog.errors import UnknownTopic
 from llog.names import TopicPartition
 from llog.producer import BatchingProducer
+from llog.quotas.cache import Quotas
+from llog.quotas.meter import QuotaMeter
 from llog.reader import Reader
 from llog.records import Record
 from llog.registry import SchemaRegistry
@@ -104,16 +107,26 @@ class Broker:
         self.txn_expiry = TxnExpiry(self.transactions, config.txn_sweep_s)
         #: Transactional produce requests, staged in order per id, PUT in parallel.
         self.txn_staging = StagePipeline(self.producer.writer)
-        #: This broker's HTTP address in etcd, and every live broker's (``GET /brokers``).
-        self.directory = HttpDirectory(self.conn, config.http_advertised_url or reachable, config.zone,
-                                       config.session_ttl_s)
-        self.directory.start()
+        self._open_tenancy(config.http_advertised_url or reachable)
         if self.authorizer is not None:  # last: what failed before it leaves no watch behind
             try:
                 self.authorizer.start()
             except BaseException:
                 self.close()
                 raise
+
+    def _open_tenancy(self, url: str) -> None:
+        """What keeps clients apart: where a client of a zone is sent (``GET /brokers``,
+        this broker listed at ``url``), connection rates and failed logins, client quotas
+        and each client's use against them (docs/zones.md; docs/security.md, "Failed
+        logins", "Quotas")."""
+        config = self.config
+        self.directory = HttpDirectory(self.conn, url, config.zone, config.session_ttl_s)
+        self.directory.start()
+        self.logins = login_guard(config, self.conn.metrics)
+        self.quotas = Quotas(self.conn)
+        self.quotas.start()
+        self.meter = QuotaMeter(self.quotas.limit, lambda zone: len(serving(self.directory.cached(), zone)))
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Start watching partition tails, waking long-polls on ``loop``."""
@@ -144,6 +157,8 @@ class Broker:
         """Leave ``GET /brokers``, drain the producer, then release everything else."""
         try:
             self.directory.close()
+            self.quotas.close()
+            self.logins.close()
             self.txn_staging.close()
             self.producer.close()  # drains: every accepted produce is answered
         finally:

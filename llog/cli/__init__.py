@@ -36,6 +36,7 @@ COMMAND_MODULES = (
     "llog.cli.groups",
     "llog.cli.users",
     "llog.cli.acls",
+    "llog.cli.quotas",
     "llog.cli.schemas",
     "llog.cli.compactor",
     "llog.cli.etcd",

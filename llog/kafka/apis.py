@@ -14,6 +14,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from kafka.protocol.admin import (
+    AlterClientQuotasRequest,
     AlterConfigsRequest,
     AlterUserScramCredentialsRequest,
     CreateAclsRequest,
@@ -79,6 +80,7 @@ from llog.kafka.handlers import (
     offsets,
     produce,
     producers,
+    quotas,
     scram_users,
     topics,
     transactions,
@@ -127,7 +129,8 @@ API_BY_KEY: dict[int, Api] = {api.request.API_KEY: api for api in (
     Api(AlterConfigsRequest, 0, 2, configs.alter_configs, runs="blocking"),
     Api(IncrementalAlterConfigsRequest, 0, 1, configs.incremental_alter_configs, runs="blocking"),
     Api(DescribeClusterRequest, 0, 2, admin.describe_cluster),
-    Api(DescribeClientQuotasRequest, 0, 1, admin.describe_client_quotas),
+    Api(DescribeClientQuotasRequest, 0, 1, quotas.describe_client_quotas, runs="blocking"),
+    Api(AlterClientQuotasRequest, 0, 1, quotas.alter_client_quotas, runs="blocking"),
     Api(ListGroupsRequest, 0, 5, admin.list_groups),
     Api(DescribeGroupsRequest, 0, 6, admin.describe_groups),
     Api(DeleteGroupsRequest, 0, 2, group_admin.delete_groups),

@@ -37,7 +37,7 @@ class BatchChecker:
         self.limits = BatchLimits(
             max_batch_bytes=config.max_record_bytes,
             max_record_bytes=config.max_record_bytes,
-            max_inflated_bytes=config.kafka_inflate_cap,
+            max_inflated_bytes=inflate_cap(config),
             max_records=config.kafka_max_batch_records,
             single_batch=True,
         )
@@ -79,3 +79,11 @@ def _inline_records(data: bytes) -> int:
         total += max(0, _LENGTH.unpack_from(data, pos + 57)[0])
         pos += 12 + max(_LENGTH.unpack_from(data, pos + 8)[0], 49)
     return total
+
+
+def inflate_cap(config: LlogConfig) -> int:
+    """What a produced batch's records may inflate to (``kafka_max_batch_inflated_bytes``,
+    by default four times ``max_record_bytes``)."""
+    if config.kafka_max_batch_inflated_bytes is not None:
+        return config.kafka_max_batch_inflated_bytes
+    return 4 * config.max_record_bytes

@@ -19,7 +19,7 @@ import time
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.api_message import ApiMessage
 from kafka.protocol.metadata import ApiVersionsRequest
@@ -28,6 +28,7 @@ from llog.auth.authorizer import certificate_principal, client_host
 from llog.auth.users import Users
 from llog.config import LlogConfig
 from llog.errors import ConfigError
+from llog.kafka import throttling
 from llog.kafka.apis import API_BY_KEY, SASL_AUTHENTICATE, SASL_HANDSHAKE, Context, unsupported_response
 from llog.kafka.batch_checks import BatchChecker
 from llog.kafka.coordinator import Coordinator
@@ -92,7 +93,8 @@ class KafkaListener:
                                   self.broker.conn.metrics, tls=self._tls is not None,
                                   interval_s=self.broker.config.kafka_peer_timeout_s / 2,
                                   timeout_s=self.broker.config.kafka_peer_timeout_s,
-                                  fresh_peers=lambda: registry.registered(0.0))
+                                  fresh_peers=lambda: registry.registered(0.0),
+                                  reconnect_s=self.broker.config.kafka_frame_timeout_s / 2)
         registry.silent = self._health.silent
         self._health.start()
         log.info("Kafka listener on %s:%d, %s", self.host, self.port, self.registry.me)
@@ -147,6 +149,11 @@ class KafkaListener:
         metrics = self.broker.conn.metrics
         peer = writer.get_extra_info("peername")
         address = str(peer[0]) if isinstance(peer, tuple) and peer else "?"
+        opening = self.broker.logins.admit(address, time.monotonic())
+        if opening is not None:  # counted, not logged: a flood would be all of the log
+            metrics.kafka_connections_refused.labels(opening).inc()
+            writer.close()
+            return
         refused = self._slots.take(address)
         if refused is not None:
             metrics.kafka_connections_refused.labels(refused).inc()
@@ -158,7 +165,7 @@ class KafkaListener:
         metrics.kafka_connections.inc()
         cert = writer.get_extra_info("peercert")  # mutual TLS: checked by the handshake already
         sasl = SaslState(self.broker.config.broker_token, self._users, metrics, client_host(address),
-                         certificate_principal(cert["subject"]) if cert else None)
+                         certificate_principal(cert["subject"]) if cert else None, self.broker.logins)
         assert self.context is not None
         conn = _Connection(peer, writer, sasl, asyncio.Queue(self.broker.config.kafka_max_inflight_requests),
                            dataclasses.replace(self.context, sasl=sasl, gone=partial(_gone, writer),
@@ -174,7 +181,7 @@ class KafkaListener:
         finally:
             if reason is not None:
                 metrics.kafka_connections_closed.labels(reason).inc()
-            await self._finish(conn, sender)
+            await _finish(conn, sender)
             writer.close()
             self._memory.release(conn.held)
             conn.held = 0
@@ -182,44 +189,16 @@ class KafkaListener:
             self._connections.pop(task, None)
             metrics.kafka_connections.dec()
 
-    @staticmethod
-    async def _finish(conn: _Connection, sender: asyncio.Task[None]) -> None:
-        """The client is gone: its answers go nowhere, but what it sent is still done.
-        An answer that is a coroutine runs only when awaited (a produce's is where its
-        commit is awaited and counted), so each is awaited, the one the sender is on
-        included; one that is a task of its own runs on without us (the one the sender
-        waits for, a long poll say, is cancelled with the sender)."""
-        conn.closed = True
-        left: list[_Pending] = []
-        while not conn.answers.empty():
-            item = conn.answers.get_nowait()
-            if item is not None:
-                left.append(item)
-        if not sender.done():
-            if conn.answering is not None and asyncio.iscoroutine(conn.answering.answer):
-                conn.answers.put_nowait(None)  # the sender stops after this answer
-            else:
-                sender.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await sender
-        try:
-            for item in left:
-                if asyncio.iscoroutine(item.answer):
-                    try:
-                        await item.answer
-                    except Exception:
-                        log.exception("Kafka %s request failed after its client closed the connection", item.api)
-        finally:  # cancelled (the loop ending): the rest are dropped, not left unawaited
-            for item in left:
-                if asyncio.iscoroutine(item.answer):
-                    item.answer.close()
-
     async def _read_request(self, reader: asyncio.StreamReader, conn: _Connection) -> str | None:
         """Read one request frame and start handling it; the reason to close the
         connection instead, if any (logged here, with the client's address). Waits are
         bounded by :meth:`_sweep`, which closes a connection past its deadline."""
         cfg = self.broker.config
         now = asyncio.get_running_loop().time()
+        if conn.muted_until > now:  # throttled: nothing is read until its wait is over
+            conn.deadline = None
+            await asyncio.sleep(conn.muted_until - now)
+            now = asyncio.get_running_loop().time()
         authenticated = conn.sasl.authenticated
         # A client must authenticate within the frame timeout of connecting.
         conn.deadline = now + cfg.kafka_idle_timeout_s if authenticated else conn.opened + cfg.kafka_frame_timeout_s
@@ -269,18 +248,24 @@ class KafkaListener:
         if api_key == SASL_HANDSHAKE:
             return _Pending(correlation_id, name, started, _ready(sasl.handshake(request)), size)
         if api_key == SASL_AUTHENTICATE:
-            # A thread: it reads the user's credential from etcd and derives keys.
-            return _Pending(correlation_id, name, started,
-                            asyncio.ensure_future(asyncio.to_thread(sasl.authenticate, request)), size)
+            # A thread of the logins' own (llog/auth/login_budget.py): it reads the user's
+            # credential from etcd and derives keys; a suspect's waits on the suspects' one.
+            logins = self.broker.logins
+            pool = logins.executor(logins.verdict(sasl.caller.host, None, time.monotonic(), "kafka"))
+            authenticated = asyncio.get_running_loop().run_in_executor(pool, sasl.authenticate, request)
+            return _Pending(correlation_id, name, started, authenticated, size)
         assert api.handler is not None
+        handling = [0.0]
         answer: Awaitable[ApiMessage | None]
         if api.runs == "ordered":  # acts now, before the next request is read; the answer comes later
             answer = await api.handler(ctx, request)
         elif api.runs == "blocking":
-            answer = asyncio.ensure_future(asyncio.to_thread(api.handler, ctx, request))
+            answer = asyncio.ensure_future(asyncio.to_thread(_timed, handling, api.handler, ctx, request))
         else:
             answer = asyncio.ensure_future(api.handler(ctx, request))
-        return _Pending(correlation_id, name, started, answer, size)
+        handling[0] += time.perf_counter() - started
+        return _Pending(correlation_id, name, started, answer, size, version,
+                        getattr(request.header, "client_id", None), handling)
 
     async def _sweep(self) -> None:
         """Once a second, close the connections past their deadline: a frame not whole
@@ -320,7 +305,15 @@ class KafkaListener:
                     response = None
                 if response is not None:  # None: acks=0, no answer
                     response.with_header(correlation_id=item.correlation_id)
+                    encoding = time.perf_counter()
                     frame = response.encode(header=True, framed=True)  # at the version it was built for
+                    item.handling[0] += time.perf_counter() - encoding
+                    wait = throttling.throttle_s(self.broker, conn.sasl.caller.principal, item.client_id,
+                                                 conn.context.listener_zone, item.api, item.size, len(frame),
+                                                 item.handling[0])
+                    if wait > 0:  # the connection is not read for that long (KIP-219)
+                        conn.muted_until = max(conn.muted_until, asyncio.get_running_loop().time() + wait)
+                        frame = await throttling.throttled_frame(response, item.api, item.version, wait, metrics)
             except Exception:
                 log.exception("Kafka %s request failed; closing the connection", item.api)
                 writer.close()  # the protocol has no generic error answer for a request
@@ -344,6 +337,47 @@ class KafkaListener:
                 metrics.kafka_connections_closed.labels("auth_failed").inc()
                 writer.close()
                 return
+
+
+async def _finish(conn: _Connection, sender: asyncio.Task[None]) -> None:
+    """The client is gone: its answers go nowhere, but what it sent is still done.
+    An answer that is a coroutine runs only when awaited (a produce's is where its
+    commit is awaited and counted), so each is awaited, the one the sender is on
+    included; one that is a task of its own runs on without us (the one the sender
+    waits for, a long poll say, is cancelled with the sender)."""
+    conn.closed = True
+    left: list[_Pending] = []
+    while not conn.answers.empty():
+        item = conn.answers.get_nowait()
+        if item is not None:
+            left.append(item)
+    if not sender.done():
+        if conn.answering is not None and asyncio.iscoroutine(conn.answering.answer):
+            conn.answers.put_nowait(None)  # the sender stops after this answer
+        else:
+            sender.cancel()
+    with contextlib.suppress(asyncio.CancelledError, Exception):
+        await sender
+    try:
+        for item in left:
+            if asyncio.iscoroutine(item.answer):
+                try:
+                    await item.answer
+                except Exception:
+                    log.exception("Kafka %s request failed after its client closed the connection", item.api)
+    finally:  # cancelled (the loop ending): the rest are dropped, not left unawaited
+        for item in left:
+            if asyncio.iscoroutine(item.answer):
+                item.answer.close()
+
+
+def _timed(handling: list[float], handler: Any, *args: Any) -> Any:
+    """``handler(*args)`` on this worker thread, its CPU time added to ``handling``."""
+    start = time.thread_time()
+    try:
+        return handler(*args)
+    finally:
+        handling[0] += time.thread_time() - start
 
 
 def tls_context(config: LlogConfig) -> ssl.SSLContext | None:
@@ -375,6 +409,11 @@ class _Pending:
     started: float  # perf_counter when it was read
     answer: Awaitable[ApiMessage | None]
     size: int  # its frame's bytes, held in the listener's budget until answered
+    version: int = 0
+    client_id: str | None = None
+    #: Seconds spent handling it (decoding, a blocking handler's thread CPU, encoding):
+    #: what the ``request_percentage`` quota counts.
+    handling: list[float] = dataclasses.field(default_factory=lambda: [0.0])
 
 
 class _Connection:
@@ -403,6 +442,8 @@ class _Connection:
         #: The request whose answer the sender awaits, and whether the client is gone.
         self.answering: _Pending | None = None
         self.closed = False
+        #: Until when (loop time) the client is throttled: nothing of it is read before.
+        self.muted_until = 0.0
 
 
 def _gone(writer: asyncio.StreamWriter) -> bool:

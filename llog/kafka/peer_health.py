@@ -47,10 +47,15 @@ class PeerHealth:
     def __init__(
         self, self_id: Callable[[], int], peers: Callable[[], list[BrokerNode]], metrics: Metrics, *,
         tls: bool, interval_s: float, timeout_s: float, fresh_peers: Callable[[], list[BrokerNode]] | None = None,
+        reconnect_s: float = float("inf"),
     ) -> None:
         self._self_id = self_id
         self._peers = peers
         self._fresh_peers = fresh_peers or peers
+        #: A probe closes its connection itself this long after opening it, before a
+        #: peer that wants clients to authenticate (a probe never does) closes it and
+        #: logs a client that "did not authenticate".
+        self.reconnect_s = reconnect_s
         self._metrics = metrics
         self._tls: ssl.SSLContext | None = None
         if tls:
@@ -111,7 +116,8 @@ class PeerHealth:
                 reader, opened = await asyncio.wait_for(
                     asyncio.open_connection(node.host, node.port, ssl=self._tls), self.timeout_s)
                 writer = opened
-                while not self._closing:
+                opened_at = loop.time()
+                while not self._closing and loop.time() - opened_at < self.reconnect_s:
                     asked = loop.time()
                     opened.write(_PROBE)
                     await asyncio.wait_for(self._answer(reader), self.timeout_s)

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import hmac
 import logging
+import time
 from typing import Any
 
 from kafka.protocol.sasl import SaslAuthenticateResponse, SaslHandshakeResponse
 
 from llog.auth.acls import ANONYMOUS
 from llog.auth.authorizer import Caller
+from llog.auth.login_budget import LoginGuard
 from llog.auth.scram import MECHANISMS, ScramFailure, ScramServer
 from llog.auth.users import Users
 from llog.errors import LlogError
@@ -37,8 +39,11 @@ class SaslState:
     client that gave the broker token is a super user)."""
 
     def __init__(self, token: str | None, users: Users | None = None, metrics: Metrics | None = None,
-                 host: str = "", certificate: str | None = None) -> None:
+                 host: str = "", certificate: str | None = None, guard: LoginGuard | None = None) -> None:
         self._token = None if token is None else token.encode()
+        self._guard = guard
+        #: The PLAIN password tried (a failure is remembered by it, not re-derived).
+        self._secret: bytes | None = None
         self._users = users
         self._metrics = metrics
         self.authenticated = token is None and users is None
@@ -74,8 +79,17 @@ class SaslState:
         except (ScramFailure, LlogError) as exc:
             self.failed = True
             self._count("failed")
-            log.warning("Kafka client failed SASL/%s authentication as %r: %s", self._mechanism,
-                        self._scram_user or "?", exc)
+            detail = f"SASL/{self._mechanism} as {self._scram_user or '?'!r}: {exc}"
+            if self._guard is None:
+                log.warning("Kafka client failed %s", detail)
+            else:  # counted lines, and a suspect's answer held back (on its own thread)
+                now = time.monotonic()
+                user = self._scram_user or None
+                delay = self._guard.verdict(self.caller.host, user, now).delay_s
+                self._guard.failed("kafka", self.caller.host, user, detail, now, self._secret,
+                                   remembered=isinstance(exc, _Remembered))
+                if delay:
+                    time.sleep(delay)
             message = str(exc) if isinstance(exc, ScramFailure) else "authentication failed"
             return R(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=message,
                      auth_bytes=b"", session_lifetime_ms=0)
@@ -99,6 +113,9 @@ class SaslState:
         if self._token is not None and hmac.compare_digest(password_b, self._token):
             self._authenticated(user, token=True)
             return b""
+        self._secret = password_b
+        if self._guard is not None and self._guard.known_bad(user, password_b, time.monotonic()):
+            raise _Remembered("authentication failed: unknown user or wrong password")
         if self._users is None or not self._users.verify(user, password_b.decode("utf-8", "replace")):
             raise ScramFailure("authentication failed: unknown user or wrong password"
                                + ("" if self._users is not None else " (the password is the broker's token)"))
@@ -119,3 +136,7 @@ class SaslState:
     def _authenticated(self, user: str, *, token: bool = False) -> None:
         self.caller = Caller(f"User:{user}", self.caller.host, token=token)
         self.authenticated, self.principal = True, user
+
+
+class _Remembered(ScramFailure):
+    """A PLAIN password that just failed, refused again without deriving it."""

@@ -22,6 +22,8 @@ BROKERS = "_brokers"
 USERS = "_users"
 #: Reserved name under the root that holds the access control lists.
 ACLS = "_acls"
+#: Reserved name under the root that holds the client quotas.
+QUOTAS = "_quotas"
 SCHEMAS = "_schemas"
 #: Reserved name under the root that holds the transactional producers' records (spec §15).
 TRANSACTIONS = "_transactions"
@@ -198,6 +200,14 @@ class KeyLayout:
         """One ACL, one key: adding it twice is one ACL (names percent-encoded)."""
         parts = (resource_type, pattern_type, resource, principal, host, operation, permission)
         return self.acls_prefix() + "/".join(quote(p, safe="") for p in parts)
+
+    # -- client quotas (under the reserved name "_quotas") -------------------------
+    def quotas_prefix(self) -> str:
+        return f"{self.root}/{QUOTAS}/"
+
+    def quota(self, entity_path: str) -> str:
+        """One quota entity's quotas (``users/alice``, ``users/<default>/clients/etl``)."""
+        return f"{self.quotas_prefix()}{entity_path}"
 
     # -- brokers (under the reserved name "_brokers") ----------------------------
     def brokers_prefix(self) -> str:

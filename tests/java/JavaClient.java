@@ -10,7 +10,7 @@ import org.apache.kafka.common.serialization.*;
 
 /**
  * The Kafka Java client (kafka-clients) against an llog broker, driven by tests/test_kafka_java.py:
- * {@code produce|consume|member|admin|transactions BOOTSTRAP ...}, one line of stdout per result.
+ * {@code produce|consume|member|admin|transactions|throttled BOOTSTRAP ...}, one line of stdout per result.
  */
 public class JavaClient {
     public static void main(String[] args) throws Exception {
@@ -22,6 +22,7 @@ public class JavaClient {
                     Long.parseLong(args[6]));
             case "admin" -> admin(bootstrap, args[2], Integer.parseInt(args[3]));
             case "transactions" -> transactions(bootstrap, args[2], Integer.parseInt(args[3]), args[4]);
+            case "throttled" -> throttled(bootstrap, args[2], Integer.parseInt(args[3]), args[4]);
             default -> throw new IllegalArgumentException(mode);
         }
     }
@@ -46,6 +47,29 @@ public class JavaClient {
                 RecordMetadata m = acks.get(i).get();
                 System.out.println("acked " + i + " " + m.partition() + " " + m.offset());
             }
+        }
+    }
+
+    /**
+     * N records of 1 KiB to TOPIC as client id CLIENT: "acked N" once every one is, then the
+     * producer's own account of the broker's throttling ("throttle-time-max MS").
+     */
+    static void throttled(String bootstrap, String topic, int n, String client) throws Exception {
+        Properties p = new Properties();
+        p.put(ProducerConfig.BOOTSTRAP_SERVERS_CONFIG, bootstrap);
+        p.put(ProducerConfig.CLIENT_ID_CONFIG, client);
+        p.put(ProducerConfig.LINGER_MS_CONFIG, "5");
+        try (Producer<String, String> producer = new KafkaProducer<>(p, new StringSerializer(), new StringSerializer())) {
+            List<Future<RecordMetadata>> acks = new ArrayList<>();
+            String value = "x".repeat(1024);
+            for (int i = 0; i < n; i++) acks.add(producer.send(new ProducerRecord<>(topic, null, value)));
+            producer.flush();
+            for (Future<RecordMetadata> ack : acks) ack.get();
+            System.out.println("acked " + n);
+            producer.metrics().forEach((name, metric) -> {
+                if (name.name().equals("produce-throttle-time-max") && name.group().equals("producer-metrics"))
+                    System.out.println("throttle-time-max " + metric.metricValue());
+            });
         }
     }
 

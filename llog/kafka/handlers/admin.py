@@ -3,9 +3,8 @@
 and the fixed policies behind it, and a broker's settings that have a Kafka name, all
 read-only but a topic's retention, which AlterConfigs changes), DescribeCluster (the live brokers),
 ListGroups and DescribeGroups (the groups this broker coordinates, as Kafka lists
-them per coordinator: live ones, and those with only stored state), DescribeClientQuotas
-(none: llog has no client quotas; ``kafka-configs.sh --describe --entity-type users``
-asks)."""
+them per coordinator: live ones, and those with only stored state). Client quotas:
+``handlers/quotas.py``."""
 
 from __future__ import annotations
 
@@ -13,7 +12,6 @@ import asyncio
 from typing import Any
 
 from kafka.protocol.admin import (
-    DescribeClientQuotasResponse,
     DescribeClusterResponse,
     DescribeConfigsResponse,
     DescribeGroupsResponse,
@@ -131,14 +129,6 @@ async def describe_cluster(ctx: Context, req: Any) -> DescribeClusterResponse:
         controller_id=nodes[0].node_id,
         brokers=[R.DescribeClusterBroker(broker_id=n.node_id, host=n.host, port=n.port_for(ctx.listener_zone),
                                          rack=n.zone, is_fenced=False) for n in nodes])
-
-
-async def describe_client_quotas(ctx: Context, req: Any) -> DescribeClientQuotasResponse:
-    R = DescribeClientQuotasResponse[req.API_VERSION]
-    if not ctx.allows(Operation.DESCRIBE_CONFIGS, ResourceType.CLUSTER):
-        return R(throttle_time_ms=0, error_code=ErrorCode.CLUSTER_AUTHORIZATION_FAILED,
-                 error_message="DescribeConfigs on the cluster is not allowed", entries=None)
-    return R(throttle_time_ms=0, error_code=0, error_message=None, entries=[])
 
 
 async def list_groups(ctx: Context, req: Any) -> ListGroupsResponse:
