@@ -52,14 +52,17 @@ def test_precedence_is_kafkas_and_an_unauthenticated_client_is_anonymous() -> No
     assert str(QuotaEntity("alice", DEFAULT)) == "user 'alice', the default client id"
 
 
-def test_a_first_burst_is_measured_over_ten_windows() -> None:
+def test_a_first_burst_is_measured_over_one_window_not_ten() -> None:
     r = SampledRate()
-    r.record(10_000, now=100.0)
-    assert r.span(100.0) == 10.0 and r.rate(100.0) == 1_000.0
-    assert r.throttle_s(2_000, 100.0) == 0.0
-    # 30,000 bytes against 1,000/s: 3,000/s over 10 s, so (3,000 - 1,000) / 1,000 * 10 s.
-    r.record(20_000, now=100.5)
-    assert r.throttle_s(1_000, 100.5) == pytest.approx(20.0)
+    r.record(1_000, now=100.0)
+    assert r.span(100.0) == 1.0 and r.rate(100.0) == 1_000.0
+    assert r.throttle_s(1_000, 100.0) == 0.0  # one second's worth of the quota passes
+    # 3,000 bytes against 1,000/s within the first half second: 3,000/s over the 1 s
+    # floor, and the wait brings the 3,000 bytes' span to 3 s. (Kafka measures them over
+    # 10 s: 300/s, no wait; its first burst is ten seconds' worth.)
+    r.record(2_000, now=100.5)
+    assert r.throttle_s(1_000, 100.5) == pytest.approx(2.5)
+    assert r.throttle_s(1_000, 103.0) == 0.0  # the wait over: within the quota again
 
 
 def test_old_windows_age_out_and_the_rate_falls_back() -> None:
@@ -67,7 +70,7 @@ def test_old_windows_age_out_and_the_rate_falls_back() -> None:
     for i in range(30):
         r.record(500, now=float(i))
     assert r.rate(29.0) == pytest.approx(11 * 500 / 10)  # the last 11 windows over their 10 s span
-    assert r.throttle_s(500, 29.0) == pytest.approx((550 - 500) / 500 * 10)
+    assert r.throttle_s(500, 29.0) == pytest.approx(11 * 500 / 500 - 10)  # 5,500 bytes over 10 s: 1 s more
     assert r.throttle_s(0, 29.0) == 11.0  # a quota of 0: the longest wait
     assert r.rate(29.0 + 12) == 0.0  # nothing recorded for longer than the windows reach
 
@@ -81,13 +84,13 @@ def test_a_meter_measures_by_the_entity_whose_quota_applies_and_shares_it_among_
     brokers = {None: 2, "a": 1}
     meter = QuotaMeter(lambda u, c, k: resolve(quotas, u, c, k), lambda z: brokers[z])
     # alice's client ids share her rate; her share on this broker is 1,000 / 2 brokers.
-    assert meter.record("alice", "one", PRODUCER_BYTE_RATE, 4000, now=0.0) == 0.0  # 400/s over 10 s
-    assert meter.record("alice", "two", PRODUCER_BYTE_RATE, 2000, now=0.5) == pytest.approx((600 - 500) / 500 * 10)
+    assert meter.record("alice", "one", PRODUCER_BYTE_RATE, 400, now=0.0) == 0.0  # 400/s over 1 s
+    assert meter.record("alice", "two", PRODUCER_BYTE_RATE, 200, now=0.5) == pytest.approx(600 / 500 - 0.5)
     # Each other client id is measured apart, against the default client id's quota.
-    assert meter.record("bob", "x", PRODUCER_BYTE_RATE, 2000, now=0.5) == 0.0  # 200/s against 250/s
-    assert meter.record("bob", "y", PRODUCER_BYTE_RATE, 2000, now=0.5) == 0.0
-    assert meter.record("bob", "x", PRODUCER_BYTE_RATE, 1000, now=0.6) == pytest.approx((300 - 250) / 250 * 10)
+    assert meter.record("bob", "x", PRODUCER_BYTE_RATE, 200, now=0.5) == 0.0  # 200/s against 250/s
+    assert meter.record("bob", "y", PRODUCER_BYTE_RATE, 200, now=0.5) == 0.0
+    assert meter.record("bob", "x", PRODUCER_BYTE_RATE, 100, now=0.6) == pytest.approx(300 / 250 - 0.1)
     # In zone a, one broker serves the client: the whole quota here.
-    assert meter.record("carol", "z", PRODUCER_BYTE_RATE, 4000, now=0.0, zone="a") == 0.0
+    assert meter.record("carol", "z", PRODUCER_BYTE_RATE, 400, now=0.0, zone="a") == 0.0
     assert meter.record("dave", "z", CONSUMER_BYTE_RATE, 10**9, now=0.0) == 0.0  # no consumer quota set
     assert meter.record("erin", "w", PRODUCER_BYTE_RATE, 10**9, now=0.0) == MAX_THROTTLE_S

@@ -2,11 +2,14 @@
 throttle time (``ClientQuotaManager``, KIP-219).
 
 The rate is the sum of the values recorded in the last ``samples`` windows of
-``window_s`` each, over the time they span, but never over less than ``samples - 1``
-whole windows (a client's first burst is measured over ten seconds, not over the
-milliseconds it took). A client over its quota T at a measured rate O over a span W
-waits ``(O - T) / T * W``: the delay that brings the rate over W plus the delay back to
-T if it records nothing more."""
+``window_s`` each, over the time they span, but never over less than one whole window
+(a client's first burst is measured over a second, not over the milliseconds it took).
+Kafka pads that span to ``samples - 1`` windows, so a new client's first ten seconds'
+worth of its quota pass at once: with a 5 MiB/s quota, 50 MiB in a burst that the other
+tenants of a broker wait behind (bench/tenants.py measured it); here one second's worth
+does. A client over its quota T at a measured rate O over a span W waits
+``(O - T) / T * W``, W the time its windows really span: the delay that brings the rate
+back to T if it records nothing more."""
 
 from __future__ import annotations
 
@@ -38,7 +41,7 @@ class SampledRate:
         """The seconds the rate is measured over at ``now``."""
         self._purge(now)
         elapsed = now - self._windows[0][0] if self._windows else 0.0
-        return max(elapsed, (self.samples - 1) * self.window_s)
+        return max(elapsed, self.window_s)
 
     def rate(self, now: float) -> float:
         """Values per second at ``now``."""
@@ -53,7 +56,11 @@ class SampledRate:
             return 0.0
         if bound <= 0:
             return self.samples * self.window_s
-        return (rate - bound) / bound * self.span(now)
+        # Kafka's (O - T) / T * W, with W the time the windows really span: then after
+        # the wait the total over the longer span is T exactly (over the padded span, a
+        # client new within the second would still be over when its wait ends).
+        total = sum(v for _, v in self._windows)
+        return max(0.0, total / bound - (now - self._windows[0][0]))
 
     def _purge(self, now: float) -> None:
         # A window is dropped once it started ``samples`` windows ago or more (Kafka: at
