@@ -94,3 +94,22 @@ def test_a_meter_measures_by_the_entity_whose_quota_applies_and_shares_it_among_
     assert meter.record("carol", "z", PRODUCER_BYTE_RATE, 400, now=0.0, zone="a") == 0.0
     assert meter.record("dave", "z", CONSUMER_BYTE_RATE, 10**9, now=0.0) == 0.0  # no consumer quota set
     assert meter.record("erin", "w", PRODUCER_BYTE_RATE, 10**9, now=0.0) == MAX_THROTTLE_S
+
+
+def test_a_kafka_client_is_held_to_the_share_of_the_partitions_a_broker_leads() -> None:
+    from llog.kafka.registry import BrokerNode
+    from llog.kafka.zones import leader_of, leader_share
+
+    nodes = [BrokerNode(i, "h", 9092) for i in (1, 2, 3)]
+    led = {i: sum(leader_of(nodes, "t", p).node_id == i for p in range(30)) for i in (1, 2, 3)}
+    assert sum(led.values()) == 30
+    shares = {i: leader_share(nodes, i, [("t", 30)]) for i in (1, 2, 3)}
+    # Each broker's share is its part of the partitions, never under a third: a client
+    # spreading its records evenly over them reaches its whole quota, whichever leads more.
+    assert shares == {i: max(led[i] / 30, 1 / 3) for i in (1, 2, 3)}
+    assert min(shares[i] / (led[i] / 30) for i in (1, 2, 3) if led[i]) >= 1.0
+    # Several topics weigh by their partitions; a topic not known yet counts nothing.
+    assert leader_share(nodes, 1, [("t", 30), ("u", 10)]) == pytest.approx(
+        max((led[1] + sum(leader_of(nodes, "u", p).node_id == 1 for p in range(10))) / 40, 1 / 3))
+    assert leader_share(nodes, 1, []) == pytest.approx(1 / 3)
+    assert leader_share(nodes, 9, [("t", 30)]) == pytest.approx(1 / 3)  # not among them: the even share

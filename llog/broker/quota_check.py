@@ -13,13 +13,12 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from llog.auth.authorizer import Caller
+from llog.broker.http_auth import CALLER_SCOPE_KEY
 from llog.broker.responses import error_response
 from llog.broker.state import Broker
 from llog.quotas.entities import CONSUMER_BYTE_RATE, PRODUCER_BYTE_RATE, QuotaKind
 
 CLIENT_ID_HEADER = "llog-client-id"
-#: Where the produce route leaves the size of the body it read.
-BODY_BYTES_SCOPE_KEY = "llog.body_bytes"
 _KINDS: dict[str, QuotaKind] = {"/produce": PRODUCER_BYTE_RATE, "/consume": CONSUMER_BYTE_RATE}
 
 
@@ -40,13 +39,23 @@ def refused(broker: Broker, caller: Caller, request: Request, path: str) -> Resp
 
 
 def count(broker: Broker, caller: Caller, request: Request, path: str, response: Response) -> None:
-    """Count what a served request moved against its client's quota."""
-    kind = _KINDS.get(path)
-    if kind is None or not broker.quotas.any:
+    """Count a served consume's answer against its client's ``consumer_byte_rate``."""
+    if _KINDS.get(path) != CONSUMER_BYTE_RATE or not broker.quotas.any:
         return
-    moved = request.scope.get(BODY_BYTES_SCOPE_KEY, 0) if kind == PRODUCER_BYTE_RATE else len(response.body)
-    broker.meter.record(_user(caller), request.headers.get(CLIENT_ID_HEADER, ""), kind, moved, time.monotonic(),
-                        broker.config.zone)
+    broker.meter.record(_user(caller), request.headers.get(CLIENT_ID_HEADER, ""), CONSUMER_BYTE_RATE,
+                        len(response.body), time.monotonic(), broker.config.zone)
+
+
+def count_produced(broker: Broker, request: Request, nbytes: int) -> None:
+    """Count a produce's body against its client's ``producer_byte_rate`` as soon as it
+    is read, before its records are taken: a client's requests in flight at once (HTTP
+    clients send many) then find the rate they raise, and the one past the quota ends
+    the burst (counted at its answer, after the commit, they all got in first)."""
+    caller = request.scope.get(CALLER_SCOPE_KEY)
+    if caller is None or not broker.quotas.any:
+        return
+    broker.meter.record(_user(caller), request.headers.get(CLIENT_ID_HEADER, ""), PRODUCER_BYTE_RATE, nbytes,
+                        time.monotonic(), broker.config.zone)
 
 
 def _user(caller: Caller) -> str:

@@ -88,6 +88,8 @@ from llog.kafka.handlers import (
 
 __all__ = ["API_BY_KEY", "SASL_AUTHENTICATE", "SASL_HANDSHAKE", "Api", "Context", "unsupported_response"]
 
+PRODUCE = ProduceRequest.API_KEY
+FETCH = FetchRequest.API_KEY
 SASL_HANDSHAKE = SaslHandshakeRequest.API_KEY
 SASL_AUTHENTICATE = SaslAuthenticateRequest.API_KEY
 

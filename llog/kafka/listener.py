@@ -29,7 +29,7 @@ from llog.auth.users import Users
 from llog.config import LlogConfig
 from llog.errors import ConfigError
 from llog.kafka import throttling
-from llog.kafka.apis import API_BY_KEY, SASL_AUTHENTICATE, SASL_HANDSHAKE, Context, unsupported_response
+from llog.kafka.apis import API_BY_KEY, FETCH, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE, Context, unsupported_response
 from llog.kafka.batch_checks import BatchChecker
 from llog.kafka.coordinator import Coordinator
 from llog.kafka.limits import ConnectionSlots, RequestMemory
@@ -255,6 +255,14 @@ class KafkaListener:
             authenticated = asyncio.get_running_loop().run_in_executor(pool, sasl.authenticate, request)
             return _Pending(correlation_id, name, started, authenticated, size)
         assert api.handler is not None
+        client_id = getattr(request.header, "client_id", None)
+        share = (throttling.share(self.broker, self.registry, ctx.listener_zone, request, client_id)
+                 if api_key in (PRODUCE, FETCH) else None)
+        if api_key == PRODUCE:
+            wait = await throttling.admit_produce(self.broker, sasl.caller.principal, client_id, ctx.listener_zone,
+                                                  size, share)
+            if wait > 0:  # past its quota: its next request is read once the wait is over
+                conn.muted_until = max(conn.muted_until, asyncio.get_running_loop().time() + wait)
         handling = [0.0]
         answer: Awaitable[ApiMessage | None]
         if api.runs == "ordered":  # acts now, before the next request is read; the answer comes later
@@ -264,8 +272,7 @@ class KafkaListener:
         else:
             answer = asyncio.ensure_future(api.handler(ctx, request))
         handling[0] += time.perf_counter() - started
-        return _Pending(correlation_id, name, started, answer, size, version,
-                        getattr(request.header, "client_id", None), handling)
+        return _Pending(correlation_id, name, started, answer, size, version, client_id, handling, share)
 
     async def _sweep(self) -> None:
         """Once a second, close the connections past their deadline: a frame not whole
@@ -309,8 +316,8 @@ class KafkaListener:
                     frame = response.encode(header=True, framed=True)  # at the version it was built for
                     item.handling[0] += time.perf_counter() - encoding
                     wait = throttling.throttle_s(self.broker, conn.sasl.caller.principal, item.client_id,
-                                                 conn.context.listener_zone, item.api, item.size, len(frame),
-                                                 item.handling[0])
+                                                 conn.context.listener_zone, item.api, len(frame), item.handling[0],
+                                                 item.share)
                     if wait > 0:  # the connection is not read for that long (KIP-219)
                         conn.muted_until = max(conn.muted_until, asyncio.get_running_loop().time() + wait)
                         frame = await throttling.throttled_frame(response, item.api, item.version, wait, metrics)
@@ -414,6 +421,8 @@ class _Pending:
     #: Seconds spent handling it (decoding, a blocking handler's thread CPU, encoding):
     #: what the ``request_percentage`` quota counts.
     handling: list[float] = dataclasses.field(default_factory=lambda: [0.0])
+    #: The part of the client's byte-rate quotas it is held to here (``None``: the default).
+    share: float | None = None
 
 
 class _Connection:

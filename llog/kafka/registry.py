@@ -119,6 +119,11 @@ class BrokerRegistry:
         silent = self.silent() | ({self.node_id} if self._stop.is_set() else frozenset())
         return [n for n in self.registered(max_age_s) if n.node_id not in silent] or [self.me]
 
+    def known_live(self) -> list[BrokerNode]:
+        """:meth:`live` as last read (the keep-alive reads it again every third of the
+        TTL), never waiting on etcd: for the event loop."""
+        return self.live(max_age_s=float("inf"))
+
     @property
     def me(self) -> BrokerNode:
         return BrokerNode(self.node_id, self.host, self.port, self.hostname, os.getpid(), self.instance, self.zone,

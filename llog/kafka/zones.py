@@ -15,7 +15,9 @@ nobody, and a client in it reaches another zone). A consumer that names only
 
 from __future__ import annotations
 
+import functools
 import re
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from llog.kafka.registry import BrokerNode, rendezvous
@@ -36,6 +38,31 @@ def leader_of(nodes: list[BrokerNode], topic: str, partition: int) -> BrokerNode
     its own partitions (clients of the others keep their connections and their
     in-flight requests)."""
     return rendezvous(nodes, f"{topic}\0{partition}")
+
+
+def leader_share(nodes: list[BrokerNode], me: int, topics: Iterable[tuple[str, int]]) -> float:
+    """The part of a client's quota broker ``me`` holds it to (docs/security.md,
+    "Quotas"): the share of ``topics``' partitions (name, partition count) it leads among
+    ``nodes``, the live brokers serving the client, and never less than one over their
+    number. A client that spreads its records over a topic's partitions, as the default
+    partitioners do, then gets its whole quota across the brokers however unevenly
+    rendezvous hashing has them lead the topic; one that writes to a few partitions gets
+    at least a broker's even share of it."""
+    ids = tuple(sorted(n.node_id for n in nodes))
+    led = total = 0
+    for topic, count in topics:
+        led += _led(ids, me, topic, count)
+        total += count
+    floor = 1.0 / max(1, len(ids))
+    return max(led / total, floor) if total else floor
+
+
+@functools.lru_cache(maxsize=4096)
+def _led(ids: tuple[int, ...], me: int, topic: str, count: int) -> int:
+    """How many of ``topic``'s ``count`` partitions :func:`leader_of` gives to ``me``
+    among the brokers ``ids`` (cached: the live list changes rarely)."""
+    nodes = [BrokerNode(i, "", 0) for i in ids]  # rendezvous reads only the node ids
+    return sum(1 for p in range(count) if leader_of(nodes, topic, p).node_id == me) if me in ids else 0
 
 
 def zone_in_client_id(client_id: str | None) -> str | None:

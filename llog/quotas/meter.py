@@ -4,11 +4,12 @@ adds what a request used and says how long its client must now wait.
 Clients are measured by the entity whose quota applies to them (Kafka's sensors), a
 default standing for the client's own name: with a quota on user ``alice``, all of
 alice's client ids share one rate; with one on the default client id, each client id
-has its own. A broker holds a quota divided by the
-live brokers that serve the client (those of its zone, or all): a client spread over
-them, as Metadata spreads partitions, gets its whole quota across the cluster, and one
-that sends everything to one broker gets that broker's share (docs/security.md,
-"Quotas"). Rates idle for an hour are forgotten."""
+has its own. A broker holds a client to a share of its quota: on the Kafka listener the
+share of the request's partitions it leads (a client spreading its records over a
+topic's partitions gets its whole quota across the brokers, however unevenly they lead
+them), never less than one over the live brokers serving the client; over HTTP that one
+over the live brokers (docs/security.md, "Quotas"). Rates idle for an hour are
+forgotten."""
 
 from __future__ import annotations
 
@@ -42,15 +43,19 @@ class QuotaMeter:
         self._meters: dict[tuple[QuotaEntity, QuotaKind], _Meter] = {}
         self._swept = 0.0
 
-    def wait_s(self, user: str | None, client_id: str, kind: QuotaKind, now: float, zone: str | None = None) -> float:
+    def wait_s(self, user: str | None, client_id: str, kind: QuotaKind, now: float, zone: str | None = None,
+               share: float | None = None) -> float:
         """How long the client must still wait at ``now`` (:meth:`record` with nothing)."""
-        return self.record(user, client_id, kind, 0.0, now, zone)
+        return self.record(user, client_id, kind, 0.0, now, zone, share)
 
     def record(self, user: str | None, client_id: str, kind: QuotaKind, value: float, now: float,
-               zone: str | None = None) -> float:
+               zone: str | None = None, share: float | None = None) -> float:
         """Add ``value`` (bytes; for ``request_percentage``, seconds of handling times 100)
         used at ``now``; the seconds the client must wait before its next request (0:
-        within its quota, or none applies)."""
+        within its quota, or none applies). ``share``: the part of the quota this broker
+        holds the client to (the Kafka listener's, from the partitions it leads:
+        :func:`llog.kafka.zones.leader_share`); by default one over the live brokers
+        serving the client."""
         found = self._limit(user, client_id, kind)
         if found is None:
             return 0.0
@@ -64,8 +69,8 @@ class QuotaMeter:
         meter.last = now
         if now - self._swept > 60.0:
             self._sweep(now)
-        share = quota / max(1, self._brokers(zone))
-        return min(MAX_THROTTLE_S, meter.rate.throttle_s(share, now))
+        bound = quota * share if share is not None else quota / max(1, self._brokers(zone))
+        return min(MAX_THROTTLE_S, meter.rate.throttle_s(bound, now))
 
     def _sweep(self, now: float) -> None:
         self._swept = now

@@ -10,9 +10,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from llog.auth.acls import Operation, ResourceType
+from llog.broker import quota_check
 from llog.broker.api_types import ProduceResponse, ProduceResult
 from llog.broker.http_auth import Access
-from llog.broker.quota_check import BODY_BYTES_SCOPE_KEY
 from llog.broker.request_body import read_body
 from llog.broker.responses import results_response
 from llog.broker.schemas import ProducePartition, parse_produce
@@ -28,7 +28,7 @@ async def produce(request: Request) -> Response:
     """Submit every group (on the event loop while nothing blocks), then await each commit."""
     b = broker_of(request)
     body = await read_body(request, b.config.broker_max_request_bytes, b.config.broker_body_timeout_s)
-    request.scope[BODY_BYTES_SCOPE_KEY] = len(body)  # what the producer_byte_rate quota counts
+    quota_check.count_produced(b, request, len(body))
     req = parse_produce(body)
     access = Access(request, b) if b.authorizer is not None else None
     submitted = submit(b, req, fast=True, access=access)
