@@ -25,8 +25,14 @@ _BY_CODE = {code: name for name, code in MECHANISM_CODES.items()}
 
 def _may(ctx: Context, op: Operation) -> bool:
     """``op`` (Describe, Alter) on the cluster; without the authorizer, for the broker
-    token's holders only: a user may not read others' names or reset their passwords."""
+    token's holders only (a user may not read others' names or reset their passwords),
+    and describing for anyone on a broker that authenticates nobody, as Kafka without an
+    authorizer answers (``kafka-configs.sh --describe --entity-type users`` asks it
+    along with the users' quotas)."""
     if ctx.broker.authorizer is None:
+        cfg = ctx.broker.config
+        if op is Operation.DESCRIBE and cfg.broker_token is None and not cfg.auth_users:
+            return True
         return ctx.caller is not None and ctx.caller.token
     return ctx.allows(op, ResourceType.CLUSTER)
 
