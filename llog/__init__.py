@@ -95,9 +95,8 @@ from llog.records import AppendGroup, ConsumedRecord, Record
 from llog.registry import SchemaRegistry
 from llog.topic.admin import PartitionInfo, TopicDescription, Topics
 from llog.txn.transaction import Transaction
+from llog.version import __version__
 from llog.writer import AppendFailure, AppendResult, Writer
-
-__version__ = "0.1.0"
 
 __all__ = [
     "AmbiguousCommit",

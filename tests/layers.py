@@ -36,7 +36,7 @@ class Layer:
 
 LAYERS: tuple[Layer, ...] = (
     Layer("0. basics", (
-        "llog/errors.py", "llog/name_rules.py", "llog/names.py", "llog/records.py", "llog/config.py",
+        "llog/errors.py", "llog/version.py", "llog/name_rules.py", "llog/names.py", "llog/records.py", "llog/config.py",
         "llog/metrics.py", "llog/bounded.py", "llog/partitioner.py", "llog/gc_tuning.py", "llog/tls.py",
     ), "the error hierarchy (each error says whether it is `retriable`), the naming rule and `TopicPartition`, "
        "record types, `LlogConfig`, prometheus metrics, bounded caches, Kafka's key partitioner, the broker's "

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.metadata
 import json
 import os
 import signal
@@ -208,11 +207,6 @@ def test_global_flags_work_before_and_after_the_subcommand(config: LlogConfig, c
     # The subcommand's value wins over one given before it.
     out = forked_llog.run(["--root-prefix", "elsewhere", "topics", "list", *flags], env, timeout=120)
     assert out.stdout == "flags\t2\n", out.stderr
-
-
-def test_version_is_the_package_version() -> None:
-    out = forked_llog.run(["--version"], timeout=60)
-    assert (out.returncode, out.stdout) == (0, f"llog {importlib.metadata.version('llog')}\n")
 
 
 @pytest.fixture

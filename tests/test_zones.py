@@ -26,6 +26,7 @@ from llog.kafka.registry import BrokerNode
 from llog.kafka.zones import preferred_replica, zone_in_client_id
 from llog.reader import Reader
 from llog.topic.admin import Topics
+from llog.version import __version__
 from tests import java_client
 from tests.broker_harness import BrokerProcess, broker_process
 from tests.conftest import ProxiedS3, wait_until
@@ -357,13 +358,14 @@ def test_an_http_client_of_a_zone_finds_that_zones_brokers(config: LlogConfig) -
         assert {e["zone"] for e in entries} == {"b"}
     # b's brokers stopped (their registrations revoked): a client of b is served by a.
     with broker_process(config, "--zone", "a") as again:
-        assert again.request("GET", "/brokers?zone=b")[1]["brokers"] == [{"url": again.url, "zone": "a"}]
+        listed = again.request("GET", "/brokers?zone=b")[1]["brokers"]
+        assert listed == [{"url": again.url, "zone": "a", "version": __version__}]
 
 
 def test_a_broker_without_a_zone_is_listed_without_one_and_names_none(config: LlogConfig) -> None:
     with broker_process(config) as b:
         status, headers, got = b.exchange("GET", "/brokers", headers={"Llog-Zone": "a"})
-        assert status == 200 and got == {"zone": "a", "brokers": [{"url": b.url}]}
+        assert status == 200 and got == {"zone": "a", "brokers": [{"url": b.url, "version": __version__}]}
         assert "llog-zone" not in headers
         assert b.metric("llog_http_other_zone_requests_total", route="/brokers") == 0
 
@@ -375,7 +377,8 @@ def test_the_advertised_url_is_the_one_listed(config: LlogConfig) -> None:
         with pytest.raises(ConfigError, match="http_advertised_url"):
             LlogConfig(http_advertised_url=bad)
     with broker_process(config, LLOG_HTTP_ADVERTISED_URL="https://broker-7.zone-a.example:8443") as b:
-        assert b.request("GET", "/brokers")[1]["brokers"] == [{"url": "https://broker-7.zone-a.example:8443"}]
+        assert b.request("GET", "/brokers")[1]["brokers"] == [{"url": "https://broker-7.zone-a.example:8443",
+                                                                "version": __version__}]
 
 
 def test_dev_up_starts_a_broker_per_zone(tmp_path: Path) -> None:

@@ -264,6 +264,7 @@ class Health(Struct, omit_defaults=True):
     host: str
     port: int
     started_at_ms: int
+    version: Annotated[str, Meta(description="the llog release this process runs (llog --version)")]
     worker: Annotated[int | UnsetType,
                       Meta(description="the worker process that answered (only with llog broker --workers)")] = UNSET
     workers: Annotated[int | UnsetType, Meta(description="the broker's worker processes (only with --workers)")] = UNSET
@@ -272,6 +273,8 @@ class Health(Struct, omit_defaults=True):
 class BrokerEntry(Struct, omit_defaults=True):
     url: Annotated[str, Meta(description="the broker's HTTP API (LLOG_HTTP_ADVERTISED_URL, or where it listens)")]
     zone: Annotated[str | UnsetType, Meta(description="the zone it runs in (absent: it names none)")] = UNSET
+    version: Annotated[str | UnsetType, Meta(description="the llog release it runs (absent: one that does not "
+                                                         "register it)")] = UNSET
 
 
 class Brokers(Struct):

@@ -21,6 +21,7 @@ from typing import Protocol, TypeVar
 from llog.connection import Connection
 from llog.errors import CoordinationError
 from llog.state.keys import prefix_range_end
+from llog.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -51,6 +52,8 @@ class HttpBroker:
 
     url: str
     zone: str | None = None
+    #: The llog release it runs (``llog/version.py``); empty in a registration that does not say.
+    version: str = ""
 
 
 class HttpDirectory:
@@ -59,10 +62,10 @@ class HttpDirectory:
 
     def __init__(self, conn: Connection, url: str, zone: str | None, ttl_s: int) -> None:
         self._conn = conn
-        self.me = HttpBroker(url, zone)
+        self.me = HttpBroker(url, zone, __version__)
         self._key = conn.keys.http_broker(uuid.uuid4().hex[:16])
         self._value = json.dumps({"url": url, **({"zone": zone} if zone else {}), "hostname": socket.gethostname(),
-                                  "pid": os.getpid()}).encode()
+                                  "pid": os.getpid(), "version": __version__}).encode()
         self._ttl_s = max(2, ttl_s)
         self._lease = 0
         self._stop = threading.Event()
@@ -97,7 +100,7 @@ class HttpDirectory:
             try:
                 doc = json.loads(kv.value)
                 zone = doc.get("zone")
-                broker = HttpBroker(str(doc["url"]), str(zone) if zone else None)
+                broker = HttpBroker(str(doc["url"]), str(zone) if zone else None, str(doc.get("version", "")))
             except (ValueError, KeyError, TypeError, AttributeError):
                 log.warning("ignoring a malformed HTTP broker registration at %s", kv.key)
                 continue

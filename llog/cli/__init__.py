@@ -18,13 +18,13 @@ import logging
 import os
 import sys
 from collections.abc import Sequence
-from importlib.metadata import PackageNotFoundError, version
 
 from llog.cli.common import config_from_args
 from llog.cli.failures import describe
 from llog.cli.parser import LlogArgumentParser
 from llog.config import LlogConfig
 from llog.errors import LlogError
+from llog.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -49,18 +49,9 @@ EXIT_FAILURE = 1
 EXIT_INTERRUPTED = 130
 
 
-def _version() -> str:
-    try:
-        return version("llog")
-    except PackageNotFoundError:  # run from a source tree that was never installed
-        from llog import __version__
-
-        return __version__
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = LlogArgumentParser(prog="llog", description="llog: a leaderless log on object storage")
-    parser.add_argument("--version", action="version", version=f"llog {_version()}")
+    parser.add_argument("--version", action="version", version=f"llog {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for name in COMMAND_MODULES:
         importlib.import_module(name).register(sub)

@@ -1,5 +1,6 @@
 """``llog doctor``: check that etcd and the object store answer and that etcd's
-history is being compacted, and list the registered brokers with their zones.
+history is being compacted, list the registered brokers with their zones, and say which
+llog release each running process runs.
 
 Prints one line per check, ``OK``/``WARN``/``ERROR``, and exits 0 when all are OK, 1
 with warnings, 2 with errors. etcd's history counts as not compacted (WARN) when
@@ -13,6 +14,7 @@ clients of a zone are never sent to a broker without one (docs/zones.md).
 from __future__ import annotations
 
 import argparse
+from collections import Counter
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -24,6 +26,8 @@ from llog.etcd.client import Etcd
 from llog.etcd.maintenance import EtcdMaintenance
 from llog.kafka.registry import scan_brokers
 from llog.state.control import now_ms
+from llog.state.session import UNNAMED_VERSION, session_versions
+from llog.version import __version__
 
 #: History deeper than this many revisions, with no recent llog compaction, is a warning.
 DEFAULT_MAX_HISTORY_REVISIONS = 100_000
@@ -70,6 +74,7 @@ def diagnose(conn: Connection, *, max_history_revisions: int = DEFAULT_MAX_HISTO
         out.extend(_check_alarms(conn))
         out.append(_check_history(conn, max_history_revisions))
         out.extend(_check_brokers(conn))
+        out.append(_check_versions(conn))
     except LlogError as exc:
         out.append(Finding("ERROR", "etcd", str(exc)))
     return out
@@ -102,6 +107,28 @@ def _check_brokers(conn: Connection) -> list[Finding]:
         counts = ", ".join(f"{z} {sum(1 for n in nodes if n.zone == z)}" for z in zones) if zones != [""] else "none"
         out.append(Finding("OK", "zones", f"brokers by zone: {counts}"))
     return out
+
+
+def _check_versions(conn: Connection) -> Finding:
+    """The llog release every running process runs, from the brokers' registrations and
+    the writers' and compactors' sessions (a process that names none is older than
+    0.2.0, which began naming them). More than one release is a warning: an upgrade under
+    way, or a process left behind (docs/operations.md, "Upgrading")."""
+    counts: Counter[tuple[str, str]] = Counter()
+    for node, _kv in scan_brokers(conn):
+        counts[(node.version or UNNAMED_VERSION, "Kafka broker")] += 1
+    for kind, version in session_versions(conn):
+        counts[(version or UNNAMED_VERSION, f"{kind} session")] += 1
+    versions = sorted({v for v, _ in counts})
+    if not versions:
+        return Finding("OK", "versions", f"no process running (this command: llog {__version__})")
+    detail = "; ".join(f"llog {v}: " + ", ".join(f"{n} {what}{'s' if n > 1 else ''}"
+                                                for (ver, what), n in sorted(counts.items()) if ver == v)
+                       for v in versions)
+    if len(versions) > 1:
+        return Finding("WARN", "versions", f"{detail} (more than one release: an upgrade under way, or a process "
+                                           f"left behind)")
+    return Finding("OK", "versions", detail)
 
 
 def _check_history(conn: Connection, max_history_revisions: int) -> Finding:

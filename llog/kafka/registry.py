@@ -22,6 +22,7 @@ from llog.connection import Connection
 from llog.errors import CoordinationError
 from llog.etcd.operations import KV, Put, mod_revision_is
 from llog.state.keys import prefix_range_end
+from llog.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +43,8 @@ class BrokerNode:
     zone: str | None = None
     #: Its Kafka listeners for the clients of each zone: (zone, port), by zone.
     zone_ports: tuple[tuple[str, int], ...] = ()
+    #: The llog release it runs (``llog/version.py``); empty in a registration that does not say.
+    version: str = ""
 
     def port_for(self, zone: str | None) -> int:
         """The port a client that came to ``zone``'s listener is given: this broker's
@@ -52,7 +55,8 @@ class BrokerNode:
         """How logs name it: ``node 3 (10.0.0.5:9092, pid 812 on host-a, instance 5f0c…)``."""
         process = f", pid {self.pid} on {self.hostname}, instance {self.instance}" if self.instance else ""
         zone = f", zone {self.zone}" if self.zone else ""
-        return f"node {self.node_id} ({self.host}:{self.port}{zone}{process})"
+        version = f", llog {self.version}" if self.version else ""
+        return f"node {self.node_id} ({self.host}:{self.port}{zone}{process}{version})"
 
 
 def rendezvous(nodes: list[BrokerNode], key: str) -> BrokerNode:
@@ -76,7 +80,8 @@ def scan_brokers(conn: Connection) -> list[tuple[BrokerNode, KV]]:
             zone_ports = tuple(sorted((str(z), int(p)) for z, p in dict(doc.get("zone_ports", {})).items()))
             out.append((BrokerNode(int(kv.key[len(prefix):]), str(doc["host"]), int(doc["port"]),
                                    str(doc.get("hostname", "")), int(doc.get("pid", 0)),
-                                   str(doc.get("instance", "")), str(zone) if zone else None, zone_ports), kv))
+                                   str(doc.get("instance", "")), str(zone) if zone else None, zone_ports,
+                                   str(doc.get("version", ""))), kv))
         except (ValueError, KeyError, TypeError, AttributeError):
             log.warning("ignoring a malformed broker registration at %s", kv.key)
     return out
@@ -127,7 +132,7 @@ class BrokerRegistry:
     @property
     def me(self) -> BrokerNode:
         return BrokerNode(self.node_id, self.host, self.port, self.hostname, os.getpid(), self.instance, self.zone,
-                          self.zone_ports)
+                          self.zone_ports, __version__)
 
     def registered(self, max_age_s: float = 1.0) -> list[BrokerNode]:
         """Every registered broker, by node id (this one included); read from etcd at
@@ -172,7 +177,7 @@ class BrokerRegistry:
         etcd, keys = self._conn.etcd, self._conn.keys
         self._lease = etcd.grant_lease(self._ttl_s)
         doc: dict[str, object] = {"host": self.host, "port": self.port, "hostname": self.hostname,
-                                  "pid": os.getpid(), "instance": self.instance}
+                                  "pid": os.getpid(), "instance": self.instance, "version": __version__}
         if self.zone is not None:
             doc["zone"] = self.zone
         if self.zone_ports:

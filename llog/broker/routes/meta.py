@@ -23,12 +23,13 @@ from llog.broker.openapi import openapi_document
 from llog.broker.responses import json_response
 from llog.broker.schemas import parse_blob_query, parse_brokers_query
 from llog.broker.state import broker_of
+from llog.version import __version__
 
 
 async def health(request: Request) -> Response:
-    """Liveness: this process's id, listen address and start time."""
+    """Liveness: this process's id, listen address, start time and release."""
     b = broker_of(request)
-    health = Health("ok", b.broker_id, b.host, b.port, b.started_at_ms)
+    health = Health("ok", b.broker_id, b.host, b.port, b.started_at_ms, __version__)
     if b.place is not None:
         health.worker, health.workers = b.place.index, len(b.place.urls)
     return json_response(health)
@@ -68,7 +69,8 @@ async def brokers(request: Request) -> Response:
     q = parse_brokers_query(request.query_params.multi_items(), request.headers.get(ZONE_HEADER))
     b = broker_of(request)
     listed = await anyio.to_thread.run_sync(b.directory.brokers)
-    return json_response(Brokers(q.zone, [BrokerEntry(x.url, x.zone or UNSET) for x in serving(listed, q.zone)]))
+    return json_response(Brokers(q.zone, [BrokerEntry(x.url, x.zone or UNSET, x.version or UNSET)
+                                                    for x in serving(listed, q.zone)]))
 
 
 async def blob_range(request: Request) -> Response:
