@@ -2,4 +2,4 @@
 Processes report it (``llog --version``, ``GET /health``, the brokers' and sessions'
 registrations, ``llog doctor``)."""
 
-__version__ = "0.2.0"
+__version__ = "0.3.0.dev0"
