@@ -10,12 +10,14 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import Any
 
 from llog.cli import values
 from llog.config import LlogConfig
 from llog.connection import Connection
+from llog.environment import warn_unknown
 from llog.errors import ClaimConflict, LlogError
 
 log = logging.getLogger(__name__)
@@ -161,6 +163,7 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m compactor [service flags]`` runs the service; ``python -m compactor
     compact ...`` and ``python -m compactor vacuum ...`` the one-shot commands."""
     argv = sys.argv[1:] if argv is None else argv
+    warn_unknown(os.environ)
     parser = argparse.ArgumentParser(prog="python -m compactor", description="the llog compactor")
     if argv and argv[0] in ("compact", "vacuum"):
         sub = parser.add_subparsers(dest="command", required=True)

@@ -325,10 +325,19 @@ class LlogConfig:
         _validate(self)
 
 
+#: Settings renamed, old ``LLOG_*`` name -> new: the old one is still read, for one release
+#: after the rename, when the new one is not set (``llog.environment`` warns of it).
+RENAMED: dict[str, str] = {}
+
+
 def _from_env(source: Mapping[str, str], overrides: Mapping[str, Any]) -> LlogConfig:
     values: dict[str, Any] = {}
+    old_names = {new: old for old, new in RENAMED.items()}
     for f in fields(LlogConfig):
-        raw = source.get(f"LLOG_{f.name.upper()}")
+        name = f"LLOG_{f.name.upper()}"
+        raw = source.get(name)
+        if raw is None and name in old_names:
+            raw = source.get(old_names[name])
         if raw is not None:
             values[f.name] = _coerce(f.name, f.type, raw)
     cfg = LlogConfig(**values)

@@ -210,3 +210,31 @@ def test_file_and_plain_path_object_stores(tmp_path: Path) -> None:
             assert isinstance(s, LocalStore)
             s.put("k", b"v")
             assert s.get("k") == b"v"
+
+
+def test_llog_names_that_are_no_setting_are_named_with_the_closest_one() -> None:
+    from llog.environment import environment_warnings
+
+    env = {"LLOG_SESION_TTL_S": "3", "LLOG_ZONE": "a", "LLOG_TEST_ETCD_ENDPOINT": "h:1", "LLOG_ETCD_BIN": "/x",
+           "LLOG_NOTHING_LIKE_IT": "1", "PATH": "/bin"}
+    assert environment_warnings(env) == [
+        "LLOG_NOTHING_LIKE_IT is not a setting of this llog and is ignored (README.md's Configuration lists "
+        "the settings)",
+        "LLOG_SESION_TTL_S is not a setting of this llog and is ignored; did you mean LLOG_SESSION_TTL_S?",
+    ]
+    assert environment_warnings({"LLOG_ZONE": "a", "HOME": "/"}) == []
+
+
+def test_a_renamed_setting_is_read_under_its_old_name_for_a_release(monkeypatch: pytest.MonkeyPatch) -> None:
+    from llog import config
+    from llog.environment import environment_warnings
+
+    monkeypatch.setitem(config.RENAMED, "LLOG_WRITER_SESSION_TTL_S", "LLOG_SESSION_TTL_S")
+    assert LlogConfig.from_env({"LLOG_WRITER_SESSION_TTL_S": "7"}).session_ttl_s == 7
+    assert LlogConfig.from_env({"LLOG_WRITER_SESSION_TTL_S": "7", "LLOG_SESSION_TTL_S": "9"}).session_ttl_s == 9
+    assert environment_warnings({"LLOG_WRITER_SESSION_TTL_S": "7"}) == [
+        "LLOG_WRITER_SESSION_TTL_S is renamed LLOG_SESSION_TTL_S: LLOG_WRITER_SESSION_TTL_S is read as "
+        "LLOG_SESSION_TTL_S in this release; set LLOG_SESSION_TTL_S instead"]
+    assert environment_warnings({"LLOG_WRITER_SESSION_TTL_S": "7", "LLOG_SESSION_TTL_S": "9"}) == [
+        "LLOG_WRITER_SESSION_TTL_S is renamed LLOG_SESSION_TTL_S: LLOG_SESSION_TTL_S is set too, so "
+        "LLOG_WRITER_SESSION_TTL_S is ignored; set LLOG_SESSION_TTL_S instead"]

@@ -49,3 +49,12 @@ def test_a_broker_names_its_release_everywhere_and_doctor_lists_every_process(
         assert "llog before 0.2.0: 1 Kafka broker, 1 compactor session" in versions.detail
         assert f"llog {__version__}: 1 Kafka broker, 1 writer session" in versions.detail
         conn.etcd.revoke_lease(lease)
+
+
+def test_a_process_names_the_llog_variables_it_ignores_at_its_start(config: LlogConfig) -> None:
+    from tests.conftest import config_env
+
+    env = config_env(config) | {"LLOG_ZONEE": "a"}
+    out = forked_llog.run(["topics", "list"], env, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert "LLOG_ZONEE is not a setting of this llog and is ignored; did you mean LLOG_ZONE?" in out.stderr

@@ -23,6 +23,7 @@ from llog.cli.common import config_from_args
 from llog.cli.failures import describe
 from llog.cli.parser import LlogArgumentParser
 from llog.config import LlogConfig
+from llog.environment import warn_unknown
 from llog.errors import LlogError
 from llog.version import __version__
 
@@ -74,6 +75,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             level=logging.DEBUG if verbose else logging.WARNING,
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",
         )
+    warn_unknown(os.environ)
     try:
         return int(args.func(args) or 0)
     except (LlogError, OSError) as exc:
