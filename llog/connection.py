@@ -6,11 +6,13 @@ Writers, readers and admin tools share a :class:`Connection`; open one with
 
 from __future__ import annotations
 
+import os
 import threading
 
 from llog.codec.etcd_values.maps import MetaFormatError
 from llog.codec.etcd_values.topic import TopicMeta
 from llog.config import LlogConfig
+from llog.environment import warn_unknown
 from llog.errors import CorruptMetadata, UnknownPartition, UnknownTopic
 from llog.etcd.auth import EtcdSecurity
 from llog.etcd.client import Etcd
@@ -125,6 +127,8 @@ class Connection:
 def connect(config: LlogConfig | None = None, **overrides: object) -> Connection:
     """Open a connection from ``config`` (default: the ``LLOG_*`` environment) with
     field ``overrides`` applied, e.g. ``connect(object_store="file:///tmp/llog")``."""
+    if config is None:
+        warn_unknown(os.environ)  # an application's settings come from its environment
     base = config if config is not None else LlogConfig.from_env()
     if overrides:
         base = LlogConfig.from_env({}, **{**_fields(base), **overrides})

@@ -36,10 +36,12 @@ class Layer:
 
 LAYERS: tuple[Layer, ...] = (
     Layer("0. basics", (
-        "llog/errors.py", "llog/version.py", "llog/name_rules.py", "llog/names.py", "llog/records.py", "llog/config.py",
-        "llog/metrics.py", "llog/bounded.py", "llog/partitioner.py", "llog/gc_tuning.py", "llog/tls.py",
+        "llog/errors.py", "llog/version.py", "llog/name_rules.py", "llog/names.py", "llog/records.py",
+        "llog/config.py", "llog/environment.py", "llog/metrics.py", "llog/bounded.py", "llog/partitioner.py",
+        "llog/gc_tuning.py", "llog/tls.py",
     ), "the error hierarchy (each error says whether it is `retriable`), the naming rule and `TopicPartition`, "
-       "record types, `LlogConfig`, prometheus metrics, bounded caches, Kafka's key partitioner, the broker's "
+       "record types, `LlogConfig` (and the warnings of `LLOG_*` names it does not know), "
+       "prometheus metrics, bounded caches, Kafka's key partitioner, the broker's "
        "garbage-collector settings, the HTTP API's TLS (server files, the client side between brokers)"),
     Layer("1. codec", ("llog/codec/*",),
           "bytes only: `bytes-batch-v1` bodies (§7), Kafka batches (§7.5: their records parsed, checked and "
