@@ -1,8 +1,9 @@
 """Client quotas on the Kafka listener (docs/security.md, "Quotas"), as Kafka enforces
 them (KIP-219): each request is counted against its client's quotas (a produce's bytes
 when it is read, a fetch's answer's bytes and the time spent handling any request when
-it is answered), and a client over one gets its answer at once with ``throttle_time_ms`` set, after which the
-listener reads nothing more from its connection for that long, so a client that honours
+it is answered), and a client over one gets its answer at once with ``throttle_time_ms``
+set, after which the listener reads nothing more from its connection for that long (and
+handles no produce of that client, on any connection), so a client that honours
 the field (every current one) waits on its own side and none times out. Clients of older
 versions (produce before v6, fetch before v8) wait for the answer itself instead."""
 
@@ -63,7 +64,7 @@ async def admit_produce(broker: Broker, principal: str, client_id: str | None, z
 def throttle_s(broker: Broker, principal: str, client_id: str | None, zone: str | None, api: str,
                response_bytes: int, handling_s: float, share: float | None) -> float:
     """Count one answered request against its client's quotas (a produce's bytes were
-    counted when it was read: :func:`produced_s`); how long the client must now wait (0:
+    counted when it was read: :func:`admit_produce`); how long the client must now wait (0:
     within them, or none is set). ``share``: the part of the byte-rate quotas this broker
     holds the client to (:func:`llog.kafka.zones.leader_share`)."""
     if not broker.quotas.any:
