@@ -27,6 +27,7 @@ from llog.errors import (
 from llog.metrics import Metrics
 from llog.reader import Reader
 from llog.topic.admin import Topics
+from llog.version import __version__
 from tests.broker_harness import (  # noqa: F401 (the fixtures conn and broker)
     BrokerProcess,
     broker_on_topic_t,
@@ -56,8 +57,8 @@ def test_health_reports_the_broker_and_ready_both_dependencies(broker: BrokerPro
     status, health = broker.request("GET", "/health")
     assert status == 200
     workers = {"worker", "workers"} if "workers" in health else set()  # llog broker --workers
-    assert set(health) == {"status", "broker_id", "host", "port", "started_at_ms"} | workers
-    assert health["status"] == "ok" and health["broker_id"]
+    assert set(health) == {"status", "broker_id", "host", "port", "started_at_ms", "version"} | workers
+    assert health["status"] == "ok" and health["broker_id"] and health["version"] == __version__
     assert (health["host"], health["port"]) == (broker.host, broker.port)
     assert 0 < health["started_at_ms"] <= time.time() * 1000
 
