@@ -141,6 +141,41 @@ def test_confluent_kafka_reads_what_the_sdk_wrote(kb: KafkaBroker, conn: Connect
     assert got == [(i, b"k", f"sdk-{i}".encode(), [("src", b"sdk")]) for i in range(50)]
 
 
+def test_librdkafka_is_told_a_fetch_error_not_handed_a_response_it_cannot_parse(
+    kb: KafkaBroker, conn: Connection,
+) -> None:
+    """A partition answered with an error carries an empty record set, as Kafka's does:
+    with a null one librdkafka dropped the response as malformed ("invalid
+    MessageSetSize -1") and retried, never reporting the error (a draining broker's
+    NOT_LEADER_OR_FOLLOWER was retried ~100 times a second in the rolling upgrade)."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    with BatchingProducer(conn) as p:
+        p.send_group("t", 2, [Record(b"only")]).result()
+    logs: list[str] = []
+    consumer = confluent_kafka.Consumer({"bootstrap.servers": kb.bootstrap, "group.id": "g-err",
+                                         "enable.auto.commit": False, "auto.offset.reset": "error",
+                                         "logger": _Lines(logs)})
+    consumer.assign([confluent_kafka.TopicPartition("t", 2, 5)])  # past the end: OFFSET_OUT_OF_RANGE
+    try:
+        msg = consumer.poll(10)
+        assert msg is not None and msg.error() is not None, "the out-of-range fetch was never reported"
+        assert msg.error().code() == confluent_kafka.KafkaError._AUTO_OFFSET_RESET, msg.error()
+        assert "Offset out of range" in msg.error().str(), msg.error()
+    finally:
+        consumer.close()
+    assert not [line for line in logs if "MessageSetSize" in line or "parse failure" in line], logs
+
+
+class _Lines:
+    """A ``logging.Logger`` stand-in for librdkafka's ``logger`` setting: keeps the lines."""
+
+    def __init__(self, into: list[str]) -> None:
+        self._into = into
+
+    def log(self, _level: int, fmt: str, *args: object) -> None:
+        self._into.append(fmt % args if args else fmt)
+
+
 def test_confluent_kafka_produces_100k_records_with_every_codec(kb: KafkaBroker, conn: Connection) -> None:
     """100,000 records with keys and headers, 20,000 per codec (one partition each),
     read back through Kafka exactly once and in order; the SDK reads the same."""

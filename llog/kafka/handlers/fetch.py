@@ -74,9 +74,12 @@ def _response(req: Any, wanted: list[Wanted], got: Sequence[_Answer]) -> FetchRe
                 log_start_offset=-1, aborted_transactions=None, preferred_read_replica=part.node_id, records=b"")
         elif isinstance(part, (LlogError, ErrorCode)):
             code = part if isinstance(part, ErrorCode) else error_code(part)
+            # Empty records, not null: Kafka answers MemoryRecords.EMPTY, and librdkafka
+            # takes a null record set for a malformed response and drops the error code
+            # (it retried a draining broker's NOT_LEADER_OR_FOLLOWER ~100 times a second).
             data = R.FetchableTopicResponse.PartitionData(
                 partition_index=partition, error_code=code, high_watermark=-1, last_stable_offset=-1,
-                log_start_offset=-1, aborted_transactions=None, preferred_read_replica=-1, records=None)
+                log_start_offset=-1, aborted_transactions=None, preferred_read_replica=-1, records=b"")
         else:
             data = R.FetchableTopicResponse.PartitionData(
                 partition_index=partition, error_code=ErrorCode.NONE, high_watermark=part.high_watermark,
