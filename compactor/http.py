@@ -19,6 +19,7 @@ from starlette.routing import Route
 
 from llog.errors import LlogError
 from llog.metrics import Metrics
+from llog.version import __version__
 
 log = logging.getLogger(__name__)
 
@@ -31,7 +32,7 @@ def build_app(health: HealthCheck, metrics: Metrics) -> Starlette:
 
     async def get_health(_request: Request) -> Response:
         ok, details = health()
-        body = {"status": "ok" if ok else "unhealthy", **details}
+        body = {"status": "ok" if ok else "unhealthy", "version": __version__, **details}
         return JSONResponse(body, status_code=200 if ok else 503)
 
     async def get_metrics(_request: Request) -> Response:

@@ -32,13 +32,23 @@ VECTORS = ROOT / "protocol" / "vectors"
 KEYS = KeyLayout("llog")
 
 
-def _load(kind: str | None = None) -> list[tuple[str, dict[str, Any], bytes]]:
+#: Each release's vectors as it was cut (issue 60): every later release still reads them.
+RELEASED = sorted(p for p in (VECTORS / "releases").iterdir() if p.is_dir())
+
+
+def _load(kind: str | None = None, root: Path = VECTORS) -> list[tuple[str, dict[str, Any], bytes]]:
     out = []
-    for j in sorted(VECTORS.glob("*.json")):
+    prefix = "" if root == VECTORS else f"{root.name}/"
+    for j in sorted(root.glob("*.json")):
         doc = json.loads(j.read_text())
         if kind is None or doc["kind"] == kind:
-            out.append((j.stem, doc, j.with_suffix(".bin").read_bytes()))
+            out.append((prefix + j.stem, doc, j.with_suffix(".bin").read_bytes()))
     return out
+
+
+def _read(kind: str) -> list[tuple[str, dict[str, Any], bytes]]:
+    """``kind``'s vectors of this tree and of every release: what must decode."""
+    return [v for root in (VECTORS, *RELEASED) for v in _load(kind, root)]
 
 
 def _ids(vs: list[tuple[str, dict[str, Any], bytes]]) -> list[str]:
@@ -64,7 +74,21 @@ def _rows(records: list[dict[str, Any]]) -> list[Row]:
 BATCHES = _load("batch")
 KAFKA_BODIES = _load("kafka-batch")
 BLOBS = _load("wal-blob")
-METAS = [v for v in _load() if v[1]["kind"] not in ("batch", "kafka-batch", "wal-blob")]
+_DATA_KINDS = ("batch", "kafka-batch", "wal-blob")
+METAS = [v for v in _load() if v[1]["kind"] not in _DATA_KINDS]
+BATCHES_READ, KAFKA_BODIES_READ, BLOBS_READ = _read("batch"), _read("kafka-batch"), _read("wal-blob")
+METAS_READ = [v for root in (VECTORS, *RELEASED) for v in _load(None, root) if v[1]["kind"] not in _DATA_KINDS]
+
+
+def test_every_release_keeps_its_vectors() -> None:
+    """A release's vectors stay as they were cut: RELEASES.md names each release, and
+    each has its set (the decode tests read them all)."""
+    released = {p.name for p in RELEASED}
+    table = (ROOT / "RELEASES.md").read_text()
+    assert "0.2.0" in released
+    for name in released:
+        assert f"| {name} |" in table, name
+        assert len(_load(None, VECTORS / "releases" / name)) >= 30, name
 
 
 def test_vector_set_is_complete() -> None:
@@ -103,7 +127,7 @@ def test_batch_encodes_to_vector(name: str, doc: dict[str, Any], data: bytes) ->
         assert batch.encode(records) == data
 
 
-@pytest.mark.parametrize(("name", "doc", "data"), BATCHES, ids=_ids(BATCHES))
+@pytest.mark.parametrize(("name", "doc", "data"), BATCHES_READ, ids=_ids(BATCHES_READ))
 def test_batch_decodes_to_vector(name: str, doc: dict[str, Any], data: bytes) -> None:
     b = batch.decode(data)
     assert len(b) == len(doc["decoded"]["records"])
@@ -167,7 +191,7 @@ def test_kafka_body_wraps_batches_to_vector(name: str, doc: dict[str, Any], data
         assert struct.unpack_from(">q", data, b["offset"])[0] == b["base_offset_as_written"]
 
 
-@pytest.mark.parametrize(("name", "doc", "data"), KAFKA_BODIES, ids=_ids(KAFKA_BODIES))
+@pytest.mark.parametrize(("name", "doc", "data"), KAFKA_BODIES_READ, ids=_ids(KAFKA_BODIES_READ))
 def test_kafka_body_decodes_to_vector(name: str, doc: dict[str, Any], data: bytes) -> None:
     b = bodies.decode(data)
     assert list(b.rows()) == _rows(doc["decoded"]["records"])
@@ -201,7 +225,7 @@ def test_blob_packs_to_vector(name: str, doc: dict[str, Any], data: bytes) -> No
     assert doc["object_key"] == KEYS.wal_blob(**doc["key_args"])
 
 
-@pytest.mark.parametrize(("name", "doc", "data"), BLOBS, ids=_ids(BLOBS))
+@pytest.mark.parametrize(("name", "doc", "data"), BLOBS_READ, ids=_ids(BLOBS_READ))
 def test_blob_parses_to_vector(name: str, doc: dict[str, Any], data: bytes) -> None:
     d = doc["decoded"]
     assert data[:4] == b"LLS1"
@@ -264,7 +288,7 @@ def test_meta_encodes_to_vector(name: str, doc: dict[str, Any], data: bytes) -> 
     assert _meta_object(doc["kind"], doc["decoded"]).encode() == data
 
 
-@pytest.mark.parametrize(("name", "doc", "data"), METAS, ids=_ids(METAS))
+@pytest.mark.parametrize(("name", "doc", "data"), METAS_READ, ids=_ids(METAS_READ))
 def test_meta_decodes_to_vector(name: str, doc: dict[str, Any], data: bytes) -> None:
     obj = _meta_object(doc["kind"], doc["decoded"])
     assert type(obj).decode(data) == obj

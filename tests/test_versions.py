@@ -37,7 +37,8 @@ def test_a_broker_names_its_release_everywhere_and_doctor_lists_every_process(
         assert kb.http.post("/produce", {"topic_partitions": [{"topic": "v", "partition": 0,
                                                                "records": ["x"]}]})[0] == 200
         [versions] = [f for f in diagnose(conn) if f.check == "versions"]
-        assert (versions.level, versions.detail) == ("OK", f"llog {__version__}: 1 Kafka broker, 1 writer session")
+        assert (versions.level, versions.detail) == (
+            "OK", f"llog {__version__}: 1 HTTP broker, 1 Kafka broker, 1 writer session")
 
         # A process of a release before this one names none: doctor warns of two releases.
         lease = conn.etcd.grant_lease(30)
@@ -47,7 +48,7 @@ def test_a_broker_names_its_release_everywhere_and_doctor_lists_every_process(
         [versions] = [f for f in diagnose(conn) if f.check == "versions"]
         assert versions.level == "WARN" and "more than one release" in versions.detail
         assert "llog before 0.2.0: 1 Kafka broker, 1 compactor session" in versions.detail
-        assert f"llog {__version__}: 1 Kafka broker, 1 writer session" in versions.detail
+        assert f"llog {__version__}: 1 HTTP broker, 1 Kafka broker, 1 writer session" in versions.detail
         conn.etcd.revoke_lease(lease)
 
 

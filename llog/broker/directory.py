@@ -20,6 +20,7 @@ from typing import Protocol, TypeVar
 
 from llog.connection import Connection
 from llog.errors import CoordinationError
+from llog.state.cluster_format import FORMAT_VERSION
 from llog.state.keys import prefix_range_end
 from llog.version import __version__
 
@@ -65,7 +66,8 @@ class HttpDirectory:
         self.me = HttpBroker(url, zone, __version__)
         self._key = conn.keys.http_broker(uuid.uuid4().hex[:16])
         self._value = json.dumps({"url": url, **({"zone": zone} if zone else {}), "hostname": socket.gethostname(),
-                                  "pid": os.getpid(), "version": __version__}).encode()
+                                  "pid": os.getpid(), "version": __version__,
+                                  "format": FORMAT_VERSION}).encode()
         self._ttl_s = max(2, ttl_s)
         self._lease = 0
         self._stop = threading.Event()

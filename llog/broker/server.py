@@ -17,6 +17,7 @@ from llog.broker.sockets import OnReady, listening_socket, zone_sockets
 from llog.broker.state import WorkerPlace, listen_url
 from llog.config import LlogConfig
 from llog.errors import ConfigError
+from llog.state.cluster_format import check_at_start
 from llog.tls import check_server_files
 
 
@@ -66,6 +67,7 @@ def serve_sockets(
 
         kafka_tls = None if kafka_sock is None else tls_context(config)  # a bad certificate fails here
         check_server_files(config)  # a bad certificate fails here, before anything starts
+        check_at_start(config)  # a release too old for the cluster's format stops here
         bound_host, bound_port = sock.getsockname()[:2]
         url = listen_url(bound_host, bound_port, tls=config.broker_tls_cert_file is not None)
         app = create_app(

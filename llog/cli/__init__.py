@@ -42,6 +42,7 @@ COMMAND_MODULES = (
     "llog.cli.compactor",
     "llog.cli.etcd",
     "llog.cli.doctor",
+    "llog.cli.upgrade",
     "llog.cli.broker",
     "llog.cli.loadtest",
 )

@@ -25,8 +25,9 @@ from llog.errors import EtcdSpaceExhausted, LlogError
 from llog.etcd.client import Etcd
 from llog.etcd.maintenance import EtcdMaintenance
 from llog.kafka.registry import scan_brokers
+from llog.state import cluster_format
+from llog.state.cluster_format import UNNAMED_VERSION, LiveProcess, live_processes, read_format
 from llog.state.control import now_ms
-from llog.state.session import UNNAMED_VERSION, session_versions
 from llog.version import __version__
 
 #: History deeper than this many revisions, with no recent llog compaction, is a warning.
@@ -74,7 +75,9 @@ def diagnose(conn: Connection, *, max_history_revisions: int = DEFAULT_MAX_HISTO
         out.extend(_check_alarms(conn))
         out.append(_check_history(conn, max_history_revisions))
         out.extend(_check_brokers(conn))
-        out.append(_check_versions(conn))
+        processes = live_processes(conn)
+        out.append(_check_versions(processes))
+        out.append(_check_format(conn, processes))
     except LlogError as exc:
         out.append(Finding("ERROR", "etcd", str(exc)))
     return out
@@ -109,16 +112,12 @@ def _check_brokers(conn: Connection) -> list[Finding]:
     return out
 
 
-def _check_versions(conn: Connection) -> Finding:
+def _check_versions(processes: list[LiveProcess]) -> Finding:
     """The llog release every running process runs, from the brokers' registrations and
     the writers' and compactors' sessions (a process that names none is older than
     0.2.0, which began naming them). More than one release is a warning: an upgrade under
     way, or a process left behind (docs/operations.md, "Upgrading")."""
-    counts: Counter[tuple[str, str]] = Counter()
-    for node, _kv in scan_brokers(conn):
-        counts[(node.version or UNNAMED_VERSION, "Kafka broker")] += 1
-    for kind, version in session_versions(conn):
-        counts[(version or UNNAMED_VERSION, f"{kind} session")] += 1
+    counts: Counter[tuple[str, str]] = Counter((p.release or UNNAMED_VERSION, p.what) for p in processes)
     versions = sorted({v for v, _ in counts})
     if not versions:
         return Finding("OK", "versions", f"no process running (this command: llog {__version__})")
@@ -129,6 +128,24 @@ def _check_versions(conn: Connection) -> Finding:
         return Finding("WARN", "versions", f"{detail} (more than one release: an upgrade under way, or a process "
                                            f"left behind)")
     return Finding("OK", "versions", detail)
+
+
+def _check_format(conn: Connection, processes: list[LiveProcess]) -> Finding:
+    """The cluster's format version (spec §3.1): an error when a live process cannot
+    read it (a release from before the check, started after a finalize)."""
+    cluster = read_format(conn)
+    by = f", finalized by llog {cluster.release}" if cluster.release else ", never finalized"
+    behind = [p for p in processes if p.reads < cluster.version]
+    if behind:
+        names = ", ".join(f"{p.what} {p.where} (llog {p.release or UNNAMED_VERSION})" for p in behind[:5])
+        return Finding("ERROR", "format", f"cluster format {cluster.version}{by}; {len(behind)} process(es) "
+                                          f"read only older formats: {names}; upgrade or stop them")
+    # What every live process and this command read: what a finalize now would raise it to.
+    common = min([p.reads for p in processes] + [cluster_format.FORMAT_VERSION])
+    if cluster.version < common:
+        return Finding("OK", "format", f"cluster format {cluster.version}{by}; every process reads {common}: "
+                                       "`llog upgrade finalize` raises it")
+    return Finding("OK", "format", f"cluster format {cluster.version}{by}")
 
 
 def _check_history(conn: Connection, max_history_revisions: int) -> Finding:

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from llog.connection import Connection
 from llog.errors import CoordinationError
 from llog.etcd.operations import KV, Put, mod_revision_is
+from llog.state.cluster_format import FORMAT_VERSION
 from llog.state.keys import prefix_range_end
 from llog.version import __version__
 
@@ -177,7 +178,8 @@ class BrokerRegistry:
         etcd, keys = self._conn.etcd, self._conn.keys
         self._lease = etcd.grant_lease(self._ttl_s)
         doc: dict[str, object] = {"host": self.host, "port": self.port, "hostname": self.hostname,
-                                  "pid": os.getpid(), "instance": self.instance, "version": __version__}
+                                  "pid": os.getpid(), "instance": self.instance, "version": __version__,
+                                  "format": FORMAT_VERSION}
         if self.zone is not None:
             doc["zone"] = self.zone
         if self.zone_ports:

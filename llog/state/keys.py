@@ -141,6 +141,10 @@ class KeyLayout:
         """The compactor's persisted revision-to-time samples (compactor/revision_clock.py)."""
         return f"{self.root}/{MAINTENANCE}/revision-clock"
 
+    def cluster_format(self) -> str:
+        """The cluster's format version (llog/state/cluster_format.py, spec §3.1)."""
+        return f"{self.root}/{MAINTENANCE}/cluster-format"
+
     def etcd_compaction_record(self) -> str:
         """The last compaction of etcd's history the compactor service made."""
         return f"{self.root}/{MAINTENANCE}/etcd-compaction"

@@ -32,8 +32,8 @@ import msgpack
 from llog.connection import Connection
 from llog.errors import CoordinationError, LlogError
 from llog.etcd.operations import KV, Compare
+from llog.state.cluster_format import FORMAT_VERSION, check_can_join
 from llog.state.control import now_ms
-from llog.state.keys import prefix_range_end
 from llog.version import __version__
 
 log = logging.getLogger(__name__)
@@ -41,39 +41,23 @@ log = logging.getLogger(__name__)
 SessionKind = Literal["writer", "compactor"]
 
 
-#: How ``llog doctor`` names the release of a process that does not say (before 0.2.0).
-UNNAMED_VERSION = "before 0.2.0"
-
-
 def encode_session_value(kind: SessionKind, started_at_ms: int, peer_url: str | None = None,
                          zone: str | None = None) -> bytes:
-    """The session key's value: ``{kind, host, pid, started_at_ms, version}`` (for
-    operators; the protocol reads only the key's presence and create_revision),
+    """The session key's value: ``{kind, host, pid, started_at_ms, version, format}``
+    (for operators; ``llog upgrade finalize`` reads ``format``, the highest cluster
+    format the process reads; the protocol reads only the key's presence and
+    create_revision),
     ``peer_url`` where the process serves its blobs to other brokers' readers (§9 step
     9), and the ``zone`` it runs in (peers read only within a zone)."""
     value: dict[str, object] = {
         "kind": kind, "host": socket.gethostname(), "pid": os.getpid(), "started_at_ms": started_at_ms,
-        "version": __version__,
+        "version": __version__, "format": FORMAT_VERSION,
     }
     if peer_url is not None:
         value["peer_url"] = peer_url
     if zone is not None:
         value["zone"] = zone
     out: bytes = msgpack.packb(value)
-    return out
-
-
-def session_versions(conn: Connection) -> list[tuple[str, str]]:
-    """(kind, llog release) of every live session, as its value names them (``""``: a
-    release that does not say; a value that does not decode is passed over)."""
-    prefix = conn.keys.sessions_prefix()
-    out = []
-    for kv in conn.etcd.scan(prefix, prefix_range_end(prefix)):
-        try:
-            doc = msgpack.unpackb(kv.value)
-            out.append((str(doc.get("kind", "?")), str(doc.get("version", ""))))
-        except (ValueError, TypeError, AttributeError, msgpack.UnpackException):
-            log.warning("session %s does not hold a session value; passed over", kv.key)
     return out
 
 
@@ -92,6 +76,8 @@ class Session:
         self.started = time.monotonic()
         self._etcd = conn.etcd
         self._metrics = conn.metrics
+        # A release that cannot read the cluster's format writes nothing to it (spec §3.1).
+        check_can_join(conn)
         self.lease = self._etcd.grant_lease(self.ttl_s)
         try:
             #: The key is new, so the put's revision is its create_revision.
