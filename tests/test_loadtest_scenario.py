@@ -43,6 +43,13 @@ def _doc(**changes: Any) -> dict[str, Any]:
         (_doc(cluster={"network": True},
               chaos=[{"at_s": 1, "target": "rest", "peer": "etcd", "action": "partition", "duration_s": 1}]),
          "chaos partition side 'rest' is not one of"),
+        (_doc(cluster={"release": "0.0.9"}), "cluster.release '0.0.9' is not in RELEASES.md"),
+        (_doc(chaos=[{"at_s": 1, "target": "broker-0", "action": "upgrade"}]),
+         "chaos upgrade needs cluster.release"),
+        (_doc(cluster={"release": "0.2.0"}, chaos=[{"at_s": 1, "target": "etcd", "action": "rollback"}]),
+         "chaos rollback target 'etcd' is not one of ['broker-0', 'broker-1', 'compactor']"),
+        (_doc(chaos=[{"at_s": 1, "target": "broker-0", "action": "finalize"}]),
+         "chaos finalize targets 'cluster', not 'broker-0'"),
     ],
 )
 def test_badly_typed_scenario_is_a_config_error(doc: dict[str, Any], says: str) -> None:

@@ -12,17 +12,17 @@ from pathlib import Path
 import pytest
 from packaging.version import Version
 
+from llog.loadtest.releases import releases as listed
 from llog.version import __version__
 
 REPO = Path(__file__).resolve().parent.parent
-_ROW = re.compile(r"^\| (\d+\.\d+\.\d+) \| `([0-9a-f]{40})` \| (\d{4}-\d{2}-\d{2}) \| (\d+) \|$", re.M)
 
 pytestmark = pytest.mark.fast
 
 
-def releases() -> list[tuple[str, str, str, str]]:
+def releases() -> list[tuple[str, str, str, int]]:
     """(version, commit, date, protocol) of every row of RELEASES.md."""
-    return _ROW.findall((REPO / "RELEASES.md").read_text())
+    return [(r.version, r.commit, r.date, r.protocol) for r in listed().values()]
 
 
 def test_every_release_is_its_commit_in_the_history() -> None:

@@ -11,7 +11,10 @@
   requests for ``duration_s``;
 * ``partition``: every packet between ``target`` and ``peer`` (one way only with
   ``one_way``) is dropped for ``duration_s``, then the network heals
-  (:mod:`llog.nemesis.network`; the cluster's processes in namespaces of their own).
+  (:mod:`llog.nemesis.network`; the cluster's processes in namespaces of their own);
+* ``upgrade`` / ``rollback``: stop a broker or the compactor (SIGTERM) and start it
+  again on this tree / on ``cluster.release`` (a rolling upgrade, one member a step);
+  ``finalize``: raise the cluster's format, as ``llog upgrade finalize`` does.
 
 A member's clock skew is not an event: it runs under libfaketime from the start
 (:class:`llog.loadtest.scenario.ClusterSpec`).
@@ -33,11 +36,13 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
+from llog.connection import Connection
 from llog.devstack import EtcdServer, LocalStack, etcd_nodes
 from llog.errors import LlogError
 from llog.loadtest.process import ManagedProcess
 from llog.loadtest.scenario import ChaosEvent
 from llog.nemesis.network import CLIENTS, Network
+from llog.state.cluster_format import finalize
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +72,10 @@ def etcd_leader(members: Sequence[EtcdServer]) -> int:
     raise LlogError("no etcd member says it is the leader")
 
 
+#: The steps that count as faults injected (the others end one).
+_INJECTING = ("kill", "pause", "faults", "partition", "upgrade", "rollback", "finalize")
+
+
 class Chaos:
     """A thread running the scenario's chaos events; :attr:`events` records what
     happened (one entry per step, with ``ok`` and the time it was done).
@@ -82,6 +91,7 @@ class Chaos:
         s3_faults: FaultSwitch | None = None,
         network: Network | None = None,
         zones: Mapping[str, str] | None = None,
+        releases: Mapping[str, tuple[str, str | None]] | None = None,
     ) -> None:
         steps: list[tuple[float, int, str, ChaosEvent]] = []
         for i, e in enumerate(events):
@@ -93,6 +103,8 @@ class Chaos:
                 steps += [(e.at_s, i, "pause", e), (e.at_s + e.duration_s, i, "resume", e)]
             elif e.action == "partition":
                 steps += [(e.at_s, i, "partition", e), (e.at_s + e.duration_s, i, "heal", e)]
+            elif e.action in ("upgrade", "rollback", "finalize"):
+                steps.append((e.at_s, i, e.action, e))
             else:
                 steps += [(e.at_s, i, "faults", e), (e.at_s + e.duration_s, i, "faults-off", e)]
         self._steps = sorted(steps, key=lambda s: (s[0], s[1]))
@@ -102,6 +114,8 @@ class Chaos:
         self._network = network
         #: Node -> its zone, for the partition sides ``zone-<zone>``.
         self._zones = dict(zones or {})
+        #: ``upgrade`` / ``rollback`` -> the (release, PYTHONPATH) a member starts on.
+        self._releases = dict(releases or {})
         #: The two sides (node names) each partition event cut.
         self._cut: dict[int, tuple[list[str], list[str]]] = {}
         self._t0 = t0
@@ -120,7 +134,7 @@ class Chaos:
         """Faults injected so far, by type (``kill:broker``, ``pause:etcd``, ``faults:5xx``, …)."""
         out: Counter[str] = Counter()
         for e in self.events:
-            if e["action"] in ("kill", "pause", "faults", "partition") and e.get("ok"):
+            if e["action"] in _INJECTING and e.get("ok"):
                 kind = e.get("fault") if e["action"] == "faults" else e["target"].split("-")[0]
                 out[f"{e['action']}:{kind}"] += 1
         return dict(out)
@@ -152,11 +166,21 @@ class Chaos:
             else:
                 self._s3.clear()
             return
+        if action == "finalize":
+            self._finalize(entry)
+            return
         if e.target.startswith("etcd"):
             self._do_etcd(i, action, e, entry)
             return
         proc = self._processes[e.target]
         entry["pid"] = proc.pid
+        if action in self._releases:
+            release, pythonpath = self._releases[action]
+            entry.update(release_before=proc.release or None, release_after=release or None,
+                         version_before=proc.version or None)
+            # What the process says it runs once it answers: the release, not the intent.
+            entry.update(proc.replace(release, pythonpath), new_pid=proc.pid)
+            return
         if action == "kill":
             proc.kill9()
         elif action == "restart":
@@ -165,6 +189,14 @@ class Chaos:
             proc.wait_healthy()
         else:
             self._signal(i, proc.pid, action)
+
+    def _finalize(self, entry: dict[str, Any]) -> None:
+        """``llog upgrade finalize``, as an operator runs it once every member is replaced."""
+        if self._stack is None:
+            raise LlogError("no cluster to finalize")
+        with Connection(self._stack.config) as conn:
+            before, after = finalize(conn)
+        entry.update(format_before=before.version, format_after=after.version)
 
     def _do_etcd(self, i: int, action: str, e: ChaosEvent, entry: dict[str, Any]) -> None:
         if self._stack is None:

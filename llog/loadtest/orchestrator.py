@@ -34,8 +34,9 @@ from llog.loadtest.generator import LoadGenerator
 from llog.loadtest.generator_state import GeneratorPlan
 from llog.loadtest.live import LiveProgress, Report
 from llog.loadtest.loss_report import loss_report, lost_batches
-from llog.loadtest.process import ManagedProcess
+from llog.loadtest.process import ManagedProcess, release_env
 from llog.loadtest.reconcile import Reconciliation, read_acks, reconcile
+from llog.loadtest.releases import checkout
 from llog.loadtest.report import write_report
 from llog.loadtest.routing import Router
 from llog.loadtest.scenario import DEFAULT_RESULTS, Scenario
@@ -88,6 +89,8 @@ class Cluster:
         self.members: dict[str, ManagedProcess] = {}
         #: Broker id -> its Kafka listener's host:port, when the load speaks Kafka.
         self.kafka_addresses: dict[str, str] = {}
+        #: What chaos ``upgrade`` and ``rollback`` start a member on: (release, PYTHONPATH).
+        self.releases: dict[str, tuple[str, str | None]] = {}
 
     def up(self) -> Cluster:
         s = self.scenario
@@ -97,6 +100,7 @@ class Cluster:
             with Connection(self.stack.config) as conn:
                 for t in s.topics:
                     Topics(conn).create(t.name, t.partitions)
+            self._check_out_release()
             py = [sys.executable, "-m", "llog"]
             for i in range(s.cluster.brokers):
                 port, host = free_port(), node_host(self.network, f"broker-{i}")
@@ -125,6 +129,17 @@ class Cluster:
             raise
         self._write_layout()
         return self
+
+    def _check_out_release(self) -> None:
+        """The scenario's release, for the members to start on (this tree's own
+        ``PYTHONPATH``, if any, after it)."""
+        release = self.scenario.cluster.release
+        if not release:
+            return
+        tree = checkout(release, self.run_dir)
+        outer = os.environ.get("PYTHONPATH")
+        self.releases = {"rollback": (release, os.pathsep.join([str(tree), *([outer] if outer else [])])),
+                         "upgrade": ("", outer)}
 
     def _zone_args(self, i: int) -> list[str]:
         zone = self.scenario.cluster.zone_of(i)
@@ -155,8 +170,12 @@ class Cluster:
         skew = self.scenario.cluster.clock_skew.get(name)
         if skew is not None:
             env = {**env, **skew_env(skew)}
-        self.members[name] = ManagedProcess(name, node_argv(self.network, name, argv), {**self.env, **env}, port,
-                                            self.logs / f"{name}.log", node_host(self.network, name))
+        if self.releases:
+            env = {**env, **release_env(str(self.releases["rollback"][1]))}
+        m = ManagedProcess(name, node_argv(self.network, name, argv), {**self.env, **env}, port,
+                           self.logs / f"{name}.log", node_host(self.network, name))
+        m.release = self.scenario.cluster.release
+        self.members[name] = m
 
     @property
     def brokers(self) -> list[ManagedProcess]:
@@ -271,7 +290,8 @@ def _load(scenario: Scenario, cluster: Cluster, say: Report, live_progress: bool
     proxy = cluster.stack.s3_proxy
     s3_faults = None if proxy is None else ProxyFaults(proxy.endpoint_url, FaultPlan(scenario.s3.faults))
     chaos = Chaos(scenario.chaos, cluster.members, t0, stack=cluster.stack, s3_faults=s3_faults,
-                  network=cluster.network, zones=cluster.node_zones).start()
+                  network=cluster.network, zones=cluster.node_zones,
+                  releases=cluster.releases).start()
     live = LiveProgress(run_dir / "client", scenario.load.processes, scenario.duration_s,
                         scenario.interval_s, lambda: sum(chaos.injected().values()), say)
     if live_progress:
@@ -373,7 +393,8 @@ def _run_transactional(scenario: Scenario, cluster: Cluster, say: Report) -> dic
         proxy = cluster.stack.s3_proxy
         s3_faults = None if proxy is None else ProxyFaults(proxy.endpoint_url, FaultPlan(scenario.s3.faults))
         chaos = Chaos(scenario.chaos, cluster.members, time.monotonic(), stack=cluster.stack, s3_faults=s3_faults,
-                      network=cluster.network, zones=cluster.node_zones).start()
+                      network=cluster.network, zones=cluster.node_zones,
+                      releases=cluster.releases).start()
         say(f"load: {load.processes * load.threads} transactional workers, input at {load.rate:.0f} rec/s for "
             f"{scenario.duration_s:.0f} s, then up to {load.drain_s:.0f} s of drain")
         with Connection(cluster.stack.config) as conn:

@@ -3,6 +3,7 @@ be killed with -9 and started again on the same port."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -12,6 +13,16 @@ from pathlib import Path
 from typing import Any
 
 from llog.devstack import DevStackError
+
+#: What :func:`release_env` sets.
+RELEASE_VARIABLES = ("PYTHONPATH", "PYTHONSAFEPATH")
+
+
+def release_env(pythonpath: str) -> dict[str, str]:
+    """The variables that make ``python -m llog`` import the packages first on
+    ``pythonpath``: ``-m`` would put the working directory (this tree, when run from
+    it) before them, unless told not to (``PYTHONSAFEPATH``)."""
+    return {"PYTHONPATH": pythonpath, "PYTHONSAFEPATH": "1"}
 
 
 class ManagedProcess:
@@ -25,6 +36,10 @@ class ManagedProcess:
         self.url = f"http://{host}:{port}"
         self.proc: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        #: The release it was started on (RELEASES.md), ``""`` for this tree.
+        self.release = ""
+        #: The version its ``/health`` named when it last became healthy (``""``: none).
+        self.version = ""
 
     @property
     def pid(self) -> int | None:
@@ -42,7 +57,8 @@ class ManagedProcess:
         self.starts += 1
         return self
 
-    def wait_healthy(self, timeout: float = 60.0) -> None:
+    def wait_healthy(self, timeout: float = 60.0) -> dict[str, Any]:
+        """Wait until ``GET /health`` answers 200; returns what it said."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.alive():
@@ -50,8 +66,10 @@ class ManagedProcess:
             try:
                 with urllib.request.urlopen(f"{self.url}/health", timeout=2) as r:
                     if r.status == 200:
-                        return
-            except OSError:
+                        doc: dict[str, Any] = json.load(r)
+                        self.version = str(doc.get("version", ""))
+                        return doc
+            except (OSError, ValueError):
                 pass
             time.sleep(0.1)
         raise DevStackError(f"{self.name} not healthy after {timeout}s; see {self.log_path}")
@@ -74,6 +92,24 @@ class ManagedProcess:
                 self.proc.wait()
         return self.proc.returncode
 
+    def replace(self, release: str, pythonpath: str | None) -> dict[str, Any]:
+        """Stop it (SIGTERM: a clean stop) and start it again on the same port running
+        ``release``, whose packages are first on ``pythonpath`` (``None``: this tree's);
+        returns the seconds the stop and the start took and the version its ``/health``
+        names once it answers (``None``: none)."""
+        t0 = time.monotonic()
+        self.stop()
+        t1 = time.monotonic()
+        self.env = {k: v for k, v in self.env.items() if k not in RELEASE_VARIABLES}
+        if pythonpath:
+            self.env.update(release_env(pythonpath))
+        self.release = release
+        self.start()
+        self.wait_healthy()
+        return {"stop_s": round(t1 - t0, 3), "start_s": round(time.monotonic() - t1, 3),
+                "version_after": self.version or None}
+
     def describe(self) -> dict[str, Any]:
         return {"pid": self.pid, "port": self.port, "url": self.url, "argv": self.argv,
-                "log": str(self.log_path), "starts": self.starts}
+                "log": str(self.log_path), "starts": self.starts, "release": self.release or None,
+                "version": self.version or None}

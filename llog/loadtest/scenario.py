@@ -52,6 +52,9 @@ class ClusterSpec:
     #: and generator process ``i`` run in zone ``zones[i % len(zones)]``, the compactor
     #: in the first; partition sides ``zone-<zone>`` name a zone's nodes.
     zones: tuple[str, ...] = ()
+    #: The release (RELEASES.md) every broker and the compactor start on; empty: this
+    #: tree. Chaos ``upgrade`` moves a member to this tree, ``rollback`` back to it.
+    release: str = ""
 
     def zone_of(self, i: int) -> str | None:
         """The zone of broker, etcd member or generator process ``i`` (``None``: no zones)."""
@@ -100,7 +103,12 @@ CHAOS_ACTIONS = {
               "for duration_s",
     "partition": "drop every packet between `target` and `peer` (from target to peer only with one_way) for "
                  "duration_s, then heal; needs cluster.network",
+    "upgrade": "stop `target` (SIGTERM) and start it again on this tree; needs cluster.release",
+    "rollback": "stop `target` (SIGTERM) and start it again on cluster.release",
+    "finalize": "`llog upgrade finalize` (target `cluster`): raise the cluster's format",
 }
+#: Chaos actions that replace a process by another release's.
+RELEASE_ACTIONS = ("upgrade", "rollback")
 #: Partition sides besides the members' own names: every broker, every etcd member,
 #: the S3 server (and its proxy), the load generators and the orchestrator; and, as a
 #: peer, ``rest``: every node not on the target's side (``zone-<zone>`` names a zone's).
@@ -271,8 +279,15 @@ def _check(s: Scenario, where: str) -> None:
     etcds = {"etcd", "etcd-leader", *(f"etcd-{i}" for i in range(s.cluster.etcd_members))}
     problems.extend(_zone_problems(s.cluster))
     zones = {f"zone-{z}" for z in s.cluster.zones}
+    if s.cluster.release:
+        from llog.loadtest.releases import releases
+
+        if s.cluster.release not in releases():
+            problems.append(f"cluster.release {s.cluster.release!r} is not in RELEASES.md ({sorted(releases())})")
     for c in s.chaos:
         problems.extend(_chaos_problems(c, members | zones, etcds, s.cluster.store, s.cluster.network))
+        if c.action in RELEASE_ACTIONS and not s.cluster.release:
+            problems.append(f"chaos {c.action} needs cluster.release (the release the cluster starts on)")
     if problems:
         raise ConfigError(f"{where}: " + "; ".join(problems))
 
@@ -311,6 +326,11 @@ def _chaos_problems(c: ChaosEvent, members: set[str], etcds: set[str], store: st
         if c.duration_s <= 0 or c.target == c.peer:
             out.append("chaos partition needs duration_s > 0 and a peer other than its target")
         return out
+    if c.action == "finalize":
+        return [] if c.target == "cluster" else [f"chaos finalize targets 'cluster', not {c.target!r}"]
+    if c.action in RELEASE_ACTIONS:
+        procs = {m for m in members if not m.startswith("zone-")}
+        return [] if c.target in procs else [f"chaos {c.action} target {c.target!r} is not one of {sorted(procs)}"]
     if c.target not in members | etcds:
         return [f"chaos target {c.target!r} is not one of {sorted(members | etcds)}"]
     if c.action == "pause" and c.duration_s <= 0:
