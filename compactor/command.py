@@ -52,6 +52,7 @@ def run_service(args: argparse.Namespace) -> int:
     """``llog compactor``: run the service until SIGTERM/SIGINT."""
     # The runners import what they run: every llog command builds this parser.
     from compactor.service import CompactorService, stop_signals
+    from llog.state.cluster_format import check_at_start
 
     level = args.log_level.upper()
     logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -72,6 +73,7 @@ def run_service(args: argparse.Namespace) -> int:
     )
     # The handlers go in before the readiness line: a SIGTERM sent as soon as it is read
     # must stop the service cleanly, not kill it.
+    check_at_start(cfg)  # a release too old for the cluster's format stops here
     with stop_signals() as signalled:
         svc = CompactorService(cfg).start()
         print(f"compactor serving on http://{cfg.compactor_host}:{svc.http_port}", flush=True)

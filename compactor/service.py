@@ -65,7 +65,6 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import ClaimConflict, ClaimLost, ConfigError, LlogError, UnknownPartition, UnknownTopic
 from llog.names import TopicPartition, check_partition, check_topic
-from llog.state.cluster_format import check_at_start
 from llog.state.control import read_control
 
 log = logging.getLogger(__name__)
@@ -121,7 +120,6 @@ class CompactorService:
         self.config = config
         self.owner = owner or process_owner()
         self._seeds = parse_targets(config.compactor_targets)
-        check_at_start(config)
         self.conn = Connection(config)
         self.metrics = compactor_metrics(self.conn.metrics)
         register_cost_estimate(self.conn.metrics, config)

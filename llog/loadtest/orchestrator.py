@@ -11,6 +11,7 @@ directory for ``status`` and ``down``."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -20,6 +21,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -346,7 +348,12 @@ def run(
     line per phase and, during the load, one per interval (:class:`LiveProgress`)."""
     say: Report = progress or (lambda _line: None)
     run_dir, cluster = _prepare(scenario, root)
-    _log_to(run_dir / "logs" / "orchestrator.log")
+    with _logging_to(run_dir / "logs" / "orchestrator.log"):
+        return _run(scenario, run_dir, cluster, say, progress is not None)
+
+
+def _run(scenario: Scenario, run_dir: Path, cluster: Cluster, say: Report,
+         live_progress: bool) -> tuple[Path, dict[str, Any]]:
     say(f"run directory {run_dir}")
     say(f"cluster: starting etcd, the object store, {scenario.cluster.brokers} broker(s)"
         f"{' and a compactor' if scenario.cluster.compactor else ''}")
@@ -360,7 +367,7 @@ def run(
         say(f"cluster: up in {setup_s:.1f} s; {scenario.duration_s:.0f} s of load from "
             f"{scenario.load.processes} generator process(es)")
         etcd_start = etcd_state(cluster.stack.config)
-        load = _load(scenario, cluster, say, progress is not None)
+        load = _load(scenario, cluster, say, live_progress)
         rec, reconcile_s, lost = _reconcile(scenario, cluster, load.client, say)
         etcd_end = etcd_state(cluster.stack.config)
         s3_proxy = None if cluster.stack.s3_proxy is None else proxy_state(cluster.stack.s3_proxy.endpoint_url)
@@ -388,7 +395,8 @@ def _run_transactional(scenario: Scenario, cluster: Cluster, say: Report) -> dic
     w = Workload(",".join(cluster.kafka_addresses.values()), topic.name, topic.partitions, f"{topic.name}-eos")
     txns = TxnLog()
     client_log.propagate = False
-    client_log.addHandler(logging.FileHandler(run_dir / "logs" / "txn-clients.log"))
+    clients = logging.FileHandler(run_dir / "logs" / "txn-clients.log")
+    client_log.addHandler(clients)
     try:
         proxy = cluster.stack.s3_proxy
         s3_faults = None if proxy is None else ProxyFaults(proxy.endpoint_url, FaultPlan(scenario.s3.faults))
@@ -407,6 +415,8 @@ def _run_transactional(scenario: Scenario, cluster: Cluster, say: Report) -> dic
             verdict = check(conn, w, txns)
     finally:
         exits = cluster.down()
+        client_log.removeHandler(clients)  # this run's clients only (see _logging_to)
+        clients.close()
     summary = {"scenario": scenario.name, "protocol": load.protocol, **ran, "verdict": verdict,
                "chaos": chaos.events, "faults_injected": chaos.injected(), "exits": exits}
     _write(run_dir / "chaos.json", chaos.events)
@@ -422,11 +432,21 @@ def etcd_state(config: LlogConfig) -> dict[str, int]:
         return {**st, "keys": conn.etcd.count(root, prefix_range_end(root))}
 
 
-def _log_to(path: Path) -> None:
+@contextlib.contextmanager
+def _logging_to(path: Path) -> Iterator[None]:
+    """The load test's log lines into ``path`` for one run, and no longer: a handler
+    left behind writes the next run's lines into this one's log, and once this run's
+    directory is gone it raises in whichever thread logs (the chaos thread died of it)."""
     handler = logging.FileHandler(path)
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    logging.getLogger("llog.loadtest").addHandler(handler)
-    logging.getLogger("llog.loadtest").setLevel(logging.INFO)
+    logger = logging.getLogger("llog.loadtest")
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+        handler.close()
 
 
 # -- up / status / down: a cluster that outlives the command ----------------------------------
