@@ -122,6 +122,8 @@ class Chaos:
         #: Which etcd members an event acted on, for its restart/resume step.
         self._etcd_targets: dict[int, list[int]] = {}
         self._paused: set[int] = set()
+        #: The threads waiting for restarted members to answer (:meth:`_restart`).
+        self._restarts: list[threading.Thread] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="llog-loadtest-chaos", daemon=True)
         self.events: list[dict[str, Any]] = []
@@ -144,14 +146,45 @@ class Chaos:
             if self._stop.wait(max(0.0, self._t0 + at - time.monotonic())):
                 return
             entry: dict[str, Any] = {"planned_s": at, "action": action, "target": e.target}
+            if action == "restart" and e.target in self._processes:
+                self._restart(self._processes[e.target], entry)
+                continue
             try:
                 self._do(i, action, e, entry)
                 entry["ok"] = True
             except (LlogError, OSError) as exc:
                 entry.update(ok=False, error=str(exc))
-            entry["done_s"] = round(time.monotonic() - self._t0, 3)
-            log.warning("chaos: %s %s at %.1fs (ok=%s)", action, e.target, entry["done_s"], entry["ok"])
-            self.events.append(entry)
+            self._record(entry)
+
+    def _record(self, entry: dict[str, Any]) -> None:
+        entry["done_s"] = round(time.monotonic() - self._t0, 3)
+        log.warning("chaos: %s %s at %.1fs (ok=%s)", entry["action"], entry["target"], entry["done_s"], entry["ok"])
+        self.events.append(entry)
+
+    def _restart(self, proc: ManagedProcess, entry: dict[str, Any]) -> None:
+        """Start a killed member again; the step is done (recorded) once it answers,
+        from a thread of its own, so the plan goes on meanwhile: a start that a starved
+        machine makes take 26 s must not push the next steps past the load's end."""
+        entry["pid"] = proc.pid
+        try:
+            proc.start()
+        except OSError as exc:
+            entry.update(ok=False, error=str(exc))
+            self._record(entry)
+            return
+        entry["new_pid"] = proc.pid
+
+        def answered() -> None:
+            try:
+                proc.wait_healthy()
+                entry["ok"] = True
+            except (LlogError, OSError) as exc:  # killed again before it answered, say
+                entry.update(ok=False, error=str(exc))
+            self._record(entry)
+
+        waiter = threading.Thread(target=answered, name=f"llog-loadtest-restart-{proc.name}", daemon=True)
+        waiter.start()
+        self._restarts.append(waiter)
 
     def _do(self, i: int, action: str, e: ChaosEvent, entry: dict[str, Any]) -> None:
         if action in ("partition", "heal"):
@@ -183,10 +216,6 @@ class Chaos:
             return
         if action == "kill":
             proc.kill9()
-        elif action == "restart":
-            proc.start()
-            entry["new_pid"] = proc.pid
-            proc.wait_healthy()
         else:
             self._signal(i, proc.pid, action)
 
@@ -277,6 +306,8 @@ class Chaos:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join()
+        for waiter in self._restarts:  # each bounded by wait_healthy's own timeout
+            waiter.join()
         for pid in list(self._paused):  # never leave a process stopped behind
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGCONT)
