@@ -44,6 +44,7 @@ from llog.broker.sockets import OnReady, listening_socket, zone_sockets
 from llog.broker.state import WorkerPlace, listen_url, peer_url_of, url_host
 from llog.broker.worker import WorkerProcess, WorkerSpec, fork_worker
 from llog.config import LlogConfig
+from llog.state.cluster_format import check_at_start
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +85,7 @@ def serve_workers(config: LlogConfig, *, host: str, port: int, on_ready: OnReady
     """Serve with ``config.broker_workers`` processes until SIGINT/SIGTERM; returns 0
     when every worker stopped cleanly, else 1."""
     n = config.broker_workers
+    check_at_start(config)  # one refusal here, not one per worker (each checks again)
     sockets = [listening_socket(host, port, "broker")]
     try:
         privates = [listening_socket(host, 0, f"broker worker {i}") for i in range(n)]
