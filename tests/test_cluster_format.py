@@ -79,7 +79,8 @@ def test_finalize_waits_for_every_live_process_then_an_older_release_refuses_to_
     # start, with one line naming both versions, and leaves nothing behind.
     line = (f"llog: error: llog {__version__} reads cluster formats up to 1, but this cluster is at format "
             f"{newer} (finalized by llog {__version__}): run llog {__version__} or later here\n")
-    for argv in (["broker", "--port", "0"], ["compactor", "--port", "0"], ["produce", "fmt", "--partition", "0"]):
+    for argv in (["broker", "--port", "0"], ["broker", "--port", "0", "--workers", "2"], ["compactor", "--port", "0"],
+                 ["produce", "fmt", "--partition", "0"]):
         out = forked_llog.run(argv, config_env(config), input="x\n", timeout=120)
         assert (out.returncode, out.stderr.splitlines()[-1:]) == (1, [line.rstrip("\n")]), (argv, out.stderr)
         assert out.stderr.count("\n") <= 2, out.stderr  # the refusal, and at most one warning before it
