@@ -67,7 +67,8 @@ def serve_sockets(
 
         kafka_tls = None if kafka_sock is None else tls_context(config)  # a bad certificate fails here
         check_server_files(config)  # a bad certificate fails here, before anything starts
-        check_at_start(config)  # a release too old for the cluster's format stops here
+        if place is None:  # a worker's parent checked before it forked (serve_workers)
+            check_at_start(config)  # a release too old for the cluster's format stops here
         bound_host, bound_port = sock.getsockname()[:2]
         url = listen_url(bound_host, bound_port, tls=config.broker_tls_cert_file is not None)
         app = create_app(

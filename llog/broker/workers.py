@@ -85,7 +85,7 @@ def serve_workers(config: LlogConfig, *, host: str, port: int, on_ready: OnReady
     """Serve with ``config.broker_workers`` processes until SIGINT/SIGTERM; returns 0
     when every worker stopped cleanly, else 1."""
     n = config.broker_workers
-    check_at_start(config)  # one refusal here, not one per worker (each checks again)
+    check_at_start(config)  # once, before forking: not once per worker
     sockets = [listening_socket(host, port, "broker")]
     try:
         privates = [listening_socket(host, 0, f"broker worker {i}") for i in range(n)]
