@@ -26,6 +26,7 @@ import msgpack
 from kafka.record.default_records import DefaultRecordBatchBuilder
 
 from llog.codec import batch, blob, kafka_body
+from llog.codec.etcd_values.cluster import FormatRecord
 from llog.codec.etcd_values.compaction import CleanCursor, CompactionCursor, CompactionRecord, DamagedRange
 from llog.codec.etcd_values.groups import GroupEpoch
 from llog.codec.etcd_values.partition import COMPACTED, FENCED, OPEN, Control, IndexEntry, Pending
@@ -426,6 +427,8 @@ def meta_vectors() -> list[Vector]:
          TxnRecord(9002, 0, 60_000, ONGOING, 1, T0 + 5, groups=("g",),
                    offsets=(StagedOffset("g", "clicks", 0, 120, _b64(GroupEpoch(3, "etl-2", T0).encode())),
                             StagedOffset("g", "clicks", 1, 7, None, "member-1", 0x694D7A2B10)))),
+        ("cluster-format", "the cluster's format record after an operator's llog upgrade finalize raised it to "
+         "format 2 (absent until the first raise: format 1)", "cluster_format", {}, FormatRecord(2, "0.4.0", T0)),
         ("sink-progress", "a transactional Spark sink whose micro-batch 41 committed", "sink_progress",
          {"transactional_id": "orders-sink"}, SinkProgress(41, T0 + 9)),
         ("damaged-range", "control-pending's append [40, 41] passed by compaction: its body does not decode",

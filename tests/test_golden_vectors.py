@@ -19,6 +19,7 @@ import msgpack
 import pytest
 
 from llog.codec import batch, blob, bodies, kafka_body
+from llog.codec.etcd_values.cluster import FormatRecord
 from llog.codec.etcd_values.compaction import CleanCursor, CompactionCursor, CompactionRecord, DamagedRange
 from llog.codec.etcd_values.partition import Control, IndexEntry, Pending
 from llog.codec.etcd_values.producers import ProducerState, SequencedBatch
@@ -98,6 +99,7 @@ def test_vector_set_is_complete() -> None:
         "control-open", "control-pending", "control-fenced",
         "index-wal", "index-compacted", "topic", "compaction-cursor",
         "compaction-writing-compacted-index", "compaction-deleting-old", "compaction-updating-cursor",
+        "cluster-format",
     }
     assert required <= names
     for bin_file in VECTORS.glob("*.bin"):
@@ -279,6 +281,7 @@ def _meta_object(kind: str, m: dict[str, Any]) -> Any:
         "ProducerState": ProducerState,
         "DamagedRange": DamagedRange,
         "SinkProgress": SinkProgress,
+        "FormatRecord": FormatRecord,
     }
     return classes[kind](**m)
 

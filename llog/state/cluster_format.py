@@ -19,6 +19,8 @@ from dataclasses import dataclass
 
 import msgpack
 
+from llog.codec.etcd_values.cluster import FormatRecord
+from llog.codec.etcd_values.maps import MetaFormatError
 from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.errors import CasConflict, CoordinationError, CorruptMetadata, LlogError
@@ -98,12 +100,11 @@ def _decode(kv: KV | None) -> ClusterFormat:
     if kv is None:
         return ClusterFormat(BASE_FORMAT)
     try:
-        doc = msgpack.unpackb(kv.value)
-        return ClusterFormat(int(doc["version"]), str(doc.get("release", "")), int(doc.get("at_ms", 0)),
-                             kv.mod_revision)
-    except (ValueError, TypeError, KeyError, AttributeError, msgpack.UnpackException) as exc:
+        r = FormatRecord.decode(kv.value)
+    except MetaFormatError as exc:
         # Unreadable is not "format 1": nothing is written to a cluster whose format is unknown.
         raise CorruptMetadata(kv.key, f"not a cluster format record ({exc})") from exc
+    return ClusterFormat(r.version, r.release, r.at_ms, kv.mod_revision)
 
 
 def check_can_join(conn: Connection) -> ClusterFormat:
@@ -181,7 +182,7 @@ def raise_format(conn: Connection, before: ClusterFormat, target: int) -> Cluste
     :class:`CasConflict` (another finalize ran in between: read again)."""
     key = conn.keys.cluster_format()
     now = int(time.time() * 1000)
-    value = msgpack.packb({"version": target, "release": __version__, "at_ms": now})
+    value = FormatRecord(target, __version__, now).encode()
     guard = absent(key) if before.revision == 0 else mod_revision_is(key, before.revision)
     result = conn.etcd.txn([guard], [Put(key, value)])
     if not result.succeeded:
