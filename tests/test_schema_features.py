@@ -20,7 +20,7 @@ import datetime as dt
 import json
 import sys
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from decimal import Decimal
 from pathlib import Path
@@ -34,6 +34,7 @@ from llog.errors import TableError
 from llog.table import TableCatalog, sync_table
 from llog.topic.admin import Topics
 from tests import forked_llog
+from tests.build_lock import once_per_run
 from tests.conftest import Servers, config_env
 from tests.test_kafka import KafkaBroker, kafka_broker
 from tests.test_typed_tables import _generated, _pool_class
@@ -515,17 +516,22 @@ def matrix_config_fixture(servers: Servers, tmp_path_factory: pytest.TempPathFac
 
 
 @pytest.fixture(name="reads", scope="module")
-def reads_fixture(matrix_config: LlogConfig, tmp_path_factory: pytest.TempPathFactory,
-                  spark: Any) -> Iterator[dict[str, Read]]:
+def reads_fixture(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Read]:
     """Each format's wide topic and each changing one (by ``Feature.topic``), produced,
-    compacted, synced and read by every engine."""
-    cfg = matrix_config
+    compacted, synced and read by every engine: once per run, by the first worker to
+    run a cell (a minute of Spark, DuckDB and the compactor under the suite's load; the
+    reads are plain data the other workers load)."""
+    return once_per_run(tmp_path_factory, "schema-matrix-reads", lambda: _matrix(
+        request.getfixturevalue("matrix_config"), tmp_path_factory, request.getfixturevalue("spark")))
+
+
+def _matrix(cfg: LlogConfig, tmp_path_factory: pytest.TempPathFactory, spark: Any) -> dict[str, Read]:
     with kafka_broker(cfg) as kb, Connection(cfg) as conn, TableCatalog(conn) as tables:
         run = Run(cfg, kb, conn, tables, sr.SchemaRegistryClient({"url": kb.http.url}), spark, tmp_path_factory)
         reads = {fmt: _wide(run, fmt) for fmt in ("avro", "json", "protobuf")}
         for key in dict.fromkeys(f.topic for f in FEATURES if f.change):
             reads[key] = _changing(run, key, [f for f in FEATURES if f.topic == key])
-    yield reads
+    return reads
 
 
 def _wide(run: Run, fmt: str) -> Read:
