@@ -41,18 +41,13 @@ def once_per_run(tmp_path_factory: pytest.TempPathFactory, name: str, compute: C
     leaves nothing, so the next worker to ask computes (and fails) itself."""
     if "PYTEST_XDIST_WORKER" not in os.environ:
         return compute()
-    run_dir = tmp_path_factory.getbasetemp().parent  # one per run, shared by its workers
-    result = run_dir / f"{name}.pickle"
-    with open(run_dir / f"{name}.lock", "w") as f:
-        fcntl.flock(f, fcntl.LOCK_EX)
-        try:
-            if result.is_file():
-                value: T = pickle.loads(result.read_bytes())
-                return value
-            value = compute()
-            partial = result.with_suffix(".partial")
-            partial.write_bytes(pickle.dumps(value))
-            partial.rename(result)
+    result = tmp_path_factory.getbasetemp().parent / f"{name}.pickle"  # the run's, shared by its workers
+    with exclusive(name):
+        if result.is_file():
+            value: T = pickle.loads(result.read_bytes())
             return value
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
+        value = compute()
+        partial = result.with_suffix(".partial")
+        partial.write_bytes(pickle.dumps(value))
+        partial.rename(result)
+        return value
