@@ -88,6 +88,9 @@ def _print_transactional(run_dir: Path, s: dict[str, Any]) -> int:
           f"transactions: {v['transactions']}")
     for e in s["chaos"]:
         print(f"chaos: {e['action']} {e['target']} at {e['done_s']}s ok={e['ok']}")
+    for w in s.get("stuck_workers", []):
+        print(f"stuck client: worker {w['worker']} in {w['call']} for {w['for_s']} s "
+              f"(transaction {w['transaction']}, counted unknown)")
     print("anomalies: " + ", ".join(f"{k} {n}" for k, n in v["anomaly_counts"].items()))
     for kind, examples in v["anomalies"].items():
         for line in examples:

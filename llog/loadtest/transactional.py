@@ -20,6 +20,7 @@ import logging
 import threading
 import time
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,14 @@ client_log = logging.getLogger(f"{__name__}.clients")
 OUTPUTS = ("out-a", "out-b")
 #: How often a worker resumes a commit_transaction that timed out before giving it up.
 COMMIT_RESUMES = 5
+#: A worker's consumer that has not polled for this long leaves the group, and its
+#: partitions go to the others: a worker stuck in one librdkafka call (its
+#: coordinator lookup can wait forever, librdkafka #5456/#5511) must not stop the drain.
+#: It is longer than a transaction's calls take through the scenario's faults.
+MAX_POLL_INTERVAL_MS = 45_000
+#: After the drain, how long a worker may take to finish its transaction and stop;
+#: one still in a call then is reported stuck (``stuck_workers``) and left behind.
+STOP_S = 60.0
 
 
 @dataclass
@@ -46,10 +55,17 @@ class TxnLog:
 
     lock: threading.Lock = field(default_factory=threading.Lock)
     outcomes: dict[str, tuple[str, int]] = field(default_factory=dict)
+    closed: bool = False
 
     def note(self, tag: str, outcome: str, n: int) -> None:
         with self.lock:
-            self.outcomes[tag] = (outcome, n)
+            if not self.closed:  # a stuck worker that wakes after the check has nothing to add
+                self.outcomes[tag] = (outcome, n)
+
+    def close(self) -> None:
+        """No more notes: the check reads the outcomes from now on."""
+        with self.lock:
+            self.closed = True
 
     def counts(self) -> dict[str, int]:
         return dict(Counter(o for o, _ in self.outcomes.values()))
@@ -75,6 +91,18 @@ class Worker(threading.Thread):
         super().__init__(name=f"llog-txn-worker-{index}", daemon=True)
         self.w, self.index, self.txns, self.stop_event = w, index, txns, stop
         self.number = 0
+        #: The transaction under way: its tag, records, and the call it is in since when.
+        self.current: tuple[str, int] | None = None
+        self.call: tuple[str, float] | None = None
+
+    def _in(self, call: str) -> None:
+        self.call = (call, time.monotonic())
+
+    def stuck(self) -> dict[str, Any]:
+        """What a worker that did not stop is doing (for ``stuck_workers``)."""
+        call, since = self.call or ("", time.monotonic())
+        return {"worker": self.index, "transaction": self.current[0] if self.current else None, "call": call,
+                "for_s": round(time.monotonic() - since, 1)}
 
     def _producer(self) -> Any:
         import confluent_kafka
@@ -83,6 +111,7 @@ class Worker(threading.Thread):
                                       "transactional.id": f"txn-{self.index}", "logger": client_log})
         while not self.stop_event.is_set():
             try:
+                self._in("init_transactions")
                 p.init_transactions(10)
                 return p
             except confluent_kafka.KafkaException as exc:  # no coordinator yet: a broker is down
@@ -95,7 +124,7 @@ class Worker(threading.Thread):
         consumer = confluent_kafka.Consumer({
             **CONSUMER, "bootstrap.servers": self.w.bootstrap, "group.id": self.w.group,
             "isolation.level": "read_committed", "enable.auto.commit": False, "auto.offset.reset": "earliest",
-            "logger": client_log})
+            "max.poll.interval.ms": MAX_POLL_INTERVAL_MS, "logger": client_log})
         consumer.subscribe([self.w.input])
         return consumer
 
@@ -121,12 +150,15 @@ class Worker(threading.Thread):
 
         self.number += 1
         tag = f"{self.index}.{self.number}"
+        self.current = (tag, len(msgs))
         try:
+            self._in("begin_transaction")
             producer.begin_transaction()
             for m in msgs:
                 value = m.value() + b"|" + tag.encode()
                 for which in OUTPUTS:
                     producer.produce(self.w.output(which), value=value, partition=m.partition())
+            self._in("send_offsets_to_transaction")
             producer.send_offsets_to_transaction(consumer.position(consumer.assignment()),
                                                  consumer.consumer_group_metadata(), 30)
             self._commit(producer)
@@ -135,13 +167,17 @@ class Worker(threading.Thread):
         except confluent_kafka.KafkaException as exc:
             outcome, producer = self._recover(producer, exc.args[0])
             self.txns.note(tag, outcome, len(msgs))
+            self._in("committed")
             return producer, self._rewind(consumer)
+        finally:
+            self.current = self.call = None
 
     def _commit(self, producer: Any) -> None:
         """commit_transaction, resumed after a timeout as librdkafka asks (an abort then
         would conflict with the commit still under way)."""
         import confluent_kafka
 
+        self._in("commit_transaction")
         for _ in range(COMMIT_RESUMES):
             try:
                 producer.commit_transaction(30)
@@ -160,6 +196,7 @@ class Worker(threading.Thread):
 
         if not err.fatal():
             try:
+                self._in("abort_transaction")
                 producer.abort_transaction(30)
                 return "aborted", producer
             except confluent_kafka.KafkaException as exc:
@@ -240,6 +277,26 @@ def run_workload(conn: Connection, w: Workload, workers: int, rate: float, durat
     finally:
         stop_feed.set()
         stop_workers.set()
-        for t in loops:
-            t.join()
-    return {"fed": fed[0] if fed else 0, "drained": done, "load_and_drain_s": round(time.monotonic() - t0, 1)}
+        stuck = join_workers(loops, txns)
+    return {"fed": fed[0] if fed else 0, "drained": done, "load_and_drain_s": round(time.monotonic() - t0, 1),
+            "stuck_workers": stuck}
+
+
+def join_workers(loops: Sequence[Worker], txns: TxnLog, stop_s: float = STOP_S) -> list[dict[str, Any]]:
+    """Wait up to ``stop_s`` for the workers to stop; the ones still in a client
+    call are left behind (daemon threads) and their transaction noted ``unknown``: it
+    may have committed or not, and the check allows either, never half."""
+    deadline = time.monotonic() + stop_s
+    for t in loops:
+        t.join(max(0.0, deadline - time.monotonic()))
+    stuck = []
+    for t in loops:
+        if not t.is_alive():
+            continue
+        stuck.append(t.stuck())
+        log.warning("worker %d did not stop: %s", t.index, stuck[-1])
+        current = t.current
+        if current is not None and current[0] not in txns.outcomes:
+            txns.note(current[0], "unknown", current[1])
+    txns.close()
+    return stuck
