@@ -329,10 +329,10 @@ def test_wrong_passwords_and_nobody_but_super_users_without_acls(config: LlogCon
 
     with _secured(config, conn) as (kb,):
         for mechanism in ("SCRAM-SHA-512", "PLAIN"):  # kafka-python: it gives up, and closes
-            with pytest.raises(KafkaError):
+            with pytest.raises(KafkaError):  # it retries the refused login until its bootstrap timeout
                 KafkaAdminClient(bootstrap_servers=kb.bootstrap, security_protocol="SASL_PLAINTEXT",
                                  sasl_mechanism=mechanism, sasl_plain_username="alice",
-                                 sasl_plain_password="guess", request_timeout_ms=5_000)
+                                 sasl_plain_password="guess", request_timeout_ms=5_000, bootstrap_timeout_ms=3_000)
         kb.http.headers = _basic("admin")
         for mechanism in ("SCRAM-SHA-512", "PLAIN"):
             assert kb.http.metric("llog_kafka_authentications_total", mechanism=mechanism, result="failed") >= 1
