@@ -6,8 +6,11 @@ nothing (a broker started once per module and worker count, not once per case)."
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import json
+import os
+import select
 import signal
 import ssl
 import subprocess
@@ -121,6 +124,21 @@ class PeakRss:
         return self._status("VmHWM") - self.baseline
 
 
+#: A broker starts in about a second; on the suite's starved two cores, in under 30.
+START_S = 120.0
+
+
+def _abort_with_stacks(pid: int) -> None:
+    """SIGABRT to a broker that hangs and to its workers (PYTHONFAULTHANDLER: each
+    prints its threads' stacks to the test's stderr), workers first."""
+    with contextlib.suppress(OSError):
+        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+            with contextlib.suppress(OSError):
+                os.kill(int(child), signal.SIGABRT)
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGABRT)
+
+
 @contextmanager
 def broker_process(cfg: LlogConfig, *args: str, **env: str) -> Iterator[BrokerProcess]:
     """Start a broker on a free port; stop it with SIGTERM and require a clean exit
@@ -135,6 +153,9 @@ def broker_process(cfg: LlogConfig, *args: str, **env: str) -> Iterator[BrokerPr
                          text=True))
     try:
         assert proc.stdout is not None
+        if not select.select([proc.stdout], [], [], START_S)[0]:
+            _abort_with_stacks(proc.pid)
+            raise AssertionError(f"the broker did not start within {START_S:.0f} s (its stacks on stderr)")
         line = proc.stdout.readline()
         assert "listening on " in line, f"broker did not start: {line!r}"
         broker = BrokerProcess(proc, line.rsplit(" ", 1)[1].strip())

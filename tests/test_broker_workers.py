@@ -75,6 +75,10 @@ def test_two_workers_share_the_port_and_store_every_record_once(config: LlogConf
     with broker_process(config, "--workers", "2") as b:
         assert b.proc.stdout is not None and "2 worker processes" in b.proc.stdout.readline()
         assert len(_children(b.proc.pid)) == 2
+        # The parent forks (each worker, and again at a restart) and so has no thread but
+        # its own: gRPC's threads and state outlive a closed channel, and a worker forked
+        # beside them could hang in its first etcd call (it checked the format in a child).
+        assert os.listdir(f"/proc/{b.proc.pid}/task") == [str(b.proc.pid)]
         # The kernel hands connections to whichever worker accepts first: both do.
         seen: Counter[int] = Counter()
         wait_until(lambda: len(seen.update(_health_by_connection(b, 20)) or seen) == 2, 60,

@@ -102,11 +102,15 @@ def test_an_sdk_writer_of_an_older_release_writes_nothing_to_a_newer_cluster(
     assert list(conn.etcd.scan(conn.keys.index_prefix("fmt", 0), conn.keys.index_range_end("fmt", 0))) == []
 
 
-def test_an_unreadable_format_record_stops_a_writer_and_names_its_key(conn: Connection) -> None:
+def test_an_unreadable_format_record_stops_a_writer_and_names_its_key(config: LlogConfig, conn: Connection) -> None:
     Topics(conn).create("fmt", 1)
     conn.etcd.put(conn.keys.cluster_format(), b"\xc1 not msgpack")
     with Writer(conn) as w, pytest.raises(CorruptMetadata, match=r"_maintenance/cluster-format"):
         w.append("fmt", 0, [b"x"])
+    # A broker of workers reads it from a child of its parent: the same error, by its message.
+    out = forked_llog.run(["broker", "--port", "0", "--workers", "2"], config_env(config), timeout=120)
+    assert out.returncode == 1 and "corrupt metadata at etcd key " in out.stderr.splitlines()[-1], out.stderr
+    assert "_maintenance/cluster-format" in out.stderr.splitlines()[-1]
     assert _sessions(conn) == []
 
 

@@ -1,7 +1,8 @@
 """A broker of several processes (``llog broker --workers N``): this parent binds the
 ports, forks N workers (``llog/broker/worker.py``) that serve them, restarts one that
 dies, and stops them all on SIGINT/SIGTERM. The parent stays single-threaded and
-connects to nothing, so a fork of it is safe, and a worker starts with the broker's
+connects to nothing (it reads the cluster's format from a child of its own), so a fork
+of it is safe, and a worker starts with the broker's
 modules imported already (a quarter of an exec'd worker's start-up CPU) and S3's
 models parsed (half of what is left).
 
@@ -29,6 +30,7 @@ from __future__ import annotations
 
 import logging
 import os
+import pickle
 import secrets
 import select
 import signal
@@ -44,6 +46,7 @@ from llog.broker.sockets import OnReady, listening_socket, zone_sockets
 from llog.broker.state import WorkerPlace, listen_url, peer_url_of, url_host
 from llog.broker.worker import WorkerProcess, WorkerSpec, fork_worker
 from llog.config import LlogConfig
+from llog.errors import LlogError
 from llog.state.cluster_format import check_at_start
 
 log = logging.getLogger(__name__)
@@ -69,6 +72,39 @@ def worker_configs(config: LlogConfig, private_urls: list[str]) -> list[LlogConf
     return out
 
 
+def check_format(config: LlogConfig) -> None:
+    """:func:`check_at_start` for this parent, run in a short-lived child of it: gRPC
+    keeps threads and state in a process after its channel is closed, and a worker
+    forked from such a process can hang in its first etcd call (1 fork in 100 on the
+    development machine), so the parent never opens a channel. The child's error is
+    raised here, as the check's own (or as an :class:`LlogError` with its message)."""
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: check, say what failed, and exit without unwinding the parent's stack
+        status = 1
+        try:
+            os.close(r)
+            check_at_start(config)
+            status = 0
+        except Exception as exc:
+            try:
+                told = pickle.dumps(exc)
+                pickle.loads(told)  # an error whose type cannot be rebuilt goes by its message
+            except Exception:
+                told = pickle.dumps(LlogError(str(exc)))
+            os.write(w, told)
+        finally:
+            os._exit(status)
+    os.close(w)
+    with os.fdopen(r, "rb") as pipe:
+        told = pipe.read()
+    _, status = os.waitpid(pid, 0)
+    if told:
+        raise pickle.loads(told)
+    if status:
+        raise LlogError(f"the cluster's format could not be checked (its process ended with status {status})")
+
+
 class _Worker:
     def __init__(self, spec: WorkerSpec, others: tuple[int, ...]) -> None:
         self.spec = spec
@@ -85,7 +121,7 @@ def serve_workers(config: LlogConfig, *, host: str, port: int, on_ready: OnReady
     """Serve with ``config.broker_workers`` processes until SIGINT/SIGTERM; returns 0
     when every worker stopped cleanly, else 1."""
     n = config.broker_workers
-    check_at_start(config)  # once, before forking: not once per worker
+    check_format(config)  # once, before forking: not once per worker
     sockets = [listening_socket(host, port, "broker")]
     try:
         privates = [listening_socket(host, 0, f"broker worker {i}") for i in range(n)]

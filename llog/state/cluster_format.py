@@ -78,6 +78,9 @@ class FormatTooNew(LlogError):
             f"{cluster.version}{by}: run llog {need} or later here")
         self.cluster = cluster
 
+    def __reduce__(self) -> tuple[type[FormatTooNew], tuple[ClusterFormat]]:
+        return FormatTooNew, (self.cluster,)  # the broker's parent gets it from a child (llog/broker/workers.py)
+
 
 class FinalizeRefused(LlogError):
     """A live process cannot read the format asked for: finalizing would break it."""
