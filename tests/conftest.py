@@ -27,7 +27,7 @@ import pytest
 
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.devstack import EtcdServer, S3Server, scratch_dir
+from llog.devstack import EtcdServer, LocalServer, S3Server, scratch_dir
 from llog.nemesis.s3_proxy import S3Proxy
 from llog.store.s3 import S3Store
 from tests import compat_matrix, java_client
@@ -115,6 +115,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     return report
 
 
+#: The etcd and S3 servers this pytest process started for the run (the ``servers``
+#: fixture): every test sharing them shares their death too, so the first test to end
+#: after one dies says so, with its exit status and log, and the culprit is near it.
+_RUN_SERVERS: list[LocalServer] = []
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own teardown of the item, which must run
+def pytest_runtest_teardown(item: pytest.Item) -> None:
+    for s in list(_RUN_SERVERS):
+        if s.proc.poll() is not None:
+            _RUN_SERVERS.remove(s)  # said once; the tests after it fail on their own
+            raise AssertionError(f"the run's {s.name} (pid {s.proc.pid}) exited with status {s.proc.returncode} "
+                                 f"during or just before this test; its log ends:\n{s.log_tail()}")
+
+
 def assert_no_unawaited_coroutine_in_logs(root: Path, skip: frozenset[Path] = frozenset()) -> None:
     """The ``*.log`` files under ``root`` (but ``skip``) say no coroutine was never awaited."""
     found = [str(path) for path in root.rglob("*.log")
@@ -193,16 +208,19 @@ def servers() -> Iterator[Servers]:
             started.append(etcd)
             etcd.wait_ready()
             etcd_ep = etcd.endpoint
+            _RUN_SERVERS.append(etcd)
         if not s3_ep:
             s3 = S3Server(workdir)
             started.append(s3)
             s3.wait_ready()
             s3_ep = s3.endpoint_url
+            _RUN_SERVERS.append(s3)
         S3Store(TEST_BUCKET, endpoint_url=s3_ep).create_bucket()
         yield Servers(etcd_ep, s3_ep, workdir)
         # The docs' servers write their logs here (tests/test_docs.py); etcd's and S3's are not ours.
         assert_no_unawaited_coroutine_in_logs(workdir, frozenset(getattr(s, "log_path", workdir) for s in started))
     finally:
+        _RUN_SERVERS.clear()
         for s in reversed(started):
             s.stop()  # type: ignore[attr-defined]
         shutil.rmtree(workdir, ignore_errors=True)

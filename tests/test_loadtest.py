@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -244,6 +246,35 @@ def test_up_status_down_leave_nothing_running(tmp_path: Path) -> None:
     assert down.returncode == 0, down.stdout + down.stderr
     assert not any(Path(f"/proc/{pid}").exists() for pid in pids)
     assert not (tmp_path / "current").exists()
+
+
+def test_down_never_signals_a_process_that_took_a_gone_members_pid(tmp_path: Path) -> None:
+    """``down`` and ``status`` know a process by its pid and start time: a member that
+    exited left its pid to the kernel, which gives it to another process (pids go round
+    in minutes on a busy machine), and that one is not the cluster's to stop."""
+    # Not this test's child, as `up`'s processes are not `down`'s: its exit is reaped elsewhere.
+    pid = int(subprocess.run(["sh", "-c", "sleep 120 >/dev/null 2>&1 & echo $!"], capture_output=True, text=True,
+                             check=True).stdout)
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        started = int(stat[19])
+        run_dir = tmp_path / "run"
+        run_dir.mkdir()
+        (tmp_path / "current").write_text("run")
+        layout = {"broker-0": {"pid": pid, "started": started - 1}, "network": None}  # another process, same pid
+        (run_dir / "layout.json").write_text(json.dumps(layout))
+        assert orchestrator.status(tmp_path)["processes"]["broker-0"]["alive"] is False
+        assert orchestrator.down(tmp_path, timeout=5) == {"broker-0": True}  # gone, as far as the cluster goes
+        assert Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19] == str(started)  # untouched
+        # With its own start time it is the member: stopped.
+        (tmp_path / "current").write_text("run")
+        (run_dir / "layout.json").write_text(json.dumps({**layout, "broker-0": {"pid": pid, "started": started}}))
+        assert orchestrator.status(tmp_path)["processes"]["broker-0"]["alive"] is True
+        assert orchestrator.down(tmp_path, timeout=30) == {"broker-0": True}
+        assert not Path(f"/proc/{pid}").exists()
+    finally:
+        if Path(f"/proc/{pid}/stat").exists() and Path(f"/proc/{pid}/stat").read_text().split()[1] == "(sleep)":
+            os.kill(pid, signal.SIGKILL)
 
 
 def test_up_and_down_of_a_cluster_in_namespaces_leave_no_namespace_behind(tmp_path: Path) -> None:

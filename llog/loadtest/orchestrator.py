@@ -208,6 +208,8 @@ class Cluster:
         processes = {**stack, **{n: {**m.describe(), "clock_skew": skews.get(n)} for n, m in self.members.items()}}
         for node, zone in self.node_zones.items():
             processes[node]["zone"] = zone
+        for entry in processes.values():
+            entry["started"] = _started(entry["pid"]) if entry.get("pid") else None
         return {**processes,
                 "object_store": self.stack.config.object_store,
                 "network": None if net is None else {
@@ -470,11 +472,26 @@ def current(root: Path = DEFAULT_RESULTS) -> Path:
         raise DevStackError(f"no cluster is up (no {root / 'current'}); run `llog loadtest up SCENARIO`") from None
 
 
-def _pids(layout: dict[str, Any]) -> dict[str, int]:
-    return {n: int(v["pid"]) for n, v in layout.items() if isinstance(v, dict) and v.get("pid")}
+def _pids(layout: dict[str, Any]) -> dict[str, tuple[int, int | None]]:
+    """Each process's pid and start time (``None`` in a layout from before they were kept)."""
+    return {n: (int(v["pid"]), v.get("started")) for n, v in layout.items() if isinstance(v, dict) and v.get("pid")}
 
 
-def _pid_alive(pid: int) -> bool:
+def _started(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot: ``/proc/<pid>/stat``'s 22nd
+    field), or ``None`` when there is no such process."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _pid_alive(pid: int, started: int | None) -> bool:
+    """Whether the process ``up`` started as ``pid`` still runs. Its pid alone does not
+    say: once it has exited the kernel gives the pid to another process (a machine's
+    32,768 pids go round in minutes under a test suite), which ``down`` must not kill."""
+    if started is not None:
+        return _started(pid) == started
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -488,8 +505,8 @@ def status(root: Path = DEFAULT_RESULTS) -> dict[str, Any]:
     run_dir = current(root)
     layout = json.loads((run_dir / "layout.json").read_text())
     out: dict[str, Any] = {"run_dir": str(run_dir), "processes": {}}
-    for name, pid in _pids(layout).items():
-        entry: dict[str, Any] = {"pid": pid, "alive": _pid_alive(pid)}
+    for name, (pid, started) in _pids(layout).items():
+        entry: dict[str, Any] = {"pid": pid, "alive": _pid_alive(pid, started)}
         url = layout[name].get("url")
         if url and entry["alive"] and name not in ("s3", "s3-proxy"):
             try:
@@ -506,15 +523,15 @@ def down(root: Path = DEFAULT_RESULTS, timeout: float = 30.0) -> dict[str, bool]
     run_dir = current(root)
     layout = json.loads((run_dir / "layout.json").read_text())
     stopped: dict[str, bool] = {}
-    for name, pid in reversed(list(_pids(layout).items())):
-        if _pid_alive(pid):
+    for name, (pid, started) in reversed(list(_pids(layout).items())):
+        if _pid_alive(pid, started):
             os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
-        while _pid_alive(pid) and time.monotonic() < deadline:
+        while _pid_alive(pid, started) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if _pid_alive(pid):
+        if _pid_alive(pid, started):
             os.kill(pid, signal.SIGKILL)
-        stopped[name] = not _pid_alive(pid)
+        stopped[name] = not _pid_alive(pid, started)
     net = layout.get("network")
     if net:  # the processes are gone: their namespaces and the bridge can go too
         Network.remove([n["netns"] for n in net["nodes"].values() if n["netns"]], net["bridge"])
