@@ -128,13 +128,18 @@ class PeakRss:
 START_S = 120.0
 
 
+def children(pid: int) -> list[int]:
+    """The pids of process ``pid``'s children (a broker's workers)."""
+    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+
+
 def _abort_with_stacks(pid: int) -> None:
     """SIGABRT to a broker that hangs and to its workers (PYTHONFAULTHANDLER: each
     prints its threads' stacks to the test's stderr), workers first."""
     with contextlib.suppress(OSError):
-        for child in Path(f"/proc/{pid}/task/{pid}/children").read_text().split():
+        for child in children(pid):
             with contextlib.suppress(OSError):
-                os.kill(int(child), signal.SIGABRT)
+                os.kill(child, signal.SIGABRT)
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGABRT)
 

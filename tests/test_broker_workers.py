@@ -23,13 +23,10 @@ from llog.reader import Reader
 from tests.broker_harness import (  # noqa: F401 (the fixture conn, with topic t)
     BrokerProcess,
     broker_process,
+    children,
     conn_with_topic_t,
 )
 from tests.conftest import config_env, wait_until
-
-
-def _children(pid: int) -> list[int]:
-    return [int(p) for p in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
 
 
 def _alive(pid: int) -> bool:
@@ -74,7 +71,7 @@ def _produce_one(c: http.client.HTTPConnection, partition: int, value: str) -> d
 def test_two_workers_share_the_port_and_store_every_record_once(config: LlogConfig, conn: Connection) -> None:
     with broker_process(config, "--workers", "2") as b:
         assert b.proc.stdout is not None and "2 worker processes" in b.proc.stdout.readline()
-        assert len(_children(b.proc.pid)) == 2
+        assert len(children(b.proc.pid)) == 2
         # The parent forks (each worker, and again at a restart) and so has no thread but
         # its own: gRPC's threads and state outlive a closed channel, and a worker forked
         # beside them could hang in its first etcd call (it checked the format in a child).
@@ -117,19 +114,19 @@ def test_two_workers_share_the_port_and_store_every_record_once(config: LlogConf
 
 def test_a_dead_worker_is_started_again_and_the_broker_stops_cleanly(config: LlogConfig, conn: Connection) -> None:
     with broker_process(config, "--workers", "2") as b:
-        first = _children(b.proc.pid)
+        first = children(b.proc.pid)
         os.kill(first[0], signal.SIGKILL)
-        wait_until(lambda: len(set(_children(b.proc.pid)) - set(first)) == 1, 60, "a new worker process")
+        wait_until(lambda: len(set(children(b.proc.pid)) - set(first)) == 1, 60, "a new worker process")
         wait_until(lambda: len(_health_by_connection(b, 20)) == 2, 60, "both workers answering again")
         assert b.post("/produce", {"topic_partitions": [{"topic": "t", "partition": 0, "records": ["x"]}]})[0] == 200
-        workers = _children(b.proc.pid)
+        workers = children(b.proc.pid)
     # broker_process's exit: SIGTERM, and exit status 0 required; the workers went too.
     assert not any(_alive(w) for w in workers)
 
 
 def test_kill_9_of_the_broker_takes_its_workers(config: LlogConfig, conn: Connection) -> None:
     with broker_process(config, "--workers", "2") as b:
-        workers = _children(b.proc.pid)
+        workers = children(b.proc.pid)
         b.kill()
         wait_until(lambda: not any(_alive(w) for w in workers), 30, "the workers to die with their parent")
 

@@ -28,14 +28,24 @@ class Target:
     metrics_url: str | None  # JSON /metrics, or None for processes without one
 
 
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of ``/proc/<pid>/stat`` after the command name (its third field on),
+    None if there is no such process."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
 def proc_usage(pid: int) -> tuple[float, int] | None:
     """``(cpu seconds, rss bytes)`` of a live process, None if it is gone."""
+    fields = proc_stat(pid)
+    if fields is None:
+        return None
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
         status = Path(f"/proc/{pid}/status").read_text()
     except OSError:
         return None
-    fields = stat.rsplit(")", 1)[1].split()
     cpu = (int(fields[11]) + int(fields[12])) / _TICKS  # utime, stime (fields 14, 15 of stat)
     rss = 0
     for line in status.splitlines():

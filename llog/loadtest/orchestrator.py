@@ -31,7 +31,7 @@ from llog.config import LlogConfig
 from llog.connection import Connection
 from llog.devstack import DevStackError, LocalStack, etcd_nodes, free_port, node_argv, node_host
 from llog.loadtest.chaos import Chaos, skew_env
-from llog.loadtest.collector import Collector, Target
+from llog.loadtest.collector import Collector, Target, proc_stat
 from llog.loadtest.generator import LoadGenerator
 from llog.loadtest.generator_state import GeneratorPlan
 from llog.loadtest.live import LiveProgress, Report
@@ -480,10 +480,8 @@ def _pids(layout: dict[str, Any]) -> dict[str, tuple[int, int | None]]:
 def _started(pid: int) -> int | None:
     """When process ``pid`` started (clock ticks since boot: ``/proc/<pid>/stat``'s 22nd
     field), or ``None`` when there is no such process."""
-    try:
-        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
-    except (OSError, IndexError, ValueError):
-        return None
+    fields = proc_stat(pid)
+    return None if fields is None else int(fields[19])
 
 
 def _pid_alive(pid: int, started: int | None) -> bool:

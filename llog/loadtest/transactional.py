@@ -167,7 +167,7 @@ class Worker(threading.Thread):
         except confluent_kafka.KafkaException as exc:
             outcome, producer = self._recover(producer, exc.args[0])
             self.txns.note(tag, outcome, len(msgs))
-            self._in("committed")
+            self._in("consumer.committed")
             return producer, self._rewind(consumer)
         finally:
             self.current = self.call = None
