@@ -33,7 +33,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from bench.common import bench_args, emit_json, print_table  # noqa: E402
 from bench.kafka_failover import Timeline  # noqa: E402
 from llog.connection import Connection  # noqa: E402
-from llog.devstack import BrokerProcess, LocalStack, free_port  # noqa: E402
+from llog.devstack import BrokerProcess, LocalStack  # noqa: E402
+from llog.local_ports import free_port  # noqa: E402
 from llog.reader import Reader  # noqa: E402
 from llog.topic.admin import Topics  # noqa: E402
 from tests import java_client  # noqa: E402

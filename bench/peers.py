@@ -51,7 +51,8 @@ from bench.common import bench_args, emit_json, median, print_table, ratio
 from llog import AppendFailure, AppendGroup, Reader, Topics, Writer
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.devstack import LocalServer, LocalStack, free_port, scratch_dir
+from llog.devstack import LocalServer, LocalStack, scratch_dir
+from llog.local_ports import free_port
 
 PARTITIONS = 16
 VALUE_BYTES = 1024

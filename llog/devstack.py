@@ -11,7 +11,6 @@ import logging
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -20,6 +19,7 @@ import urllib.request
 from pathlib import Path
 
 from llog.errors import LlogError
+from llog.local_ports import free_port
 from llog.nemesis.network import Hosts
 
 log = logging.getLogger(__name__)
@@ -27,12 +27,6 @@ log = logging.getLogger(__name__)
 
 class DevStackError(LlogError):
     """A local server could not be started."""
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def answers(url: str) -> bool:

@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from llog.devstack import free_port
+from llog.local_ports import free_port
 
 
 @contextmanager

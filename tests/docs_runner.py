@@ -9,7 +9,6 @@ import os
 import re
 import selectors
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +16,7 @@ import urllib.request
 from pathlib import Path
 from typing import IO
 
+from llog.local_ports import free_port
 from tests.docs_blocks import REPO, Block
 
 WORKER = Path(__file__).resolve().parent / "docs_python_worker.py"
@@ -33,13 +33,6 @@ SH_EPILOGUE = '\nexit "$failed"\n'
 DOC_PORT = re.compile(r"(?<=localhost:)8080\b|(?<=--port )8080\b")
 #: ... and for its Kafka listener.
 DOC_KAFKA_PORT = re.compile(r"(?<=localhost:)9092\b|(?<=--kafka-port )9092\b")
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 class BlockFailed(AssertionError):

@@ -26,8 +26,8 @@ from compactor.service import CompactorService, parse_targets
 from llog import AppendGroup
 from llog.codec.etcd_values.compaction import CompactionRecord
 from llog.codec.etcd_values.partition import COMPACTED, IndexEntry
-from llog.devstack import free_port
 from llog.errors import ConfigError
+from llog.local_ports import free_port
 from llog.state.keys import prefix_range_end
 from tests.conftest import config_env, wait_until
 

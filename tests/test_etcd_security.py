@@ -21,8 +21,9 @@ from compactor.compact import compact_once
 from compactor.vacuum import vacuum
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.devstack import LocalServer, answers, etcd_binary, free_port
+from llog.devstack import LocalServer, answers, etcd_binary
 from llog.errors import CoordinationError
+from llog.local_ports import free_port
 from llog.reader import Reader
 from llog.topic.admin import Topics
 from llog.writer import Writer

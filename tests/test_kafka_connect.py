@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import signal
-import socket
 import subprocess
 import time
 import urllib.error
@@ -19,17 +18,12 @@ from typing import Any
 
 from llog.connection import Connection
 from llog.groups.offsets import GroupOffsets
+from llog.local_ports import free_port
 from llog.topic.admin import Topics
 from tests import java_client
 from tests.test_kafka import KafkaBroker, kb_fixture  # noqa: F401 (the fixture kb)
 
 CONNECT = "org.apache.kafka.connect.cli.ConnectDistributed"
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rest(port: int, method: str, path: str, body: dict[str, Any] | None = None) -> tuple[int, Any]:
@@ -71,7 +65,7 @@ def _up(port: int) -> bool:
 def test_connect_distributed_copies_a_file_through_a_topic_and_resumes(
     kb: KafkaBroker, conn: Connection, tmp_path: Path
 ) -> None:
-    port = _free_port()
+    port = free_port()
     props = tmp_path / "worker.properties"
     props.write_text("\n".join([
         f"bootstrap.servers={kb.bootstrap}", "group.id=llog-connect", f"listeners=http://127.0.0.1:{port}",

@@ -21,10 +21,10 @@ from kafka.protocol.metadata import MetadataRequest, MetadataResponse
 
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.devstack import free_port
 from llog.kafka.client_settings import PRODUCER
 from llog.kafka.registry import BrokerNode
 from llog.kafka.zones import leader_of
+from llog.local_ports import free_port
 from llog.reader import Reader
 from llog.state.keys import prefix_range_end
 from llog.topic.admin import Topics

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
@@ -15,14 +14,8 @@ import pytest
 
 from llog.kafka.peer_health import PeerHealth
 from llog.kafka.registry import BrokerNode
+from llog.local_ports import free_port
 from llog.metrics import Metrics
-
-
-def _refusing_port() -> int:
-    """A port nothing listens on (bound, then closed)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @asynccontextmanager
@@ -42,7 +35,7 @@ async def _until(check: Callable[[], bool]) -> None:
 
 def test_close_ends_probes_of_a_refusing_peer_every_time() -> None:
     async def run() -> None:
-        port = _refusing_port()
+        port = free_port()
         for i in range(400):
             health = PeerHealth(lambda: -1, lambda: [BrokerNode(1, "127.0.0.1", port)], Metrics(), tls=False,
                                 interval_s=0, timeout_s=1)
@@ -73,7 +66,7 @@ def test_a_refusing_peer_is_silent_and_an_answering_one_is_not() -> None:
     async def run() -> None:
         server = await asyncio.start_server(_answering(answered), "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
-        nodes = [BrokerNode(1, "127.0.0.1", port), BrokerNode(2, "127.0.0.1", _refusing_port())]
+        nodes = [BrokerNode(1, "127.0.0.1", port), BrokerNode(2, "127.0.0.1", free_port())]
         async with _health(nodes, interval_s=0.05, timeout_s=1) as health:
             await asyncio.wait_for(_until(lambda: health.silent() == {2} and len(answered) >= 3), 10)
             assert health.silent() == {2}  # several rounds answered: never judged silent
@@ -105,7 +98,7 @@ def test_a_new_process_answering_for_a_silent_node_is_not_taken_for_the_old_one(
     (a restart) before this broker's cached registry says so. Its answer is not reported
     as the old process answering again: a fresh read names the new one, which becomes the
     peer (logged), and the old one's silence is forgotten, metric series included."""
-    port = _refusing_port()
+    port = free_port()
     old = BrokerNode(1, "127.0.0.1", port, "host-a", 100, "old")
     new = BrokerNode(1, "127.0.0.1", port, "host-a", 100, "new")  # a container's pid repeats
     registry = {"cached": [old], "etcd": [old]}

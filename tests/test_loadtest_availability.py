@@ -16,6 +16,7 @@ import pytest
 from llog.loadtest.availability import availability, fault_kind, fault_windows
 from llog.loadtest.broker_watch import AdaptiveTimeout, BrokerWatch, Hedger
 from llog.loadtest.routing import NoLiveOwner, Router
+from llog.local_ports import free_port
 from tests.conftest import wait_until
 
 
@@ -129,7 +130,7 @@ def test_a_silent_broker_leaves_rotation_its_requests_are_cut_and_it_comes_back(
 ) -> None:
     # "b" accepts connections and never answers, as a paused process does.
     silent = socket.socket()
-    silent.bind(("127.0.0.1", 0))
+    silent.bind(("127.0.0.1", free_port()))  # rebound below: not from the ephemeral range
     silent.listen(16)
     urls = {"a": f"http://127.0.0.1:{healthy.server_address[1]}",
             "b": f"http://127.0.0.1:{silent.getsockname()[1]}"}

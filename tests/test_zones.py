@@ -7,9 +7,7 @@ Real brokers, real kafka-python, librdkafka and Java clients."""
 from __future__ import annotations
 
 import contextlib
-import random
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,9 +19,9 @@ from llog.broker.directory import serving
 from llog.cli.doctor import diagnose
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.devstack import free_port
 from llog.kafka.registry import BrokerNode
 from llog.kafka.zones import preferred_replica, zone_in_client_id
+from llog.local_ports import free_port
 from llog.reader import Reader
 from llog.topic.admin import Topics
 from llog.version import __version__
@@ -202,29 +200,12 @@ def test_a_client_on_a_zone_listener_is_served_by_that_zones_brokers_on_their_li
     assert values == sorted([b"rd-%d" % i for i in range(60)] + [b"java-%d" % i for i in range(30)])
 
 
-def _two_free_ports() -> int:
-    """A port p with p + 1 free too, below the kernel's ephemeral range: the suite's
-    outgoing connections take their ports from that range, and one took p + 1 between a
-    check and the broker's bind (a clean clone's run failed so, "Address already in use")."""
-    ephemeral = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
-    for _ in range(100):
-        port = random.randrange(10_000, ephemeral - 1)
-        try:
-            with socket.socket() as a, socket.socket() as b:
-                a.bind(("127.0.0.1", port))
-                b.bind(("127.0.0.1", port + 1))
-            return port
-        except OSError:
-            continue
-    raise AssertionError(f"no two consecutive free ports in [10000, {ephemeral})")
-
-
 def test_each_worker_of_a_broker_serves_the_zone_listeners_on_its_own_ports(config: LlogConfig) -> None:
     """With ``--workers 2`` each worker is a Kafka node of its own, listening for zone a
     on the zone's port + its index; Metadata through either names both."""
     from confluent_kafka.admin import AdminClient
 
-    port = _two_free_ports()
+    port = free_port(span=2)  # worker i listens on port + i
     with kafka_broker(config, "--workers", "2", "--zone", "a", f"--kafka-zone-listener=a={port}"):
         for p in (port, port + 1):
             brokers = AdminClient({"bootstrap.servers": f"127.0.0.1:{p}"}).list_topics(timeout=30).brokers

@@ -29,7 +29,7 @@ from typing import Any
 
 from llog.config import LlogConfig
 from llog.connection import Connection
-from llog.devstack import DevStackError, LocalStack, etcd_nodes, free_port, node_argv, node_host
+from llog.devstack import DevStackError, LocalStack, etcd_nodes, node_argv, node_host
 from llog.loadtest.chaos import Chaos, skew_env
 from llog.loadtest.collector import Collector, Target, proc_stat
 from llog.loadtest.generator import LoadGenerator
@@ -45,6 +45,7 @@ from llog.loadtest.scenario import DEFAULT_RESULTS, Scenario
 from llog.loadtest.summary import build_summary
 from llog.loadtest.transactional import TxnLog, Workload, client_log, run_workload
 from llog.loadtest.txn_check import check
+from llog.local_ports import free_port
 from llog.nemesis.control import ProxyFaults, proxy_state, set_faults
 from llog.nemesis.faults import FaultPlan
 from llog.nemesis.network import Network
