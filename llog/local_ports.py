@@ -11,7 +11,7 @@ same number once the first has closed its probe socket.
 :func:`free_port` therefore picks a port outside the ephemeral range
 (``net.ipv4.ip_local_port_range``), where no connection's source port lands, checks
 that it can be bound, and reserves it for :data:`RESERVATION_S` with a file made with
-``O_EXCL`` in a per-user directory, so no other caller on this host — another
+``O_EXCL`` in a per-user directory under ``/tmp``, so no other caller on this host — another
 process, another test worker — is given it while its server starts or restarts.
 """
 
@@ -61,7 +61,9 @@ def quiet_range(ephemeral: tuple[int, int]) -> range | None:
 
 
 def reservations_dir() -> Path:
-    return Path(tempfile.gettempdir()) / f"llog-ports-{os.getuid()}"
+    """Host-wide, whatever a process's ``TMPDIR``: ports are the host's, not a process's."""
+    base = Path("/tmp")
+    return (base if base.is_dir() else Path(tempfile.gettempdir())) / f"llog-ports-{os.getuid()}"
 
 
 def bindable(port: int) -> bool:

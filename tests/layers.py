@@ -74,7 +74,8 @@ LAYERS: tuple[Layer, ...] = (
     Layer("6. compactor", ("compactor/*", "!compactor/command.py", "!compactor/__main__.py"),
           "compaction (§10), retention and vacuum (§11), etcd history compaction, producer-state expiry, the "
           "long-running service"),
-    Layer("7. dev and test tooling", ("llog/devstack.py", "llog/moto_s3.py", "llog/loadtest/*", "llog/nemesis/*"),
+    Layer("7. dev and test tooling", ("llog/devstack.py", "llog/local_ports.py",
+                                       "llog/moto_s3.py", "llog/loadtest/*", "llog/nemesis/*"),
           "local etcd and S3 servers, the load test and the nemesis (fault injection), on top of everything "
           "they start and check"),
     Layer("8. command line", ("llog/cli/*", "llog/__main__.py", "llog/demo.py", "compactor/command.py",
