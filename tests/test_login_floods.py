@@ -7,6 +7,7 @@ SASL frames (kafka-python's protocol classes) and HTTP Basic."""
 from __future__ import annotations
 
 import base64
+import select
 import socket
 import subprocess
 import sys
@@ -35,6 +36,18 @@ def _plain(port: int, user: str, password: str) -> int:
         assert hs.error_code == 0
         request = SaslAuthenticateRequest[2](auth_bytes=f"\0{user}\0{password}".encode())
         return int(SaslAuthenticateResponse[2].decode(exchange(sock, request, 2), version=2, header=True).error_code)
+
+
+def _held_refusal(port: int, user: str, password: str) -> socket.socket:
+    """A SASL/PLAIN login with a wrong password whose answer is not read: the socket."""
+    sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+    hs = SaslHandshakeResponse[1].decode(exchange(sock, SaslHandshakeRequest[1](mechanism="PLAIN"), 1),
+                                         version=1, header=True)
+    assert hs.error_code == 0
+    request = SaslAuthenticateRequest[2](auth_bytes=f"\0{user}\0{password}".encode())
+    request.with_header(correlation_id=2, client_id="test")
+    sock.sendall(request.encode(header=True, framed=True))
+    return sock
 
 
 def _broker(env: dict[str, str], log: Path) -> tuple[subprocess.Popen[str], int, str]:
@@ -106,5 +119,34 @@ def test_a_flood_of_wrong_passwords_is_held_back_remembered_and_logged_in_counte
         firsts = [line for line in log.read_text().splitlines() if "failed login from 127.0.0.1" in line]
         assert 1 <= len(firsts) <= 5, firsts  # one per 2 s period, not one per failure
     finally:
+        proc.terminate()
+        assert proc.wait(60) == 0
+
+
+def test_an_honest_login_from_a_suspect_address_is_not_queued_behind_held_back_refusals(
+    config: LlogConfig, conn: Connection, tmp_path: Path,
+) -> None:
+    """A suspect's refusal is held back by the listener, not on the suspects' login
+    thread: with refusals held for a minute, the right password from the same address is
+    answered while every one of them is still held."""
+    Users(conn).add("carol", "right", iterations=4096)
+    env = {**config_env(config), "LLOG_AUTH_USERS": "true", "LLOG_AUTH_FAILURE_BURST": "2",
+           "LLOG_AUTH_FAILURE_WINDOW_S": "600", "LLOG_AUTH_FAILURE_DELAY_MS": "60000"}
+    proc, kafka_port, http_url = _broker(env, tmp_path / "broker.log")
+    held: list[socket.socket] = []
+    try:
+        b = BrokerProcess(proc, http_url)
+        b.headers = {"authorization": "Basic " + base64.b64encode(b"carol:right").decode()}
+        for _ in range(2):  # not suspect yet: refused at once
+            assert _plain(kafka_port, "carol", "wrong") == 58
+        held = [_held_refusal(kafka_port, "carol", f"wrong-{i}") for i in range(4)]
+        wait_until(lambda: b.metric("llog_kafka_authentications_total", mechanism="PLAIN", result="failed") >= 6,
+                   60, "the held-back refusals checked")
+        assert _plain(kafka_port, "carol", "right") == 0
+        readable, _, _ = select.select(held, [], [], 0)
+        assert readable == []  # every refusal still held back
+    finally:
+        for sock in held:
+            sock.close()
         proc.terminate()
         assert proc.wait(60) == 0

@@ -17,6 +17,7 @@ import struct
 import threading
 import time
 from collections.abc import Awaitable
+from concurrent.futures import Executor
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Any
@@ -252,8 +253,8 @@ class KafkaListener:
             # credential from etcd and derives keys; a suspect's waits on the suspects' one.
             logins = self.broker.logins
             pool = logins.executor(logins.verdict(sasl.caller.host, None, time.monotonic(), "kafka"))
-            authenticated = asyncio.get_running_loop().run_in_executor(pool, sasl.authenticate, request)
-            return _Pending(correlation_id, name, started, authenticated, size)
+            return _Pending(correlation_id, name, started, asyncio.ensure_future(_authenticate(sasl, pool, request)),
+                            size)
         assert api.handler is not None
         client_id = getattr(request.header, "client_id", None)
         share = (throttling.share(self.broker, self.registry, ctx.listener_zone, request, client_id)
@@ -475,4 +476,15 @@ def _gone(writer: asyncio.StreamWriter) -> bool:
 
 async def _ready(value: ApiMessage | None) -> ApiMessage | None:
     return value
+
+
+async def _authenticate(sasl: SaslState, pool: Executor, request: Any) -> ApiMessage:
+    """``sasl``'s answer to a SaslAuthenticate, checked on ``pool``; a suspect's
+    refusal held back here, so the login thread is free for the next attempt at once
+    (an honest login from a suspect address does not queue behind refusals' delays)."""
+    sasl.hold_s = 0.0
+    answer = await asyncio.get_running_loop().run_in_executor(pool, sasl.authenticate, request)
+    if sasl.hold_s:
+        await asyncio.sleep(sasl.hold_s)
+    return answer
 

@@ -57,6 +57,9 @@ class SaslState:
         self._scram_user = ""
         #: Set when the connection must be closed once the answer is sent.
         self.failed = False
+        #: Seconds the last refusal's answer is to be held back (a suspect's): the
+        #: listener waits them out on its event loop, not on a login thread.
+        self.hold_s = 0.0
 
     def handshake(self, req: Any) -> SaslHandshakeResponse:
         ok = req.mechanism in self.mechanisms
@@ -82,14 +85,12 @@ class SaslState:
             detail = f"SASL/{self._mechanism} as {self._scram_user or '?'!r}: {exc}"
             if self._guard is None:
                 log.warning("Kafka client failed %s", detail)
-            else:  # counted lines, and a suspect's answer held back (on its own thread)
+            else:  # counted lines, and a suspect's answer held back (by the listener)
                 now = time.monotonic()
                 user = self._scram_user or None
-                delay = self._guard.verdict(self.caller.host, user, now).delay_s
+                self.hold_s = self._guard.verdict(self.caller.host, user, now).delay_s
                 self._guard.failed("kafka", self.caller.host, user, detail, now, self._secret,
                                    remembered=isinstance(exc, _Remembered))
-                if delay:
-                    time.sleep(delay)
             message = str(exc) if isinstance(exc, ScramFailure) else "authentication failed"
             return R(error_code=ErrorCode.SASL_AUTHENTICATION_FAILED, error_message=message,
                      auth_bytes=b"", session_lifetime_ms=0)
