@@ -187,12 +187,96 @@ def test_a_stopped_or_killed_broker_loses_its_producers_nothing(config: LlogConf
         producing.check_stored(config)
 
 
-def _coordinator_of(bootstrap: str, group: str) -> int:
+def _coordinator_of(bootstrap: str, key: str, key_type: int = 0) -> int:
+    """The node FindCoordinator names for a group (``key_type`` 0) or a transactional id (1)."""
     from kafka.protocol.metadata import FindCoordinatorRequest, FindCoordinatorResponse
 
-    got = _exchange(bootstrap, FindCoordinatorRequest[1](key=group, key_type=0), FindCoordinatorResponse)
+    got = _exchange(bootstrap, FindCoordinatorRequest[1](key=key, key_type=key_type), FindCoordinatorResponse)
     assert got.error_code == 0
     return int(got.node_id)
+
+
+class _Transacting:
+    """Kafka's exactly-once loop, as confluent-kafka runs it, on a thread: each
+    transaction one record to every partition and a group's offsets (TxnOffsetCommit,
+    through the group's coordinator), committed; the committed transactions' records kept."""
+
+    def __init__(self, bootstrap: str, transactional_id: str, group: str) -> None:
+        confluent_kafka = pytest.importorskip("confluent_kafka")
+        self._kafka = confluent_kafka
+        self.errors: list[str] = []
+        self.committed: list[tuple[float, list[str]]] = []
+        self._producer = confluent_kafka.Producer({
+            "bootstrap.servers": bootstrap, "transactional.id": transactional_id, "linger.ms": 5,
+            "transaction.timeout.ms": 60_000})
+        self._group = confluent_kafka.Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+        self._producer.init_transactions(30)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run)
+
+    def _run(self) -> None:
+        n = 0
+        while not self._stop.is_set():
+            values = [f"t{n}-{p}" for p in range(PARTITIONS)]
+            try:
+                self._producer.begin_transaction()
+                for p, v in enumerate(values):
+                    self._producer.produce(TOPIC, v.encode(), partition=p)
+                self._producer.send_offsets_to_transaction(
+                    [self._kafka.TopicPartition(TOPIC, 0, n + 1)], self._group.consumer_group_metadata(), 60)
+                self._producer.commit_transaction(60)
+            except self._kafka.KafkaException as exc:  # the test fails on any
+                self.errors.append(str(exc))
+                return
+            self.committed.append((time.monotonic(), values))
+            n += 1
+
+    def __enter__(self) -> _Transacting:
+        self._thread.start()
+        wait_until(lambda: len(self.committed) >= 3 or self.errors, 30, "transactions committing")
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+        self._group.close()
+
+
+def test_a_transactional_producer_commits_on_through_its_coordinators_clean_restart(config: LlogConfig) -> None:
+    """The broker coordinating both a producer's transactions and the group whose offsets
+    they commit is restarted cleanly (SIGTERM, then started on the same address, as in a
+    rolling upgrade): while it drains it answers NOT_COORDINATOR and leads nothing, and
+    it stays in the broker lists Metadata sends until it is back (were it dropped,
+    librdkafka would retire it and wait forever on it as the group's coordinator once it
+    is named again, librdkafka #5511). The producer goes on committing through the stop
+    and the restart; nothing it committed is lost or stored twice."""
+    with Connection(config) as conn:
+        Topics(conn).create(TOPIC, PARTITIONS)
+    port = free_port()
+    with ExitStack() as brokers:
+        b = brokers.enter_context(kafka_broker(config))
+        a = brokers.enter_context(kafka_broker(config, "--kafka-port", str(port)))
+        a_id, b_id = _node_id(a.bootstrap), _node_id(b.bootstrap)
+        wait_until(lambda: set(_leaders(b.bootstrap)[1].values()) == {a_id, b_id}, 30, "b naming a")
+        txn, group = (next(k for k in (f"clean-stop-{i}" for i in range(100))
+                           if _coordinator_of(b.bootstrap, k, key_type) == a_id) for key_type in (1, 0))
+        with _Transacting(f"{a.bootstrap},{b.bootstrap}", txn, group) as producing:
+            a.http.proc.send_signal(signal.SIGTERM)
+            assert a.http.proc.wait(60) == 0  # a clean drain
+            again = brokers.enter_context(kafka_broker(config, "--kafka-port", str(port)))
+            back_at = time.monotonic()
+            wait_until(lambda: producing.errors or sum(t > back_at for t, _ in producing.committed) >= 20, 90,
+                       "20 transactions committed after the coordinator's restart")
+        assert producing.errors == []
+        assert _node_id(again.bootstrap) == a_id  # its registration taken back, never gone
+        # Back, it coordinates both again, as soon as b reads the registration it took over.
+        wait_until(lambda: _coordinator_of(b.bootstrap, txn, 1) == _coordinator_of(b.bootstrap, group) == a_id, 30,
+                   "the restarted broker coordinating again")
+    with Connection(config) as conn, Reader(conn) as r:
+        stored = Counter(rec.value.decode() for p in range(PARTITIONS) for rec in r.scan(TOPIC, p)
+                         if rec.value is not None)
+    committed = [v for _t, values in producing.committed for v in values]
+    assert all(stored[v] == 1 for v in committed)
 
 
 def test_a_consumer_group_keeps_its_partitions_when_its_coordinator_pauses(config: LlogConfig) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from enum import IntEnum
 
 from llog.codec.kafka_body import (
@@ -44,6 +45,8 @@ from llog.errors import (
     UnknownTopic,
     UnknownTransactionalId,
 )
+
+log = logging.getLogger(__name__)
 
 
 class ErrorCode(IntEnum):
@@ -164,4 +167,6 @@ def error_code(exc: BaseException) -> ErrorCode:
             return code
     if isinstance(exc, LlogError) and exc.retriable:
         return ErrorCode.REQUEST_TIMED_OUT
+    # No code of its own: the client learns nothing from it, so the log must.
+    log.warning("answering UNKNOWN_SERVER_ERROR for %s: %s", type(exc).__name__, exc)
     return ErrorCode.UNKNOWN_SERVER_ERROR

@@ -23,7 +23,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.api_message import ApiMessage
-from kafka.protocol.metadata import ApiVersionsRequest
+from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
 
 from llog.auth.authorizer import certificate_principal, client_host
 from llog.auth.users import Users
@@ -43,8 +43,18 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-#: How long a stopping listener waits for the answers of requests already read.
+#: The most a stopping listener waits for its clients to move on (:meth:`KafkaListener._settle`).
 DRAIN_S = 10.0
+#: A stopping listener closes once no client has asked it for anything but where to go
+#: (ApiVersions, Metadata, FindCoordinator) for this long: told NOT_LEADER_OR_FOLLOWER or
+#: NOT_COORDINATOR, a client connects to the broker named instead within a few hundred
+#: ms. Closed sooner, a librdkafka client left with no connection up re-bootstraps,
+#: retires every broker it knew, and a transactional producer can then wait forever on
+#: its coordinator (librdkafka #5511).
+QUIET_S = 0.5
+#: Requests that ask where to go rather than use this broker.
+_DISCOVERY = frozenset({ApiVersionsRequest.API_KEY, MetadataRequest.API_KEY, FindCoordinatorRequest.API_KEY})
+
 
 class KafkaListener:
     """Serves the Kafka protocol for ``broker`` on ``sock`` (bound and listening), and
@@ -71,8 +81,10 @@ class KafkaListener:
         self.registry: BrokerRegistry | None = None
         self.context: Context | None = None
         self._health: PeerHealth | None = None
-        self._deregistering: threading.Thread | None = None
+        self._announcing: threading.Thread | None = None
         self._users = Users(broker.conn) if broker.config.auth_users else None
+        #: When a client last used this listener (a request not in ``_DISCOVERY``), event-loop time.
+        self._last_used = 0.0
 
     async def start(self) -> None:
         # Registered (a node id) before serving: every request finds the context set up.
@@ -102,22 +114,25 @@ class KafkaListener:
 
     def begin_drain(self) -> None:
         """Stop leading, before the broker stops: from now on Metadata from here names
-        other brokers, produce and fetch are answered NOT_LEADER_OR_FOLLOWER (clients
-        ask for Metadata and move at once, instead of noticing a closed connection),
-        and the registration goes, so the other brokers stop naming this one."""
+        other brokers as leaders, produce and fetch are answered NOT_LEADER_OR_FOLLOWER
+        and transactions NOT_COORDINATOR (clients ask for Metadata or the coordinator and
+        move at once, instead of noticing a closed connection), and the registration
+        says so, so the other brokers stop naming this one as either. It stays listed
+        in Metadata, after it stops too, until its registration's lease runs out or
+        its restart takes the registration over (:meth:`BrokerRegistry.drain`)."""
         if self.context is None or self.context.draining.is_set():
             return
         self.context.draining.set()
         if self.registry is not None:
             self.registry.stop_leading()
-            self._deregistering = threading.Thread(target=self.registry.close, name="llog-kafka-deregister",
-                                                   daemon=True)
-            self._deregistering.start()
+            self._announcing = threading.Thread(target=self.registry.drain, name="llog-kafka-draining",
+                                                daemon=True)
+            self._announcing.start()
 
     async def close(self) -> None:
         self.begin_drain()
-        if self._deregistering is not None:
-            await asyncio.to_thread(self._deregistering.join)
+        if self._announcing is not None:
+            await asyncio.to_thread(self._announcing.join)
         await self._settle(DRAIN_S)
         if self._health is not None:
             await self._health.close()
@@ -138,11 +153,20 @@ class KafkaListener:
             await asyncio.to_thread(self.registry.close)
 
     async def _settle(self, timeout_s: float) -> None:
-        """Wait (up to ``timeout_s``) for the answers of requests already read to go out."""
-        deadline = asyncio.get_running_loop().time() + timeout_s
-        while any(c.in_progress for c in self._connections.values()):
-            if asyncio.get_running_loop().time() >= deadline:
-                log.warning("Kafka requests still unanswered after %.0f s of draining; closing", timeout_s)
+        """Wait (up to ``timeout_s``) for the clients to move on: the answers of requests
+        already read gone out, and no client connected or none that has used this
+        listener for :data:`QUIET_S` (they are told to go elsewhere while it drains)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout_s
+
+        def settled() -> bool:
+            if any(c.in_progress for c in self._connections.values()):
+                return False
+            return not self._connections or loop.time() - self._last_used >= QUIET_S
+
+        while not settled():
+            if loop.time() >= deadline:
+                log.warning("Kafka clients still using this broker after %.0f s of draining; closing", timeout_s)
                 return
             await asyncio.sleep(0.05)
 
@@ -238,6 +262,8 @@ class KafkaListener:
         sasl, ctx = conn.sasl, conn.context
         started = time.perf_counter()
         api_key, version, correlation_id = struct.unpack_from(">hhi", frame, 0)
+        if api_key not in _DISCOVERY:
+            self._last_used = asyncio.get_running_loop().time()
         api = API_BY_KEY.get(api_key)
         if not sasl.authenticated and api_key not in (ApiVersionsRequest.API_KEY, SASL_HANDSHAKE, SASL_AUTHENTICATE):
             return None

@@ -16,16 +16,19 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from llog.connection import Connection
 from llog.errors import CoordinationError
-from llog.etcd.operations import KV, Put, mod_revision_is
+from llog.etcd.operations import KV, Put, lease_is, mod_revision_is
 from llog.state.cluster_format import FORMAT_VERSION
 from llog.state.keys import prefix_range_end
 from llog.version import __version__
 
 log = logging.getLogger(__name__)
+
+#: Releases whose brokers ignore a peer's ``draining`` mark (an empty version is older still).
+_BEFORE_DRAINING = ("0.1.", "0.2.")
 
 MAX_NODE_ID = 1_000_000
 
@@ -46,6 +49,11 @@ class BrokerNode:
     zone_ports: tuple[tuple[str, int], ...] = ()
     #: The llog release it runs (``llog/version.py``); empty in a registration that does not say.
     version: str = ""
+    #: Stopping: it leads and coordinates nothing, but stays listed in Metadata, after it
+    #: stops too, until its lease runs out or its restart takes the key over (librdkafka
+    #: retires a broker gone from the list, and can wait forever on it as a coordinator).
+    #: Not part of its identity: the same process, draining, is the same peer.
+    draining: bool = field(default=False, compare=False)
 
     def port_for(self, zone: str | None) -> int:
         """The port a client that came to ``zone``'s listener is given: this broker's
@@ -82,7 +90,7 @@ def scan_brokers(conn: Connection) -> list[tuple[BrokerNode, KV]]:
             out.append((BrokerNode(int(kv.key[len(prefix):]), str(doc["host"]), int(doc["port"]),
                                    str(doc.get("hostname", "")), int(doc.get("pid", 0)),
                                    str(doc.get("instance", "")), str(zone) if zone else None, zone_ports,
-                                   str(doc.get("version", ""))), kv))
+                                   str(doc.get("version", "")), doc.get("draining") is True), kv))
         except (ValueError, KeyError, TypeError, AttributeError):
             log.warning("ignoring a malformed broker registration at %s", kv.key)
     return out
@@ -101,6 +109,9 @@ class BrokerRegistry:
         self._lease = 0
         self.node_id = -1
         self._stop = threading.Event()
+        self._draining = threading.Event()
+        #: The lease :meth:`close` let go of, for :meth:`deregister` to revoke.
+        self._revocable = 0
         self._closing = threading.Lock()
         self._thread: threading.Thread | None = None
         self._cached: tuple[float, list[BrokerNode]] | None = None
@@ -119,11 +130,11 @@ class BrokerRegistry:
         return self.node_id
 
     def live(self, max_age_s: float = 1.0) -> list[BrokerNode]:
-        """Every registered broker that answers, by node id: this one included even if
-        its key has just expired (it is serving), unless it is stopping (then only when
-        there is no other)."""
-        silent = self.silent() | ({self.node_id} if self._stop.is_set() else frozenset())
-        return [n for n in self.registered(max_age_s) if n.node_id not in silent] or [self.me]
+        """Every registered broker that answers and is not draining, by node id: this
+        one included even if its key has just expired (it is serving), unless it is
+        draining (then only when there is no other)."""
+        silent = self.silent() | ({self.node_id} if self._draining.is_set() else frozenset())
+        return [n for n in self.registered(max_age_s) if n.node_id not in silent and not n.draining] or [self.me]
 
     def known_live(self) -> list[BrokerNode]:
         """:meth:`live` as last read (the keep-alive reads it again every third of the
@@ -133,7 +144,7 @@ class BrokerRegistry:
     @property
     def me(self) -> BrokerNode:
         return BrokerNode(self.node_id, self.host, self.port, self.hostname, os.getpid(), self.instance, self.zone,
-                          self.zone_ports, __version__)
+                          self.zone_ports, __version__, self._draining.is_set())
 
     def registered(self, max_age_s: float = 1.0) -> list[BrokerNode]:
         """Every registered broker, by node id (this one included); read from etcd at
@@ -160,35 +171,64 @@ class BrokerRegistry:
 
     def stop_leading(self) -> None:
         """From now on :meth:`live` (Metadata's leaders, FindCoordinator) leaves this
-        broker out while another is there; :meth:`close` then deregisters it."""
-        self._stop.set()
+        broker out while another is there; :meth:`drain` then tells the others."""
+        self._draining.set()
+
+    def drain(self) -> None:
+        """Say in the registration that this broker is draining (after
+        :meth:`stop_leading`): the other brokers leave it out of their leaders and
+        coordinators as they read it, and still list it in Metadata. Among peers of an
+        earlier release, which read no such mark and would go on naming it a leader,
+        the registration is deleted instead (:meth:`deregister`), as 0.2.0 did."""
+        try:
+            if not self.peers_read_draining():
+                self.deregister()
+                return
+            with self._closing:
+                key = self._conn.keys.broker(self.node_id)
+                if self._lease:  # still this lease's key (not taken over after a lost lease)
+                    self._conn.etcd.txn([lease_is(key, self._lease)], [Put(key, self._value(), lease=self._lease)])
+        except CoordinationError as exc:  # the peers go on naming it until its lease goes
+            log.warning("Kafka node %d could not mark its registration draining: %s", self.node_id, exc)
+
+    def peers_read_draining(self) -> bool:
+        """Whether every other registered broker reads the ``draining`` mark (0.3.0 on):
+        one of an earlier release would go on naming a draining broker as a leader."""
+        return all(n.version and not n.version.startswith(_BEFORE_DRAINING)
+                   for n in self.registered(max_age_s=0) if n.node_id != self.node_id)
+
+    def deregister(self) -> None:
+        """:meth:`close`, and the key deleted at once (its lease revoked): how a broker
+        stops among peers that do not read the ``draining`` mark (:meth:`peers_read_draining`)."""
+        self.close()
+        with self._closing:
+            lease, self._revocable = self._revocable, 0
+        if lease:
+            self._conn.etcd.revoke_lease(lease)
 
     def close(self) -> None:
-        """Deregister (the key goes with its lease, so the other brokers stop naming this
-        one at once); once is enough, a second call does nothing."""
+        """Stop keeping the registration alive; once is enough, a second call does
+        nothing. The key is left to expire with its lease (``ttl_s``), not revoked: a
+        broker that drained says so in it (leader and coordinator of nothing), and
+        one restarted on its address takes it over meanwhile, so it never leaves
+        Metadata's broker list. librdkafka retires a broker gone from that list and
+        can keep it as the group coordinator it waits for, forever
+        (``send_offsets_to_transaction``, librdkafka #5511); a broker killed with
+        ``-9`` was never subject to that, its key outliving it the same way."""
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
         with self._closing:
-            lease, self._lease = self._lease, 0
-        if lease:
-            self._conn.etcd.revoke_lease(lease)
+            self._revocable, self._lease = self._lease or self._revocable, 0
 
     def _register(self) -> None:
         etcd, keys = self._conn.etcd, self._conn.keys
         self._lease = etcd.grant_lease(self._ttl_s)
-        doc: dict[str, object] = {"host": self.host, "port": self.port, "hostname": self.hostname,
-                                  "pid": os.getpid(), "instance": self.instance, "version": __version__,
-                                  "format": FORMAT_VERSION}
-        if self.zone is not None:
-            doc["zone"] = self.zone
-        if self.zone_ports:
-            doc["zone_ports"] = dict(self.zone_ports)
-        value = json.dumps(doc).encode()
+        value = self._value()
         registered = self._scan()
         taken = {node.node_id for node, _kv in registered}
         # This address registered from this host by another process is an earlier one
-        # of this broker, killed before its lease ran out: no other process of this host
+        # of this broker, stopped or killed before its lease ran out: no other process of this host
         # can listen where this one does. Its key is taken over (bound to this lease).
         earlier = sorted(((node.node_id, kv.mod_revision, node) for node, kv in registered
                           if (node.host, node.port, node.hostname) == (self.host, self.port, self.hostname)
@@ -205,6 +245,19 @@ class BrokerRegistry:
                     log.info("Kafka node %d taken back from an earlier process at this address: was %s", node_id, was)
                 return
         raise CoordinationError(f"no free Kafka node id under {keys.brokers_prefix()}")
+
+    def _value(self) -> bytes:
+        """This broker's registration (protocol/README.md, ``_brokers/nodes``)."""
+        doc: dict[str, object] = {"host": self.host, "port": self.port, "hostname": self.hostname,
+                                  "pid": os.getpid(), "instance": self.instance, "version": __version__,
+                                  "format": FORMAT_VERSION}
+        if self.zone is not None:
+            doc["zone"] = self.zone
+        if self.zone_ports:
+            doc["zone_ports"] = dict(self.zone_ports)
+        if self._draining.is_set():
+            doc["draining"] = True
+        return json.dumps(doc).encode()
 
     def _keepalive(self) -> None:
         while not self._stop.wait(self._ttl_s / 3):

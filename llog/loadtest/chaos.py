@@ -12,6 +12,8 @@
 * ``partition``: every packet between ``target`` and ``peer`` (one way only with
   ``one_way``) is dropped for ``duration_s``, then the network heals
   (:mod:`llog.nemesis.network`; the cluster's processes in namespaces of their own);
+* ``clean-restart``: stop a broker or the compactor (SIGTERM: a broker drains) and start
+  it again as it was (a rolling restart);
 * ``upgrade`` / ``rollback``: stop a broker or the compactor (SIGTERM) and start it
   again on this tree / on ``cluster.release`` (a rolling upgrade, one member a step);
   ``finalize``: raise the cluster's format, as ``llog upgrade finalize`` does.
@@ -73,7 +75,7 @@ def etcd_leader(members: Sequence[EtcdServer]) -> int:
 
 
 #: The steps that count as faults injected (the others end one).
-_INJECTING = ("kill", "pause", "faults", "partition", "upgrade", "rollback", "finalize")
+_INJECTING = ("kill", "pause", "faults", "partition", "clean-restart", "upgrade", "rollback", "finalize")
 
 
 class Chaos:
@@ -103,7 +105,7 @@ class Chaos:
                 steps += [(e.at_s, i, "pause", e), (e.at_s + e.duration_s, i, "resume", e)]
             elif e.action == "partition":
                 steps += [(e.at_s, i, "partition", e), (e.at_s + e.duration_s, i, "heal", e)]
-            elif e.action in ("upgrade", "rollback", "finalize"):
+            elif e.action in ("clean-restart", "upgrade", "rollback", "finalize"):
                 steps.append((e.at_s, i, e.action, e))
             else:
                 steps += [(e.at_s, i, "faults", e), (e.at_s + e.duration_s, i, "faults-off", e)]
@@ -207,6 +209,10 @@ class Chaos:
             return
         proc = self._processes[e.target]
         entry["pid"] = proc.pid
+        if action == "clean-restart":
+            entry.update(version_before=proc.version or None)
+            entry.update(proc.restart(), new_pid=proc.pid)
+            return
         if action in self._releases:
             release, pythonpath = self._releases[action]
             entry.update(release_before=proc.release or None, release_after=release or None,

@@ -103,12 +103,16 @@ CHAOS_ACTIONS = {
               "for duration_s",
     "partition": "drop every packet between `target` and `peer` (from target to peer only with one_way) for "
                  "duration_s, then heal; needs cluster.network",
+    "clean-restart": "stop `target` (SIGTERM: a broker drains) and start it again on the same ports, release "
+                     "and settings",
     "upgrade": "stop `target` (SIGTERM) and start it again on this tree; needs cluster.release",
     "rollback": "stop `target` (SIGTERM) and start it again on cluster.release",
     "finalize": "`llog upgrade finalize` (target `cluster`): raise the cluster's format",
 }
 #: Chaos actions that replace a process by another release's.
 RELEASE_ACTIONS = ("upgrade", "rollback")
+#: Chaos actions that stop a process cleanly and start it again: a broker or the compactor.
+STOP_START_ACTIONS = ("clean-restart", *RELEASE_ACTIONS)
 #: Partition sides besides the members' own names: every broker, every etcd member,
 #: the S3 server (and its proxy), the load generators and the orchestrator; and, as a
 #: peer, ``rest``: every node not on the target's side (``zone-<zone>`` names a zone's).
@@ -328,7 +332,7 @@ def _chaos_problems(c: ChaosEvent, members: set[str], etcds: set[str], store: st
         return out
     if c.action == "finalize":
         return [] if c.target == "cluster" else [f"chaos finalize targets 'cluster', not {c.target!r}"]
-    if c.action in RELEASE_ACTIONS:
+    if c.action in STOP_START_ACTIONS:
         procs = {m for m in members if not m.startswith("zone-")}
         return [] if c.target in procs else [f"chaos {c.action} target {c.target!r} is not one of {sorted(procs)}"]
     if c.target not in members | etcds:

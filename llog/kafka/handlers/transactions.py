@@ -60,11 +60,20 @@ def _check_id(ctx: Context, transactional_id: str, op: Operation = Operation.WRI
     ctx.check(op, ResourceType.TRANSACTIONAL_ID, transactional_id)
 
 
+def _draining(ctx: Context) -> bool:
+    """Whether this broker is stopping: it coordinates no transaction then, and answers
+    NOT_COORDINATOR, so the client finds another coordinator while its connection is
+    still open (librdkafka looks again on that answer, not on a broker it retired)."""
+    return ctx.draining.is_set()
+
+
 def init_transactional(ctx: Context, req: Any) -> InitProducerIdResponse:
     """InitProducerId with a transactional id: T0 (its id and a new epoch)."""
     R = InitProducerIdResponse[req.API_VERSION]
     try:
         _check_id(ctx, req.transactional_id)
+        if _draining(ctx):
+            return R(throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR, producer_id=-1, producer_epoch=-1)
         pid, epoch = ctx.broker.transactions.init_producer(
             req.transactional_id, req.transaction_timeout_ms, getattr(req, "producer_id", -1),
             getattr(req, "producer_epoch", -1))
@@ -91,7 +100,9 @@ def add_partitions_to_txn(ctx: Context, req: Any) -> AddPartitionsToTxnResponse:
                         ctx.broker.conn.check_partition(name, p)
                     except LlogError as exc:
                         codes[(name, p)] = error_code(exc)
-        if codes:  # Kafka adds none when one fails: the others are not attempted
+        if not codes and _draining(ctx):
+            codes = {(n, p): ErrorCode.NOT_COORDINATOR for n, ps in topics for p in ps}
+        elif codes:  # Kafka adds none when one fails: the others are not attempted
             codes = {(n, p): codes.get((n, p), ErrorCode.OPERATION_NOT_ATTEMPTED) for n, ps in topics for p in ps}
         else:
             ctx.broker.transactions.add_partitions(
@@ -111,6 +122,8 @@ def add_offsets_to_txn(ctx: Context, req: Any) -> AddOffsetsToTxnResponse:
         _check_id(ctx, req.transactional_id)
         if not ctx.allows(Operation.READ, ResourceType.GROUP, req.group_id):
             code = ErrorCode.GROUP_AUTHORIZATION_FAILED
+        elif _draining(ctx):
+            code = ErrorCode.NOT_COORDINATOR
         else:
             ctx.broker.transactions.add_group(req.transactional_id, req.producer_id, req.producer_epoch,
                                               req.group_id)
@@ -170,6 +183,8 @@ async def end_txn(ctx: Context, req: Any) -> EndTxnResponse:
             raise
         if abandoned:
             raise _late_end(ctx, req.transactional_id)
+        if _draining(ctx):
+            return EndTxnResponse[req.API_VERSION](throttle_time_ms=0, error_code=ErrorCode.NOT_COORDINATOR)
         await asyncio.to_thread(ctx.broker.transactions.end, req.transactional_id, req.producer_id,
                                 req.producer_epoch, req.committed)
     except LlogError as exc:
