@@ -23,7 +23,7 @@ from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from kafka.protocol.api_message import ApiMessage
-from kafka.protocol.metadata import ApiVersionsRequest, FindCoordinatorRequest, MetadataRequest
+from kafka.protocol.metadata import ApiVersionsRequest
 
 from llog.auth.authorizer import certificate_principal, client_host
 from llog.auth.users import Users
@@ -33,6 +33,7 @@ from llog.kafka import throttling
 from llog.kafka.apis import API_BY_KEY, FETCH, PRODUCE, SASL_AUTHENTICATE, SASL_HANDSHAKE, Context, unsupported_response
 from llog.kafka.batch_checks import BatchChecker
 from llog.kafka.coordinator import Coordinator
+from llog.kafka.drain import Drain
 from llog.kafka.limits import ConnectionSlots, RequestMemory
 from llog.kafka.peer_health import PeerHealth
 from llog.kafka.registry import BrokerRegistry
@@ -42,18 +43,6 @@ if TYPE_CHECKING:
     from llog.broker.state import Broker
 
 log = logging.getLogger(__name__)
-
-#: The most a stopping listener waits for its clients to move on (:meth:`KafkaListener._settle`).
-DRAIN_S = 10.0
-#: A stopping listener closes once no client has asked it for anything but where to go
-#: (ApiVersions, Metadata, FindCoordinator) for this long: told NOT_LEADER_OR_FOLLOWER or
-#: NOT_COORDINATOR, a client connects to the broker named instead within a few hundred
-#: ms. Closed sooner, a librdkafka client left with no connection up re-bootstraps,
-#: retires every broker it knew, and a transactional producer can then wait forever on
-#: its coordinator (librdkafka #5511).
-QUIET_S = 0.5
-#: Requests that ask where to go rather than use this broker.
-_DISCOVERY = frozenset({ApiVersionsRequest.API_KEY, MetadataRequest.API_KEY, FindCoordinatorRequest.API_KEY})
 
 
 class KafkaListener:
@@ -83,8 +72,7 @@ class KafkaListener:
         self._health: PeerHealth | None = None
         self._announcing: threading.Thread | None = None
         self._users = Users(broker.conn) if broker.config.auth_users else None
-        #: When a client last used this listener (a request not in ``_DISCOVERY``), event-loop time.
-        self._last_used = 0.0
+        self._drain = Drain()
 
     async def start(self) -> None:
         # Registered (a node id) before serving: every request finds the context set up.
@@ -133,7 +121,11 @@ class KafkaListener:
         self.begin_drain()
         if self._announcing is not None:
             await asyncio.to_thread(self._announcing.join)
-        await self._settle(DRAIN_S)
+        registry = self.registry
+        await self._drain.settle(lambda: any(c.in_progress for c in self._connections.values()),
+                                 lambda: bool(self._connections),
+                                 registry is not None and any(n.node_id != registry.node_id
+                                                              for n in registry.known_live()))
         if self._health is not None:
             await self._health.close()
         for server in (self._server, *self._zone_servers):
@@ -151,24 +143,6 @@ class KafkaListener:
             await asyncio.to_thread(self.context.checks.close)
         if self.registry is not None:
             await asyncio.to_thread(self.registry.close)
-
-    async def _settle(self, timeout_s: float) -> None:
-        """Wait (up to ``timeout_s``) for the clients to move on: the answers of requests
-        already read gone out, and no client connected or none that has used this
-        listener for :data:`QUIET_S` (they are told to go elsewhere while it drains)."""
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + timeout_s
-
-        def settled() -> bool:
-            if any(c.in_progress for c in self._connections.values()):
-                return False
-            return not self._connections or loop.time() - self._last_used >= QUIET_S
-
-        while not settled():
-            if loop.time() >= deadline:
-                log.warning("Kafka clients still using this broker after %.0f s of draining; closing", timeout_s)
-                return
-            await asyncio.sleep(0.05)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, zone: str | None = None) -> None:
         metrics = self.broker.conn.metrics
@@ -262,8 +236,7 @@ class KafkaListener:
         sasl, ctx = conn.sasl, conn.context
         started = time.perf_counter()
         api_key, version, correlation_id = struct.unpack_from(">hhi", frame, 0)
-        if api_key not in _DISCOVERY:
-            self._last_used = asyncio.get_running_loop().time()
+        self._drain.note(api_key)
         api = API_BY_KEY.get(api_key)
         if not sasl.authenticated and api_key not in (ApiVersionsRequest.API_KEY, SASL_HANDSHAKE, SASL_AUTHENTICATE):
             return None
