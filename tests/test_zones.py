@@ -117,9 +117,11 @@ def test_metadata_leads_a_client_of_a_zone_to_that_zones_brokers_while_it_has_on
             assert {racks[n] for n in _librdkafka_leaders(bootstrap, "diskless_az=c")} == {"c"}
             doctor = {f.detail for f in diagnose(conn) if f.check == "zones"}
             assert doctor == {"brokers by zone: a 1, b 2, c 1"}
-        # Zone c's broker gone: a client of zone c is served by the others.
-        racks, leaders = _kafka_python_view(bootstrap, "llog_zone=c")
-        leading = {racks[n] for n in leaders}
+        # Zone c's broker gone: a client of zone c is served by the others. (It is still
+        # listed, leading nothing, until its registration expires, as after a kill:
+        # librdkafka retires a broker gone from the list, and can wait forever on it as
+        # a coordinator; kafka-python may pick it for Metadata and be refused meanwhile.)
+        leading = {racks[n] for n in _librdkafka_leaders(bootstrap, "llog_zone=c")}
         assert "c" not in leading and len(leading) > 1
 
 
