@@ -110,8 +110,6 @@ class BrokerRegistry:
         self.node_id = -1
         self._stop = threading.Event()
         self._draining = threading.Event()
-        #: The lease :meth:`close` let go of, for :meth:`deregister` to revoke.
-        self._revocable = 0
         self._closing = threading.Lock()
         self._thread: threading.Thread | None = None
         self._cached: tuple[float, list[BrokerNode]] | None = None
@@ -179,10 +177,10 @@ class BrokerRegistry:
         :meth:`stop_leading`): the other brokers leave it out of their leaders and
         coordinators as they read it, and still list it in Metadata. Among peers of an
         earlier release, which read no such mark and would go on naming it a leader,
-        the registration is deleted instead (:meth:`deregister`), as 0.2.0 did."""
+        the registration is deleted instead (:meth:`close` revoking it), as 0.2.0 did."""
         try:
             if not self.peers_read_draining():
-                self.deregister()
+                self.close(revoke=True)
                 return
             with self._closing:
                 key = self._conn.keys.broker(self.node_id)
@@ -197,21 +195,13 @@ class BrokerRegistry:
         return all(n.version and not n.version.startswith(_BEFORE_DRAINING)
                    for n in self.registered(max_age_s=0) if n.node_id != self.node_id)
 
-    def deregister(self) -> None:
-        """:meth:`close`, and the key deleted at once (its lease revoked): how a broker
-        stops among peers that do not read the ``draining`` mark (:meth:`peers_read_draining`)."""
-        self.close()
-        with self._closing:
-            lease, self._revocable = self._revocable, 0
-        if lease:
-            self._conn.etcd.revoke_lease(lease)
-
-    def close(self) -> None:
+    def close(self, *, revoke: bool = False) -> None:
         """Stop keeping the registration alive; once is enough, a second call does
-        nothing. The key is left to expire with its lease (``ttl_s``), not revoked: a
-        broker that drained says so in it (leader and coordinator of nothing), and
-        one restarted on its address takes it over meanwhile, so it never leaves
-        Metadata's broker list. librdkafka retires a broker gone from that list and
+        nothing. Unless ``revoke`` (how a broker stops among peers that read no
+        ``draining`` mark, :meth:`drain`), the key is left to expire with its lease
+        (``ttl_s``): a broker that drained says so in it (leader and coordinator of
+        nothing), and one restarted on its address takes it over meanwhile, so it
+        never leaves Metadata's broker list. librdkafka retires a broker gone from that list and
         can keep it as the group coordinator it waits for, forever
         (``send_offsets_to_transaction``, librdkafka #5511); a broker killed with
         ``-9`` was never subject to that, its key outliving it the same way."""
@@ -219,7 +209,9 @@ class BrokerRegistry:
         if self._thread is not None:
             self._thread.join()
         with self._closing:
-            self._revocable, self._lease = self._lease or self._revocable, 0
+            lease, self._lease = self._lease, 0
+        if lease and revoke:
+            self._conn.etcd.revoke_lease(lease)
 
     def _register(self) -> None:
         etcd, keys = self._conn.etcd, self._conn.keys

@@ -42,7 +42,7 @@ from llog.connection import Connection
 from llog.devstack import EtcdServer, LocalStack, etcd_nodes
 from llog.errors import LlogError
 from llog.loadtest.process import ManagedProcess
-from llog.loadtest.scenario import ChaosEvent
+from llog.loadtest.scenario import STOP_START_ACTIONS, ChaosEvent
 from llog.nemesis.network import CLIENTS, Network
 from llog.state.cluster_format import finalize
 
@@ -75,7 +75,7 @@ def etcd_leader(members: Sequence[EtcdServer]) -> int:
 
 
 #: The steps that count as faults injected (the others end one).
-_INJECTING = ("kill", "pause", "faults", "partition", "clean-restart", "upgrade", "rollback", "finalize")
+_INJECTING = ("kill", "pause", "faults", "partition", *STOP_START_ACTIONS, "finalize")
 
 
 class Chaos:
@@ -105,7 +105,7 @@ class Chaos:
                 steps += [(e.at_s, i, "pause", e), (e.at_s + e.duration_s, i, "resume", e)]
             elif e.action == "partition":
                 steps += [(e.at_s, i, "partition", e), (e.at_s + e.duration_s, i, "heal", e)]
-            elif e.action in ("clean-restart", "upgrade", "rollback", "finalize"):
+            elif e.action in (*STOP_START_ACTIONS, "finalize"):
                 steps.append((e.at_s, i, e.action, e))
             else:
                 steps += [(e.at_s, i, "faults", e), (e.at_s + e.duration_s, i, "faults-off", e)]
